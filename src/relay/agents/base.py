@@ -1,0 +1,127 @@
+"""The contract every agent CLI adapter follows: build an invocation, parse the output. Both pure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from relay.events import AgentResult, Event
+
+Permission = Literal["read-only", "edit", "full"]
+
+# Linux refuses a single argv string longer than this (MAX_ARG_STRLEN); longer prompts go via stdin.
+MAX_ARGV_PROMPT_BYTES = 100_000
+
+# Variables any child may see. Everything else in relay's environment stays out unless an
+# adapter or the agent's config asks for it (keys of other vendors never leak to a child).
+BASE_ENV_ALLOWLIST = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+    "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "NODE_OPTIONS", "NVM_DIR",
+)  # fmt: skip
+BASE_ENV_PREFIXES = ("LC_",)
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """What the caller asked an agent CLI to do, already validated."""
+
+    prompt: str
+    cwd: str
+    model: str | None = None
+    session_id: str | None = None
+    continue_latest: bool = False
+    permission: Permission = "read-only"
+    system_prompt: str | None = None
+    max_turns: int | None = None
+    reasoning_effort: str | None = None
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """Facts about the host the adapter needs but must not look up itself (it stays pure)."""
+
+    command: str
+    environ: Mapping[str, str] = field(default_factory=lambda: {})
+    extra_args: tuple[str, ...] = ()
+    agent_env: Mapping[str, str] = field(default_factory=lambda: {})
+    is_root: bool = False
+    depth: int = 0
+    job_id: str = ""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A fully described process launch: argv, env, cwd, and optionally text to feed on stdin."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+    stdin_text: str | None = None
+
+
+class Parser(Protocol):
+    """Turns an agent's stdout, one line at a time, into events, then into a result."""
+
+    def feed(self, line: str) -> list[Event]: ...
+
+    def finish(self, exit_code: int | None, stderr_tail: str) -> AgentResult: ...
+
+
+class Adapter(Protocol):
+    """One agent CLI: its name, how to launch it, and how to read what it prints."""
+
+    name: str
+    executable: str
+    install_hint: str
+
+    def build(self, request: AgentRequest, host: HostContext) -> Invocation: ...
+
+    def parser(self) -> Parser: ...
+
+
+def child_env(host: HostContext, allow: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()) -> dict[str, str]:
+    """The child's environment: the base allowlist, the adapter's own names, the agent's config env."""
+    env: dict[str, str] = {}
+    names = set(BASE_ENV_ALLOWLIST) | set(allow)
+    all_prefixes = BASE_ENV_PREFIXES + prefixes
+    for key, value in host.environ.items():
+        if key in names or key.startswith(all_prefixes):
+            env[key] = value
+    env.update(host.agent_env)
+    env["RELAY_DEPTH"] = str(host.depth + 1)
+    if host.job_id:
+        env["RELAY_JOB_ID"] = host.job_id
+    return env
+
+
+def parse_json_line(line: str) -> dict[str, Any] | None:
+    """A JSON object from one output line, or None for noise (banners, blank lines, partial output)."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None  # pyright: ignore[reportUnknownVariableType]
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []  # pyright: ignore[reportUnknownVariableType]
+
+
+def as_int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def stderr_last_line(stderr_tail: str) -> str:
+    lines = [ln.strip() for ln in stderr_tail.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,204 @@
+"""Settings: defaults, overridden by `RELAY_HOME/config.toml`, overridden by environment variables.
+
+This is the only module that reads the environment; everything else gets settings as arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from relay.errors import ErrorCode, RelayError
+
+# The MCP clients relay serves commonly give up on a tool call after 60 s; auto mode answers
+# with a job handle before that.
+DEFAULT_AUTO_THRESHOLD_S = 45.0
+# A whole delegation may take long (a refactor); an hour is a generous default wall clock.
+DEFAULT_JOB_TIMEOUT_S = 3600.0
+# An agent that prints nothing for this long is considered hung (codex never exits when its
+# upstream is down, gemini waits forever on a stalled stream).
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+# Time between SIGTERM and SIGKILL when a job's process group is stopped.
+DEFAULT_KILL_GRACE_S = 5.0
+# The `output` carried in a reply; the rest is paged with job_result.
+DEFAULT_OUTPUT_LIMIT_CHARS = 20_000
+DEFAULT_MAX_CONCURRENT = 8
+DEFAULT_MAX_CONCURRENT_PER_AGENT = 4
+DEFAULT_MAX_DEPTH = 2
+DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5")
+
+PERMISSIONS = ("read-only", "edit", "full")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Per-agent settings from `[agents.NAME]` in config.toml."""
+
+    command: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=lambda: {})
+    default_model: str | None = None
+    models: tuple[str, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=lambda: {})
+    timeout_s: float | None = None
+    idle_timeout_s: float | None = None
+    max_concurrent: int | None = None
+    # Generic CLIs only: argument template and output mode.
+    args: tuple[str, ...] = ()
+    output: str = "text"
+    resume_args: tuple[str, ...] = ()
+    model_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything relay can be configured with."""
+
+    home: Path
+    auto_threshold_s: float = DEFAULT_AUTO_THRESHOLD_S
+    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    kill_grace_s: float = DEFAULT_KILL_GRACE_S
+    output_limit_chars: int = DEFAULT_OUTPUT_LIMIT_CHARS
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT
+    max_concurrent_per_agent: int = DEFAULT_MAX_CONCURRENT_PER_AGENT
+    max_depth: int = DEFAULT_MAX_DEPTH
+    depth: int = 0
+    default_permission: str = "read-only"
+    allowed_roots: tuple[Path, ...] = ()
+    agents: Mapping[str, AgentConfig] = field(default_factory=lambda: {})
+    # The environment relay was started with; children get an allowlisted part of it.
+    environ: Mapping[str, str] = field(default_factory=lambda: {})
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "relay.db"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
+
+    def agent(self, name: str) -> AgentConfig:
+        return self.agents.get(name, AgentConfig())
+
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+
+def default_home() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("relay", appauthor=False))
+
+
+def _float(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"{key}={raw!r} is not a number", f"set {key} to seconds, e.g. 45") from None
+    if value <= 0:
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"{key} must be positive", f"set {key} to a value above 0")
+    return value
+
+
+def _int(env: Mapping[str, str], key: str, default: int) -> int:
+    return int(_float(env, key, float(default)))
+
+
+def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):  # pyright: ignore[reportUnknownVariableType]
+        return tuple(value)  # pyright: ignore[reportUnknownArgumentType]
+    raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} must be a list of strings", "fix config.toml")
+
+
+def _agent_config(name: str, raw: Any) -> AgentConfig:
+    if not isinstance(raw, dict):
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"[agents.{name}] must be a table", "fix config.toml")
+    table: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]
+    env = table.get("env", {})
+    aliases = table.get("aliases", {})
+    if not isinstance(env, dict) or not isinstance(aliases, dict):
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"[agents.{name}] env/aliases must be tables", "fix config.toml")
+    timeout = table.get("timeout_s")
+    idle = table.get("idle_timeout_s")
+    concurrency = table.get("max_concurrent")
+    return AgentConfig(
+        command=str(table["command"]) if "command" in table else None,
+        extra_args=_str_tuple(table.get("extra_args"), f"agents.{name}.extra_args"),
+        env={str(k): str(v) for k, v in env.items()},  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        default_model=str(table["default_model"]) if "default_model" in table else None,
+        models=_str_tuple(table.get("models"), f"agents.{name}.models"),
+        aliases={str(k): str(v) for k, v in aliases.items()},  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        timeout_s=float(timeout) if timeout is not None else None,
+        idle_timeout_s=float(idle) if idle is not None else None,
+        max_concurrent=int(concurrency) if concurrency is not None else None,
+        args=_str_tuple(table.get("args"), f"agents.{name}.args"),
+        output=str(table.get("output", "text")),
+        resume_args=_str_tuple(table.get("resume_args"), f"agents.{name}.resume_args"),
+        model_args=_str_tuple(table.get("model_args"), f"agents.{name}.model_args"),
+    )
+
+
+def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
+    """Build settings from config.toml in RELAY_HOME and the environment (which wins)."""
+    env = dict(os.environ if environ is None else environ)
+    home = Path(env["RELAY_HOME"]).expanduser() if env.get("RELAY_HOME") else default_home()
+    raw: dict[str, Any] = {}
+    config_path = Path(env["RELAY_CONFIG"]) if env.get("RELAY_CONFIG") else home / "config.toml"
+    if config_path.is_file():
+        try:
+            raw = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID, f"{config_path} is not valid TOML: {exc}", "fix or remove the file"
+            ) from None
+    jobs: dict[str, Any] = raw.get("jobs", {}) if isinstance(raw.get("jobs"), dict) else {}
+    agents_raw: dict[str, Any] = raw.get("agents", {}) if isinstance(raw.get("agents"), dict) else {}
+    agents = {name: _agent_config(name, table) for name, table in agents_raw.items()}
+
+    claude = agents.get("claude", AgentConfig())
+    models = _str_tuple(env.get("ANTHROPIC_MODELS"), "ANTHROPIC_MODELS") or claude.models or DEFAULT_ANTHROPIC_MODELS
+    default_model = env.get("ANTHROPIC_MODEL") or claude.default_model
+    agents["claude"] = replace(claude, models=models, default_model=default_model)
+
+    roots_raw = raw.get("security", {}).get("allowed_roots") if isinstance(raw.get("security"), dict) else None
+    roots = _str_tuple(env.get("RELAY_ALLOWED_ROOTS") or roots_raw, "allowed_roots")
+    allowed = tuple(Path(r).expanduser().resolve() for r in roots) or ((cwd or Path.cwd()).resolve(),)
+    if env.get("RELAY_ALLOWED_ROOTS") == "/" or roots == ("/",):
+        allowed = (Path("/"),)
+
+    def pick(key: str, env_key: str, default: float) -> float:
+        return _float(env, env_key, float(jobs.get(key, default)))
+
+    depth_raw = env.get("RELAY_DEPTH", "0")
+    depth = int(depth_raw) if depth_raw.isdigit() else 0
+    permission = str(jobs.get("default_permission", "read-only"))
+    if permission not in PERMISSIONS:
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"jobs.default_permission={permission!r}", "use read-only, edit or full")
+    return Settings(
+        home=home,
+        auto_threshold_s=pick("auto_threshold_s", "RELAY_AUTO_THRESHOLD_S", DEFAULT_AUTO_THRESHOLD_S),
+        job_timeout_s=pick("timeout_s", "RELAY_JOB_TIMEOUT_S", DEFAULT_JOB_TIMEOUT_S),
+        idle_timeout_s=pick("idle_timeout_s", "RELAY_IDLE_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S),
+        kill_grace_s=pick("kill_grace_s", "RELAY_KILL_GRACE_S", DEFAULT_KILL_GRACE_S),
+        output_limit_chars=_int(env, "RELAY_OUTPUT_LIMIT", int(jobs.get("output_limit_chars", DEFAULT_OUTPUT_LIMIT_CHARS))),
+        max_concurrent=_int(env, "RELAY_MAX_CONCURRENT", int(jobs.get("max_concurrent", DEFAULT_MAX_CONCURRENT))),
+        max_concurrent_per_agent=int(jobs.get("max_concurrent_per_agent", DEFAULT_MAX_CONCURRENT_PER_AGENT)),
+        max_depth=_int(env, "RELAY_MAX_DEPTH", int(jobs.get("max_depth", DEFAULT_MAX_DEPTH))),
+        depth=depth,
+        default_permission=permission,
+        allowed_roots=allowed,
+        agents=agents,
+        environ=env,
+    )

@@ -1,0 +1,777 @@
+"""The job engine: every delegation is a durable job that can be waited on, cancelled and read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from relay.agents import get_adapter
+from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation, Parser
+from relay.config import PERMISSIONS, Settings
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.events import AgentResult, Event
+from relay.jobs.envelope import clip_event, envelope, render_event
+from relay.jobs.output import LineReader, file_size, read_bytes_page, read_text_page
+from relay.runtime import procinfo, supervisor
+from relay.runtime.supervisor import JobFiles, JobProcess
+from relay.store import JobRecord, Store
+
+Mode = Literal["sync", "async", "auto"]
+SpawnFn = Callable[[Invocation, JobFiles], JobProcess]
+# An in-process job (a model API call): it reports events through `emit` and returns the result.
+TaskFn = Callable[[Callable[[Event], None]], Awaitable[AgentResult]]
+
+# How often a waiter re-reads the store for jobs run by another relay process (the CLI, another
+# client's server); jobs of this process wake waiters at once.
+REMOTE_POLL_S = 0.25
+# Buffer of events per progress listener; a slow listener misses events rather than stalling a job.
+LISTENER_BUFFER = 256
+# Longest a single wait call may block, whatever the caller asks.
+MAX_WAIT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A delegation to an agent CLI, as the MCP tools and the CLI submit it."""
+
+    agent: str
+    prompt: str
+    cwd: str | None = None
+    model: str | None = None
+    session_id: str | None = None
+    continue_latest: bool = False
+    permission: str | None = None
+    system_prompt: str | None = None
+    max_turns: int | None = None
+    timeout_s: float | None = None
+    idle_timeout_s: float | None = None
+    reasoning_effort: str | None = None
+
+
+@dataclass
+class _Prepared:
+    adapter: Adapter
+    agent_request: AgentRequest
+    invocation: Invocation
+    timeout_s: float
+    idle_timeout_s: float
+
+
+@dataclass
+class _Live:
+    """In-memory state of a job this process is running."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    stop_reason: str | None = None
+    listeners: list[MemoryObjectSendStream[tuple[int, Event]]] = field(default_factory=lambda: [])
+
+
+def new_job_id() -> str:
+    return secrets.token_hex(8)
+
+
+class Engine:
+    """Runs jobs in a task group it owns; use as `async with Engine(settings) as engine`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        spawn: SpawnFn = supervisor.spawn,
+        which: Callable[[str], str | None] = shutil.which,
+    ) -> None:
+        self.settings = settings
+        self.store = store or Store(settings.db_path)
+        self._spawn = spawn
+        self._which = which
+        self._tg: TaskGroup | None = None
+        self._live: dict[str, _Live] = {}
+        self._prepared: dict[str, _Prepared] = {}
+        self._queue: deque[str] = deque()
+        self._running: dict[str, str] = {}
+        self._changed = anyio.Event()
+        self._my_pid = os.getpid()
+        self._my_start = procinfo.start_ticks(self._my_pid)
+        self.started_at = time.time()
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Engine]:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            self.recover()
+            try:
+                yield self
+            finally:
+                # Leaving: monitors stop, processes keep running; the next relay re-attaches.
+                tg.cancel_scope.cancel()
+                self._tg = None
+
+    async def __aenter__(self) -> Engine:
+        self._cm = self.running()
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._cm.__aexit__(*exc)  # pyright: ignore[reportArgumentType]
+
+    def _task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RelayError(ErrorCode.INTERNAL, "the job engine is not running", "start relay with `relay serve`")
+        return self._tg
+
+    # preparing ----------------------------------------------------------------------------
+
+    def _resolve_cwd(self, raw: str | None) -> str:
+        path = Path(raw).expanduser() if raw else Path.cwd()
+        if not path.is_absolute():
+            raise invalid(f"cwd must be an absolute path, got {raw!r}", "pass the absolute path of the project directory")
+        try:
+            resolved = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise invalid(f"cwd {raw!r} does not exist", "pass an existing directory") from None
+        if not resolved.is_dir():
+            raise invalid(f"cwd {raw!r} is not a directory", "pass a directory, not a file")
+        roots = self.settings.allowed_roots
+        if roots and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+            raise RelayError(
+                ErrorCode.CWD_NOT_ALLOWED,
+                f"cwd {str(resolved)!r} is outside the allowed roots",
+                f"use a directory under {', '.join(map(str, roots))}, or add it to security.allowed_roots in config.toml",
+            )
+        return str(resolved)
+
+    def _prepare(self, req: JobRequest, job_id: str) -> _Prepared:
+        settings = self.settings
+        if settings.depth >= settings.max_depth:
+            raise RelayError(
+                ErrorCode.LIMIT_REACHED,
+                f"delegation depth {settings.depth} reached the limit of {settings.max_depth}",
+                "do the work yourself instead of delegating further, or raise RELAY_MAX_DEPTH",
+            )
+        if not req.prompt.strip():
+            raise invalid("prompt is empty", "pass the task to delegate as prompt")
+        adapter = get_adapter(req.agent, settings)
+        cfg = settings.agent(req.agent)
+        model, permission, cwd_raw = req.model, req.permission, req.cwd
+        if req.session_id:
+            session = self.store.get_session(req.session_id, req.agent)
+            if session is not None:
+                # A CLI resumes only from the cwd that started the session; keep its settings.
+                if cwd_raw and self._resolve_cwd(cwd_raw) != session.cwd:
+                    raise invalid(
+                        f"session {req.session_id} started in {session.cwd}, not {cwd_raw}",
+                        "omit cwd to resume in the session's own directory, or start a new session",
+                    )
+                cwd_raw = session.cwd
+                model = model or session.model
+                permission = permission or session.permission
+        permission = permission or settings.default_permission
+        if permission not in PERMISSIONS:
+            raise invalid(f"permission {permission!r} is not one of {', '.join(PERMISSIONS)}", "use read-only, edit or full")
+        model = model or cfg.default_model
+        if model:
+            model = cfg.aliases.get(model, model)
+        cwd = self._resolve_cwd(cwd_raw)
+        if req.max_turns is not None and req.max_turns < 1:
+            raise invalid("max_turns must be at least 1", "omit max_turns or pass a positive number")
+        for name, value in (("timeout_s", req.timeout_s), ("idle_timeout_s", req.idle_timeout_s)):
+            if value is not None and not (0 < value <= 7 * 86400):
+                raise invalid(f"{name} must be between 0 and 604800 seconds", f"omit {name} for the default")
+        command = cfg.command or adapter.executable
+        resolved = self._which(command)
+        if resolved is None:
+            raise RelayError(ErrorCode.AGENT_NOT_INSTALLED, f"{req.agent} is not installed ({command!r} not found)", adapter.install_hint)
+        agent_request = AgentRequest(
+            prompt=req.prompt,
+            cwd=cwd,
+            model=model,
+            session_id=req.session_id,
+            continue_latest=req.continue_latest,
+            permission=permission,  # pyright: ignore[reportArgumentType]
+            system_prompt=req.system_prompt,
+            max_turns=req.max_turns,
+            reasoning_effort=req.reasoning_effort,
+        )
+        host = HostContext(
+            command=resolved,
+            environ=settings.environ,
+            extra_args=cfg.extra_args,
+            agent_env=cfg.env,
+            is_root=os.geteuid() == 0,
+            depth=settings.depth,
+            job_id=job_id,
+        )
+        invocation = adapter.build(agent_request, host)
+        return _Prepared(
+            adapter=adapter,
+            agent_request=agent_request,
+            invocation=invocation,
+            timeout_s=req.timeout_s or cfg.timeout_s or settings.job_timeout_s,
+            idle_timeout_s=req.idle_timeout_s or cfg.idle_timeout_s or settings.idle_timeout_s,
+        )
+
+    def files(self, job_id: str) -> JobFiles:
+        return JobFiles(self.settings.jobs_dir / job_id)
+
+    # submitting ---------------------------------------------------------------------------
+
+    def submit(self, req: JobRequest) -> str:
+        """Validate, record and queue a job; returns its id. Raises RelayError on bad input."""
+        self._task_group()
+        job_id = new_job_id()
+        prepared = self._prepare(req, job_id)
+        ar = prepared.agent_request
+        stored = asdict(req) | {
+            "cwd": ar.cwd,
+            "model": ar.model,
+            "permission": ar.permission,
+            "timeout_s": prepared.timeout_s,
+            "idle_timeout_s": prepared.idle_timeout_s,
+        }
+        self.store.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
+        self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
+        self._prepared[job_id] = prepared
+        self._live[job_id] = _Live()
+        self._queue.append(job_id)
+        self._pump()
+        return job_id
+
+    def submit_task(
+        self,
+        agent: str,
+        request: dict[str, Any],
+        task: TaskFn,
+        *,
+        model: str | None = None,
+        timeout_s: float | None = None,
+    ) -> str:
+        """Run an in-process job (e.g. a model API call) with the same lifecycle as a CLI job.
+
+        The task gets an `emit(event)` callback and returns an AgentResult; it is cancelled on
+        job_cancel and on timeout. It cannot outlive relay: after a restart it is `interrupted`.
+        """
+        tg = self._task_group()
+        if self.settings.depth >= self.settings.max_depth:
+            raise RelayError(
+                ErrorCode.LIMIT_REACHED,
+                f"delegation depth {self.settings.depth} reached the limit of {self.settings.max_depth}",
+                "do the work yourself instead of delegating further, or raise RELAY_MAX_DEPTH",
+            )
+        job_id = new_job_id()
+        self.store.insert_job(job_id, agent, "task", request, model, None)
+        self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
+        live = self._live[job_id] = _Live()
+        tg.start_soon(self._run_task, job_id, live, task, timeout_s or self.settings.job_timeout_s)
+        return job_id
+
+    async def _run_task(self, job_id: str, live: _Live, task: TaskFn, timeout_s: float) -> None:
+        deadline = time.time() + timeout_s
+        self.store.mark_running(
+            job_id, pid=None, pid_start_ticks=None, boot_id=None, owner_pid=self._my_pid,
+            owner_start_ticks=self._my_start, deadline_at=deadline, idle_timeout_s=None,
+        )  # fmt: skip
+        self._notify()
+        seq = -1
+        outcome: AgentResult | None = None
+        stop: str | None = None
+        stdout = self.files(job_id).stdout
+
+        def emit(event: Event) -> None:
+            nonlocal seq
+            seq += 1
+            with stdout.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"type": event.type, **event.data}, default=str) + "\n")
+            self._publish(job_id, live, [(seq, event)])
+
+        try:
+            async with anyio.create_task_group() as inner:
+
+                async def watch_stop() -> None:
+                    await live.stop.wait()
+                    inner.cancel_scope.cancel()
+
+                inner.start_soon(watch_stop)
+                with anyio.move_on_after(timeout_s) as scope:
+                    try:
+                        outcome = await task(emit)
+                    except RelayError as err:
+                        outcome = AgentResult(ok=False, error=err)
+                    except Exception as exc:  # translate at the edge: nothing escapes untranslated
+                        outcome = AgentResult(ok=False, error=RelayError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}", "report this as a relay bug"))
+                if scope.cancelled_caught:
+                    stop = "timed_out:wall"
+                inner.cancel_scope.cancel()
+        finally:
+            if live.stop.is_set():
+                stop = live.stop_reason or "cancelled"
+            rec = self.store.get_job(job_id)
+            if rec is not None and not rec.is_final:
+                if stop == "cancelled":
+                    err = RelayError(ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result")
+                    self._store_result(rec, "cancelled", outcome or AgentResult(ok=False, error=err), err, None)
+                elif stop:
+                    err = RelayError(ErrorCode.TIMEOUT, "the job ran past its timeout and was stopped", "raise timeout_s")
+                    self._store_result(rec, "timed_out", outcome or AgentResult(ok=False, error=err), err, None)
+                elif outcome is not None:
+                    self._store_result(rec, "completed" if outcome.ok else "failed", outcome, outcome.error, None)
+            live.done.set()
+            for listener in live.listeners:
+                listener.close()
+            self._notify()
+
+    def _agent_limit(self, agent: str) -> int:
+        return self.settings.agent(agent).max_concurrent or self.settings.max_concurrent_per_agent
+
+    def _pump(self) -> None:
+        tg = self._task_group()
+        for job_id in list(self._queue):
+            if len(self._running) >= self.settings.max_concurrent:
+                return
+            rec = self.store.get_job(job_id)
+            if rec is None or rec.is_final:
+                self._queue.remove(job_id)
+                continue
+            busy = sum(1 for a in self._running.values() if a == rec.agent)
+            if busy >= self._agent_limit(rec.agent):
+                continue
+            self._queue.remove(job_id)
+            self._running[job_id] = rec.agent
+            tg.start_soon(self._run_job, job_id)
+
+    async def _run_job(self, job_id: str) -> None:
+        try:
+            live = self._live.setdefault(job_id, _Live())
+            rec = self.store.get_job(job_id)
+            if rec is None or rec.is_final:
+                return
+            if live.stop_reason:
+                self._finish_without_process(rec, live.stop_reason)
+                return
+            prepared = self._prepared.pop(job_id, None)
+            try:
+                if prepared is None:
+                    prepared = self._prepare(_request_from(rec), job_id)
+                files = self.files(job_id)
+                proc = self._spawn(prepared.invocation, files)
+            except RelayError as err:
+                self._fail(rec, err)
+                return
+            except OSError as exc:
+                self._fail(rec, RelayError(ErrorCode.AGENT_FAILED, f"could not start {rec.agent}: {exc}", "check the agent's command in config.toml"))
+                return
+            deadline = time.time() + prepared.timeout_s
+            self.store.mark_running(
+                job_id,
+                pid=proc.pid,
+                pid_start_ticks=proc.start_ticks,
+                boot_id=procinfo.boot_id(),
+                owner_pid=self._my_pid,
+                owner_start_ticks=self._my_start,
+                deadline_at=deadline,
+                idle_timeout_s=prepared.idle_timeout_s,
+            )
+            self._notify()
+            await self._monitor(job_id, proc, prepared.adapter.parser(), deadline, prepared.idle_timeout_s)
+        finally:
+            self._running.pop(job_id, None)
+            live = self._live.get(job_id)
+            if live is not None:
+                live.done.set()
+                for listener in live.listeners:
+                    listener.close()
+            self._notify()
+            if self._tg is not None:
+                self._pump()
+
+    # monitoring ---------------------------------------------------------------------------
+
+    async def _monitor(
+        self,
+        job_id: str,
+        proc: JobProcess,
+        parser: Parser,
+        deadline: float,
+        idle_timeout_s: float,
+        last_output: float | None = None,
+    ) -> None:
+        files = self.files(job_id)
+        live = self._live.setdefault(job_id, _Live())
+        reader = LineReader(files.stdout)
+        stored_seq = self.store.max_event_seq(job_id)
+        seq = -1
+        last_output = last_output or time.time()
+        stderr_size = file_size(files.stderr)
+        stop_reason: str | None = None
+        try:
+            while True:
+                exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
+                new_events: list[tuple[int, Event]] = []
+                got_output = False
+                for line in reader.read(final=exited):
+                    got_output = True
+                    for event in parser.feed(line):
+                        seq += 1
+                        if seq > stored_seq:
+                            new_events.append((seq, event))
+                    if len(new_events) >= 200:
+                        self._publish(job_id, live, new_events)
+                        new_events = []
+                self._publish(job_id, live, new_events)
+                now = time.time()
+                size = file_size(files.stderr)
+                if got_output or size != stderr_size:
+                    last_output, stderr_size = now, size
+                if exited:
+                    break
+                if stop_reason is None:
+                    if live.stop.is_set():
+                        stop_reason = live.stop_reason or "cancelled"
+                    elif now >= deadline:
+                        stop_reason = "timed_out:wall"
+                    elif now - last_output >= idle_timeout_s:
+                        stop_reason = "timed_out:idle"
+                    if stop_reason is not None:
+                        self.store.set_stop_reason(job_id, stop_reason)
+                        with anyio.CancelScope(shield=True):
+                            await proc.kill_group(self.settings.kill_grace_s)
+            proc.reap_group()
+            self._finalize(job_id, parser, proc.exit_code(), stop_reason)
+        finally:
+            proc.close()
+
+    def _publish(self, job_id: str, live: _Live, events: list[tuple[int, Event]]) -> None:
+        if not events:
+            return
+        self.store.add_events(job_id, events[0][0], [clip_event(e) for _, e in events])
+        with self.files(job_id).dir.joinpath("transcript.txt").open("a", encoding="utf-8") as fh:
+            for _, event in events:
+                fh.write(render_event(event) + "\n")
+        for seq, event in events:
+            if event.type == "session.started" and event.data.get("session_id"):
+                self.store.set_session(job_id, str(event.data["session_id"]))
+            for listener in list(live.listeners):
+                try:
+                    listener.send_nowait((seq, event))
+                except anyio.WouldBlock:
+                    pass
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    live.listeners.remove(listener)
+
+    def _finalize(self, job_id: str, parser: Parser, exit_code: int | None, stop_reason: str | None) -> None:
+        rec = self.store.get_job(job_id)
+        if rec is None or rec.is_final:
+            return
+        files = self.files(job_id)
+        stop = stop_reason or rec.stop_reason
+        result = parser.finish(exit_code, files.stderr_tail())
+        error = result.error
+        if stop == "cancelled":
+            status = "cancelled"
+            error = RelayError(ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result")
+        elif stop and stop.startswith("timed_out"):
+            status = "timed_out"
+            what = "printed nothing for its idle timeout" if stop.endswith("idle") else "ran past its timeout"
+            error = RelayError(ErrorCode.TIMEOUT, f"the job {what} and was stopped", "raise timeout_s / idle_timeout_s, or split the task")
+        elif result.ok:
+            status, error = "completed", None
+        elif exit_code is None:
+            status = "interrupted"
+            error = error or RelayError(ErrorCode.INTERRUPTED, "the job's process ended without an exit status", "run it again")
+        else:
+            status = "failed"
+        self._store_result(rec, status, result, error, exit_code)
+
+    def _store_result(
+        self, rec: JobRecord, status: str, result: AgentResult, error: RelayError | None, exit_code: int | None
+    ) -> None:
+        files = self.files(rec.id)
+        files.result.write_text(result.text, encoding="utf-8")
+        payload = {
+            "usage": result.usage.to_dict(),
+            "cost_usd": result.cost_usd,
+            "num_turns": result.num_turns,
+            "tool_uses": list(result.tool_uses),
+            "permission_denials": list(result.permission_denials),
+            "files_changed": list(result.files_changed),
+        }
+        if not self.store.finish_job(
+            rec.id,
+            status,
+            exit_code=exit_code,
+            result=payload,
+            error=error.to_dict() if error else None,
+            session_id=result.session_id,
+            model=result.model if result.model else None,
+        ):
+            return
+        if result.session_id:
+            req = rec.request
+            title = " ".join(str(req.get("prompt", "")).split())[:80]
+            self.store.upsert_session(
+                rec.agent,
+                result.session_id,
+                cwd=str(req.get("cwd") or rec.cwd or ""),
+                model=str(req.get("model")) if req.get("model") else result.model,
+                permission=str(req.get("permission") or self.settings.default_permission),
+                title=title,
+                cost=result.cost_usd or 0.0,
+            )
+
+    def _fail(self, rec: JobRecord, err: RelayError) -> None:
+        self._store_result(rec, "failed", AgentResult(ok=False, error=err), err, None)
+
+    def _finish_without_process(self, rec: JobRecord, reason: str) -> None:
+        err = RelayError(ErrorCode.CANCELLED, "the job was cancelled before it started", "submit it again if needed")
+        self._store_result(rec, "cancelled", AgentResult(ok=False, error=err), err, None)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # recovery -----------------------------------------------------------------------------
+
+    def _owner_alive(self, rec: JobRecord) -> bool:
+        if rec.owner_pid is None:
+            return False
+        if rec.owner_pid == self._my_pid and rec.owner_start_ticks == self._my_start:
+            return True
+        return procinfo.is_alive(rec.owner_pid, rec.owner_start_ticks)
+
+    def recover(self) -> list[str]:
+        """Adopt jobs whose relay died: re-attach live processes, finalize ended ones, re-queue queued ones."""
+        adopted: list[str] = []
+        for rec in self.store.list_jobs(statuses=("queued", "running"), limit=100_000):
+            if rec.id in self._live or self._owner_alive(rec):
+                continue
+            adopted.append(rec.id)
+            self.store.set_owner(rec.id, self._my_pid, self._my_start)
+            if rec.kind != "cli":
+                err = RelayError(ErrorCode.INTERRUPTED, "relay stopped while this job ran in its process", "run it again")
+                self._store_result(rec, "interrupted", AgentResult(ok=False, error=err), err, None)
+                continue
+            if rec.status == "queued":
+                self._live[rec.id] = _Live()
+                self._queue.append(rec.id)
+                continue
+            self._reattach_or_finalize(rec)
+        if self._queue:
+            self._pump()
+        return adopted
+
+    def _reattach_or_finalize(self, rec: JobRecord) -> None:
+        files = self.files(rec.id)
+        try:
+            adapter = get_adapter(rec.agent, self.settings)
+        except RelayError as err:
+            self._fail(rec, err)
+            return
+        alive = rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id)
+        if alive and rec.pid is not None and self._tg is not None:
+            proc = supervisor.attach(rec.pid, rec.pid_start_ticks, files)
+            self._live[rec.id] = _Live()
+            self._running[rec.id] = rec.agent
+            last_output = max(_mtime(files.stdout), _mtime(files.stderr), rec.started_at or 0.0)
+            self._tg.start_soon(self._run_attached, rec, proc, adapter.parser(), last_output)
+            return
+        # The process ended while no relay watched it: its files hold everything.
+        parser = adapter.parser()
+        reader = LineReader(files.stdout)
+        stored_seq = self.store.max_event_seq(rec.id)
+        seq, batch = -1, list[tuple[int, Event]]()
+        live = _Live()
+        for line in reader.read(final=True):
+            for event in parser.feed(line):
+                seq += 1
+                if seq > stored_seq:
+                    batch.append((seq, event))
+            if len(batch) >= 200:
+                self._publish(rec.id, live, batch)
+                batch = []
+        self._publish(rec.id, live, batch)
+        self._finalize(rec.id, parser, files.read_exit_code(), None)
+
+    async def _run_attached(self, rec: JobRecord, proc: JobProcess, parser: Parser, last_output: float) -> None:
+        try:
+            await self._monitor(
+                rec.id,
+                proc,
+                parser,
+                rec.deadline_at or (time.time() + self.settings.job_timeout_s),
+                rec.idle_timeout_s or self.settings.idle_timeout_s,
+                last_output=last_output,
+            )
+        finally:
+            self._running.pop(rec.id, None)
+            live = self._live.get(rec.id)
+            if live is not None:
+                live.done.set()
+            self._notify()
+
+    # queries ------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobRecord:
+        rec = self.store.get_job(job_id)
+        if rec is None:
+            matches = self.store.find_jobs(job_id) if len(job_id) >= 4 else []
+            if len(matches) == 1:
+                return matches[0]
+            raise RelayError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}", "list jobs with job_list (or `relay jobs`)")
+        return rec
+
+    def envelope(self, job_id: str) -> dict[str, Any]:
+        rec = self.get(job_id)
+        return envelope(rec, self.files(rec.id), self.settings.output_limit_chars)
+
+    def list(
+        self,
+        *,
+        statuses: Iterable[str] = (),
+        agent: str | None = None,
+        since: float | None = None,
+        session_id: str | None = None,
+        limit: int = 50,
+    ) -> list[JobRecord]:
+        return self.store.list_jobs(statuses=statuses, agent=agent, since=since, session_id=session_id, limit=limit)
+
+    def read_output(self, job_id: str, view: str, offset: int, limit: int) -> dict[str, Any]:
+        """A page of a job's full output: final text, transcript, raw stdout events, or stderr."""
+        rec = self.get(job_id)
+        files = self.files(rec.id)
+        paths = {"final": files.result, "transcript": files.dir / "transcript.txt", "events": files.stdout, "stderr": files.stderr}
+        if view not in paths:
+            raise invalid(f"view {view!r} is not one of {', '.join(paths)}", "use final, transcript, events or stderr")
+        if offset < 0 or limit < 1:
+            raise invalid("offset must be >= 0 and limit >= 1", "page with offset=0, then offset += len(text)")
+        if view == "final" and not rec.is_final:
+            text, total = "", 0
+        else:
+            text, total = read_text_page(paths[view], offset, limit)
+        end = offset + len(text)
+        return {
+            "job_id": rec.id,
+            "status": rec.status,
+            "view": view,
+            "offset": offset,
+            "text": text,
+            "total_chars": total,
+            "next_offset": end if end < total else None,
+            "complete": rec.is_final and end >= total,
+        }
+
+    def read_raw(self, job_id: str, offset: int, limit: int) -> tuple[bytes, int]:
+        rec = self.get(job_id)
+        return read_bytes_page(self.files(rec.id).stdout, offset, limit)
+
+    def events(self, job_id: str, after_seq: int = -1, limit: int = 1000) -> list[tuple[int, float, Event]]:
+        return self.store.events(self.get(job_id).id, after_seq, limit)
+
+    # waiting and cancelling ---------------------------------------------------------------
+
+    def subscribe(self, job_id: str) -> MemoryObjectReceiveStream[tuple[int, Event]]:
+        send, receive = anyio.create_memory_object_stream[tuple[int, Event]](LISTENER_BUFFER)
+        live = self._live.get(job_id)
+        if live is None or live.done.is_set():
+            send.close()
+        else:
+            live.listeners.append(send)
+        return receive
+
+    async def wait(self, job_ids: list[str], mode: Literal["any", "all"] = "any", timeout: float = 30.0) -> list[JobRecord]:
+        """Block until any/all of the jobs are final or `timeout` passes; returns their records."""
+        if not job_ids:
+            raise invalid("job_ids is empty", "pass the ids returned by delegate")
+        if timeout < 0:
+            raise invalid("timeout must be >= 0", "pass seconds to wait, e.g. 30")
+        ids = [self.get(j).id for j in job_ids]
+        with anyio.move_on_after(min(timeout, MAX_WAIT_S)):
+            while True:
+                records = [self.get(j) for j in ids]
+                finals = [r.is_final for r in records]
+                if (mode == "any" and any(finals)) or all(finals):
+                    return records
+                changed = self._changed
+                remote = any(j not in self._live for j in ids)
+                with anyio.move_on_after(REMOTE_POLL_S if remote else MAX_WAIT_S):
+                    await changed.wait()
+        return [self.get(j) for j in ids]
+
+    async def wait_one(self, job_id: str, timeout: float) -> JobRecord:
+        live = self._live.get(job_id)
+        if live is not None:
+            with anyio.move_on_after(timeout):
+                await live.done.wait()
+            return self.get(job_id)
+        return (await self.wait([job_id], "all", timeout))[0]
+
+    async def cancel(self, job_id: str) -> JobRecord:
+        """Stop a job: kill its whole process group (SIGTERM, grace, SIGKILL) and mark it cancelled."""
+        rec = self.get(job_id)
+        if rec.is_final:
+            return rec
+        self.store.set_stop_reason(rec.id, "cancelled")
+        self.store.request_cancel(rec.id)
+        live = self._live.get(rec.id)
+        if live is not None:
+            live.stop_reason = "cancelled"
+            live.stop.set()
+            if rec.id in self._queue:
+                self._queue.remove(rec.id)
+                self._finish_without_process(rec, "cancelled")
+                live.done.set()
+                self._notify()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.settings.kill_grace_s + supervisor.KILL_CONFIRM_S + 2):
+                await live.done.wait()
+            return self.get(rec.id)
+        # Run by another relay process (or by none): kill the group ourselves if it is still ours to kill.
+        if rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id):
+            proc = supervisor.attach(rec.pid, rec.pid_start_ticks, self.files(rec.id))
+            with anyio.CancelScope(shield=True):
+                await proc.kill_group(self.settings.kill_grace_s)
+            proc.close()
+        if rec.status == "queued" or not self._owner_alive(rec):
+            self._reattach_or_finalize_stopped(rec)
+        else:
+            await self.wait([rec.id], "all", self.settings.kill_grace_s + supervisor.KILL_CONFIRM_S)
+        return self.get(rec.id)
+
+    def _reattach_or_finalize_stopped(self, rec: JobRecord) -> None:
+        if rec.status == "queued":
+            self._finish_without_process(rec, "cancelled")
+        else:
+            self._reattach_or_finalize(self.get(rec.id))
+        self._notify()
+
+    def running_count(self) -> int:
+        return len(self._running)
+
+
+def _request_from(rec: JobRecord) -> JobRequest:
+    fields = JobRequest.__dataclass_fields__
+    return JobRequest(**{k: v for k, v in rec.request.items() if k in fields})
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=str)

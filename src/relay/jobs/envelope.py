@@ -1,0 +1,88 @@
+"""The result envelope: the same shape for every backend, bounded output, and what to call next."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from relay.events import Event
+from relay.jobs.output import read_text_page
+from relay.runtime.supervisor import JobFiles
+from relay.store import JobRecord
+
+# Stored events keep at most this many characters of any text field; the full text is in the
+# job's files (stdout, transcript, result).
+EVENT_TEXT_LIMIT = 4000
+
+
+def clip_event(event: Event) -> Event:
+    data = dict(event.data)
+    clipped = False
+    for key, value in data.items():
+        if isinstance(value, str) and len(value) > EVENT_TEXT_LIMIT:
+            data[key] = value[:EVENT_TEXT_LIMIT]
+            clipped = True
+    if clipped:
+        data["clipped"] = True
+    return Event(event.type, data)
+
+
+def render_event(event: Event) -> str:
+    """One human-readable transcript line (or block) for an event."""
+    d = event.data
+    match event.type:
+        case "message" | "message.delta":
+            return f"[assistant] {d.get('text', '')}"
+        case "reasoning":
+            return f"[reasoning] {d.get('text', '')}"
+        case "tool.started":
+            return f"[tool] {d.get('name')} {json.dumps(d.get('input'), default=str)}"
+        case "tool.completed":
+            state = "ok" if d.get("ok") else "error"
+            return f"[tool {state}] {d.get('name')}: {str(d.get('output') or '')}"
+        case "session.started":
+            return f"[session] {d.get('session_id')} model={d.get('model')}"
+        case "log":
+            return f"[log] {d.get('text', '')}"
+        case _:
+            return f"[{event.type}] {json.dumps(d, default=str)}"
+
+
+def next_step(rec: JobRecord, truncated: bool, limit: int) -> str | None:
+    if not rec.is_final:
+        return f"job_wait(job_ids=['{rec.id}']) to wait for it, or job_status / job_cancel"
+    if truncated:
+        return f"job_result(job_id='{rec.id}', offset={limit}) for the rest of the output"
+    return None
+
+
+def envelope(rec: JobRecord, files: JobFiles, limit: int) -> dict[str, Any]:
+    """The envelope for a job in any state; `output` holds at most `limit` characters."""
+    result = rec.result or {}
+    output, total = ("", 0)
+    if rec.is_final:
+        output, total = read_text_page(files.result, 0, limit)
+    truncated = total > len(output)
+    duration_ms = None
+    if rec.started_at is not None:
+        end = rec.finished_at
+        duration_ms = int(((end if end is not None else rec.started_at) - rec.started_at) * 1000) if end else None
+    return {
+        "job_id": rec.id,
+        "status": rec.status,
+        "agent": rec.agent,
+        "model": rec.model,
+        "output": output,
+        "truncated": truncated,
+        "output_chars": total,
+        "next": next_step(rec, truncated, limit),
+        "session_id": rec.session_id,
+        "usage": result.get("usage", {"input": 0, "output": 0, "cached": 0}),
+        "cost_usd": result.get("cost_usd"),
+        "duration_ms": duration_ms,
+        "exit_code": rec.exit_code,
+        "files_changed": result.get("files_changed", []),
+        "permission_denials": result.get("permission_denials", []),
+        "tool_uses": len(result.get("tool_uses", [])),
+        "error": rec.error,
+    }

@@ -1,0 +1,1 @@
+"""Process supervision: spawn, wait, kill the whole group, re-attach after a restart."""

@@ -1,0 +1,66 @@
+"""Process identity from /proc: a pid is only "ours" if its start time matches what we recorded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+def boot_id() -> str:
+    try:
+        return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = (_PROC / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
+        return None
+    # The command name (field 2) may contain spaces and parentheses; fields resume after the last ')'.
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def is_alive(pid: int, expected_start: int | None, expected_boot: str | None = None) -> bool:
+    """True if `pid` runs, is not a zombie, and is the same process that started at `expected_start`."""
+    if expected_boot and expected_boot != boot_id():
+        return False
+    fields = _stat_fields(pid)
+    if not fields or fields[0] in ("Z", "X"):
+        return False
+    return expected_start is None or int(fields[19]) == expected_start
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    members: list[int] = []
+    try:
+        entries = os.listdir(_PROC)
+    except OSError:
+        return members
+    for name in entries:
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields and len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(name))
+    return members
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

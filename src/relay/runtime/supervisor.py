@@ -1,0 +1,237 @@
+"""Process supervision: spawn a job in its own process group with output to files, wait, kill the group.
+
+A job runs under a one-line `sh` shim that writes the agent's exit status to a file, so the status
+survives relay being killed; relay re-attaches to a still-running job by pid and start time.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+
+from relay.agents.base import Invocation
+from relay.runtime import procinfo
+
+# How often a waiting loop wakes to read new output and check deadlines. Exit itself is seen at
+# once through a pidfd; this only bounds how stale progress and timeout checks can be.
+POLL_INTERVAL_S = 0.1
+# After SIGKILL, how long to wait for the kernel to remove the group before giving up.
+KILL_CONFIRM_S = 5.0
+# Step between checks that a signalled group has gone.
+GROUP_CHECK_INTERVAL_S = 0.02
+
+# `$1` is the exit-status file, the rest is the agent's argv. The status is written after the
+# agent exits, whoever is watching; `exit $e` makes the shim's own status the agent's.
+SHIM = 'f=$1; shift; "$@"; e=$?; echo "$e" > "$f.tmp" && mv -f "$f.tmp" "$f"; exit "$e"'
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    """Where a job's process writes: everything under RELAY_HOME/jobs/<id>/."""
+
+    dir: Path
+
+    @property
+    def stdout(self) -> Path:
+        return self.dir / "stdout"
+
+    @property
+    def stderr(self) -> Path:
+        return self.dir / "stderr"
+
+    @property
+    def exit(self) -> Path:
+        return self.dir / "exit"
+
+    @property
+    def stdin(self) -> Path:
+        return self.dir / "stdin"
+
+    @property
+    def result(self) -> Path:
+        return self.dir / "result.txt"
+
+    def read_exit_code(self) -> int | None:
+        try:
+            text = self.exit.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    def stderr_tail(self, limit: int = 16_384) -> str:
+        try:
+            with self.stderr.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - limit))
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+class JobProcess(Protocol):
+    """A running job's process, as the engine sees it (real, re-attached, or a test fake)."""
+
+    pid: int
+    start_ticks: int | None
+
+    async def wait_exit(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds; True once the process has exited."""
+        ...
+
+    def exit_code(self) -> int | None: ...
+
+    async def kill_group(self, grace: float) -> None:
+        """SIGTERM the whole group, wait `grace`, SIGKILL what is left; bounded."""
+        ...
+
+    def reap_group(self) -> None:
+        """After the leader exited: SIGKILL anything left in its group (a grandchild holding on)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            return False
+        raise
+    return True
+
+
+async def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while procinfo.group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await anyio.sleep(GROUP_CHECK_INTERVAL_S)
+    return True
+
+
+class _PidfdProcess:
+    """Shared logic: exit seen through a pidfd, group killed by pgid (= the shim's pid)."""
+
+    def __init__(self, pid: int, start_ticks: int | None, files: JobFiles) -> None:
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self.files = files
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except OSError:
+            self._pidfd = None
+        self._exited = self._pidfd is None
+
+    def _poll_exited(self) -> bool:
+        return not procinfo.is_alive(self.pid, self.start_ticks)
+
+    async def wait_exit(self, timeout: float) -> bool:
+        if self._exited:
+            return True
+        if self._pidfd is not None:
+            with anyio.move_on_after(timeout):
+                await anyio.wait_readable(self._pidfd)
+                self._exited = True
+                self._on_exit()
+                return True
+            return False
+        await anyio.sleep(timeout)
+        self._exited = self._poll_exited()
+        return self._exited
+
+    def _on_exit(self) -> None:
+        pass
+
+    def exit_code(self) -> int | None:
+        return self.files.read_exit_code()
+
+    async def kill_group(self, grace: float) -> None:
+        if not _signal_group(self.pid, signal.SIGTERM):
+            return
+        if await _wait_group_gone(self.pid, grace):
+            return
+        _signal_group(self.pid, signal.SIGKILL)
+        await _wait_group_gone(self.pid, KILL_CONFIRM_S)
+
+    def reap_group(self) -> None:
+        if procinfo.group_members(self.pid):
+            _signal_group(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+class SpawnedProcess(_PidfdProcess):
+    """A job process relay started itself (so it can also reap it and read its wait status)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], files: JobFiles) -> None:
+        self.popen = popen
+        super().__init__(popen.pid, procinfo.start_ticks(popen.pid), files)
+        self._returncode: int | None = None
+
+    def _on_exit(self) -> None:
+        # Reap the shim so it does not linger as a zombie; the group may still hold grandchildren.
+        self._returncode = self.popen.poll()
+
+    def exit_code(self) -> int | None:
+        code = self.files.read_exit_code()
+        if code is not None:
+            return code
+        rc = self._returncode if self._returncode is not None else self.popen.poll()
+        if rc is None:
+            return None
+        return 128 - rc if rc < 0 else rc
+
+    async def kill_group(self, grace: float) -> None:
+        await super().kill_group(grace)
+        self.popen.poll()
+
+    def close(self) -> None:
+        self.popen.poll()
+        super().close()
+
+
+class AttachedProcess(_PidfdProcess):
+    """A job process started by an earlier relay, found alive after a restart."""
+
+
+def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
+    """Start the invocation in a new session (its own process group), stdout/stderr to files."""
+    files.dir.mkdir(parents=True, exist_ok=True)
+    stdin: int | object = subprocess.DEVNULL
+    stdin_fh = None
+    if invocation.stdin_text is not None:
+        files.stdin.write_text(invocation.stdin_text, encoding="utf-8")
+        stdin_fh = files.stdin.open("rb")
+        stdin = stdin_fh
+    with files.stdout.open("ab") as out, files.stderr.open("ab") as err:
+        try:
+            popen = subprocess.Popen(
+                ["/bin/sh", "-c", SHIM, "relay-job", str(files.exit), *invocation.argv],
+                stdin=stdin,  # pyright: ignore[reportArgumentType]
+                stdout=out,
+                stderr=err,
+                cwd=invocation.cwd,
+                env=dict(invocation.env),
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            if stdin_fh is not None:
+                stdin_fh.close()
+    return SpawnedProcess(popen, files)
+
+
+def attach(pid: int, start_ticks: int | None, files: JobFiles) -> AttachedProcess:
+    return AttachedProcess(pid, start_ticks, files)

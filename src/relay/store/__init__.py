@@ -1,0 +1,5 @@
+"""SQLite store: jobs, job events, agent sessions. Returns plain dataclasses."""
+
+from relay.store.db import JobRecord, SessionRecord, Store
+
+__all__ = ["JobRecord", "SessionRecord", "Store"]

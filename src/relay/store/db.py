@@ -1,0 +1,264 @@
+"""The SQLite store. One connection per process, WAL so CLI readers never block the server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from relay.events import Event
+from relay.store.migrations import migrate
+
+# How long a writer waits for another process's transaction before "database is locked".
+BUSY_TIMEOUT_MS = 10_000
+
+ACTIVE_STATUSES = ("queued", "running")
+FINAL_STATUSES = ("completed", "failed", "cancelled", "timed_out", "interrupted")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    agent: str
+    kind: str
+    status: str
+    request: dict[str, Any]
+    model: str | None
+    cwd: str | None
+    session_id: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    deadline_at: float | None
+    idle_timeout_s: float | None
+    pid: int | None
+    pid_start_ticks: int | None
+    boot_id: str | None
+    owner_pid: int | None
+    owner_start_ticks: int | None
+    cancel_requested: bool
+    stop_reason: str | None
+    exit_code: int | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    agent: str
+    session_id: str
+    cwd: str
+    model: str | None
+    permission: str
+    title: str
+    turns: int
+    total_cost_usd: float
+    created_at: float
+    last_used_at: float
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    d = dict(row)
+    for key in ("request", "result", "error"):
+        d[key] = json.loads(d[key]) if d[key] else ({} if key == "request" else None)
+    d["cancel_requested"] = bool(d["cancel_requested"])
+    return JobRecord(**d)
+
+
+class Store:
+    """Typed access to relay.db. Safe to share between the event loop and worker threads."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute("PRAGMA foreign_keys = ON")
+        with self._lock:
+            migrate(self._db)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, params)
+
+    def applied_migrations(self) -> list[str]:
+        return [r[0] for r in self._exec("SELECT name FROM migrations ORDER BY name")]
+
+    # jobs -------------------------------------------------------------------------------
+
+    def insert_job(
+        self, job_id: str, agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None
+    ) -> None:
+        self._exec(
+            "INSERT INTO jobs (id, agent, kind, status, request, model, cwd, session_id, created_at)"
+            " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+            (job_id, agent, kind, json.dumps(request), model, cwd, request.get("session_id"), time.time()),
+        )
+
+    def mark_running(
+        self,
+        job_id: str,
+        *,
+        pid: int | None,
+        pid_start_ticks: int | None,
+        boot_id: str | None,
+        owner_pid: int,
+        owner_start_ticks: int | None,
+        deadline_at: float | None,
+        idle_timeout_s: float | None,
+    ) -> None:
+        self._exec(
+            "UPDATE jobs SET status='running', started_at=?, pid=?, pid_start_ticks=?, boot_id=?, owner_pid=?,"
+            " owner_start_ticks=?, deadline_at=?, idle_timeout_s=? WHERE id=?",
+            (time.time(), pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, deadline_at, idle_timeout_s, job_id),
+        )
+
+    def set_owner(self, job_id: str, owner_pid: int, owner_start_ticks: int | None) -> None:
+        self._exec("UPDATE jobs SET owner_pid=?, owner_start_ticks=? WHERE id=?", (owner_pid, owner_start_ticks, job_id))
+
+    def request_cancel(self, job_id: str) -> None:
+        self._exec("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
+
+    def set_stop_reason(self, job_id: str, reason: str) -> None:
+        """Record why relay is stopping a job (cancelled / timed_out) before it kills it."""
+        self._exec("UPDATE jobs SET stop_reason=COALESCE(stop_reason, ?) WHERE id=?", (reason, job_id))
+
+    def set_session(self, job_id: str, session_id: str) -> None:
+        self._exec("UPDATE jobs SET session_id=? WHERE id=?", (session_id, job_id))
+
+    def finish_job(
+        self,
+        job_id: str,
+        status: str,
+        *,
+        exit_code: int | None,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        session_id: str | None,
+        model: str | None,
+    ) -> bool:
+        """Write the final state once; returns False if another process finished it first."""
+        cur = self._exec(
+            "UPDATE jobs SET status=?, finished_at=?, exit_code=?, result=?, error=?,"
+            " session_id=COALESCE(?, session_id), model=COALESCE(?, model)"
+            " WHERE id=? AND status IN ('queued', 'running')",
+            (
+                status,
+                time.time(),
+                exit_code,
+                json.dumps(result) if result is not None else None,
+                json.dumps(error) if error is not None else None,
+                session_id,
+                model,
+                job_id,
+            ),
+        )
+        return cur.rowcount == 1
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        row = self._exec("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        return _job(row) if row else None
+
+    def find_jobs(self, prefix: str) -> list[JobRecord]:
+        rows = self._exec("SELECT * FROM jobs WHERE id LIKE ? LIMIT 5", (prefix.replace("%", "") + "%",)).fetchall()
+        return [_job(r) for r in rows]
+
+    def list_jobs(
+        self,
+        *,
+        statuses: Iterable[str] = (),
+        agent: str | None = None,
+        since: float | None = None,
+        session_id: str | None = None,
+        limit: int = 50,
+    ) -> list[JobRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        status_list = list(statuses)
+        if status_list:
+            where.append(f"status IN ({','.join('?' * len(status_list))})")
+            params += status_list
+        if agent:
+            where.append("agent = ?")
+            params.append(agent)
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(since)
+        if session_id:
+            where.append("session_id = ?")
+            params.append(session_id)
+        sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        params.append(limit)
+        return [_job(r) for r in self._exec(sql, params).fetchall()]
+
+    def count_active(self) -> int:
+        return int(self._exec("SELECT COUNT(*) FROM jobs WHERE status IN ('queued','running')").fetchone()[0])
+
+    # events -----------------------------------------------------------------------------
+
+    def add_events(self, job_id: str, first_seq: int, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        now = time.time()
+        rows = [(job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str)) for i, e in enumerate(events)]
+        with self._lock, self._db:
+            self._db.executemany("INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)", rows)
+
+    def max_event_seq(self, job_id: str) -> int:
+        row = self._exec("SELECT MAX(seq) FROM events WHERE job_id=?", (job_id,)).fetchone()
+        return int(row[0]) if row and row[0] is not None else -1
+
+    def events(self, job_id: str, after_seq: int = -1, limit: int = 1000) -> list[tuple[int, float, Event]]:
+        rows = self._exec(
+            "SELECT seq, ts, type, data FROM events WHERE job_id=? AND seq>? ORDER BY seq LIMIT ?",
+            (job_id, after_seq, limit),
+        ).fetchall()
+        return [(int(r[0]), float(r[1]), Event(r[2], json.loads(r[3]))) for r in rows]
+
+    # sessions ---------------------------------------------------------------------------
+
+    def upsert_session(
+        self, agent: str, session_id: str, *, cwd: str, model: str | None, permission: str, title: str, cost: float
+    ) -> None:
+        now = time.time()
+        self._exec(
+            "INSERT INTO sessions (agent, session_id, cwd, model, permission, title, turns, total_cost_usd,"
+            " created_at, last_used_at) VALUES (?,?,?,?,?,?,1,?,?,?)"
+            " ON CONFLICT(agent, session_id) DO UPDATE SET turns=turns+1, total_cost_usd=total_cost_usd+excluded.total_cost_usd,"
+            " last_used_at=excluded.last_used_at, model=COALESCE(excluded.model, model)",
+            (agent, session_id, cwd, model, permission, title, cost, now, now),
+        )
+
+    def get_session(self, session_id: str, agent: str | None = None) -> SessionRecord | None:
+        if agent:
+            row = self._exec("SELECT * FROM sessions WHERE session_id=? AND agent=?", (session_id, agent)).fetchone()
+        else:
+            row = self._exec("SELECT * FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+        return SessionRecord(**dict(row)) if row else None
+
+    def list_sessions(self, *, agent: str | None = None, limit: int = 50) -> list[SessionRecord]:
+        if agent:
+            rows = self._exec(
+                "SELECT * FROM sessions WHERE agent=? ORDER BY last_used_at DESC LIMIT ?", (agent, limit)
+            ).fetchall()
+        else:
+            rows = self._exec("SELECT * FROM sessions ORDER BY last_used_at DESC LIMIT ?", (limit,)).fetchall()
+        return [SessionRecord(**dict(r)) for r in rows]

@@ -1,0 +1,104 @@
+"""Append-only numbered schema migrations, recorded in `migrations` as they run."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+
+
+def m001_jobs(db: sqlite3.Connection) -> None:
+    db.executescript(
+        """
+        CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            agent TEXT NOT NULL,
+            kind TEXT NOT NULL DEFAULT 'cli',
+            status TEXT NOT NULL,
+            request TEXT NOT NULL,
+            model TEXT,
+            cwd TEXT,
+            session_id TEXT,
+            created_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL,
+            deadline_at REAL,
+            idle_timeout_s REAL,
+            pid INTEGER,
+            pid_start_ticks INTEGER,
+            boot_id TEXT,
+            owner_pid INTEGER,
+            owner_start_ticks INTEGER,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            stop_reason TEXT,
+            exit_code INTEGER,
+            result TEXT,
+            error TEXT
+        );
+        CREATE INDEX jobs_status ON jobs(status);
+        CREATE INDEX jobs_created ON jobs(created_at);
+        CREATE INDEX jobs_session ON jobs(session_id);
+        """
+    )
+
+
+def m002_events(db: sqlite3.Connection) -> None:
+    db.executescript(
+        """
+        CREATE TABLE events (
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            seq INTEGER NOT NULL,
+            ts REAL NOT NULL,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (job_id, seq)
+        );
+        """
+    )
+
+
+def m003_sessions(db: sqlite3.Connection) -> None:
+    db.executescript(
+        """
+        CREATE TABLE sessions (
+            agent TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            cwd TEXT NOT NULL,
+            model TEXT,
+            permission TEXT NOT NULL,
+            title TEXT NOT NULL,
+            turns INTEGER NOT NULL DEFAULT 0,
+            total_cost_usd REAL NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            last_used_at REAL NOT NULL,
+            PRIMARY KEY (agent, session_id)
+        );
+        CREATE INDEX sessions_last_used ON sessions(last_used_at);
+        """
+    )
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("m001_jobs", m001_jobs),
+    ("m002_events", m002_events),
+    ("m003_sessions", m003_sessions),
+]
+
+
+def migrate(db: sqlite3.Connection) -> list[str]:
+    """Apply the migrations not yet recorded; return the names applied now."""
+    db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    done = {row[0] for row in db.execute("SELECT name FROM migrations")}
+    applied: list[str] = []
+    for name, step in MIGRATIONS:
+        if name in done:
+            continue
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            # Another process may have applied it between our read and our lock.
+            if db.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone():
+                continue
+            step(db)
+            db.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
+        applied.append(name)
+    return applied
