@@ -1,0 +1,1 @@
+"""The MCP surface: thin tools over the core job engine."""
