@@ -574,6 +574,18 @@ class Engine:
             self._pump()
         return adopted
 
+    def reconcile(self) -> list[str]:
+        """Finalize jobs whose relay died and whose process has ended (for CLI readers; adopts nothing alive)."""
+        finalized: list[str] = []
+        for rec in self.store.list_jobs(statuses=("running",), limit=100_000):
+            if rec.kind != "cli" or rec.id in self._live or self._owner_alive(rec):
+                continue
+            if rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id):
+                continue
+            self._reattach_or_finalize(rec)
+            finalized.append(rec.id)
+        return finalized
+
     def _reattach_or_finalize(self, rec: JobRecord) -> None:
         files = self.files(rec.id)
         try:

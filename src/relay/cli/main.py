@@ -1,0 +1,227 @@
+"""`relay serve|run|jobs|show|tail|cancel`: argument parsing and dispatch; heavy imports stay lazy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from relay import __version__
+from relay.errors import RelayError
+
+# `relay tail -f` checks for new output this often.
+TAIL_POLL_S = 0.2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="relay", description="Delegate work to AI agents as durable jobs (an MCP server).")
+    p.add_argument("--version", action="version", version=f"relay {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the MCP server (stdio by default)")
+    serve.add_argument("--http", action="store_true", help="serve Streamable HTTP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument("--token", default=None, help="bearer token required by HTTP clients (env RELAY_TOKEN)")
+
+    run = sub.add_parser("run", help="run one job in the foreground and print its answer")
+    run.add_argument("agent")
+    run.add_argument("prompt")
+    run.add_argument("--cwd")
+    run.add_argument("--model")
+    run.add_argument("--session-id")
+    run.add_argument("--permission", choices=["read-only", "edit", "full"])
+    run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
+    run.add_argument("--json", action="store_true", help="print the whole result envelope as JSON")
+
+    jobs = sub.add_parser("jobs", help="list recent jobs")
+    jobs.add_argument("--status", action="append", help="filter by status (repeatable)")
+    jobs.add_argument("--agent")
+    jobs.add_argument("--limit", type=int, default=20)
+    jobs.add_argument("--json", action="store_true")
+
+    show = sub.add_parser("show", help="show one job's envelope")
+    show.add_argument("job")
+    show.add_argument("--json", action="store_true")
+
+    tail = sub.add_parser("tail", help="print a job's transcript (or raw stream)")
+    tail.add_argument("job")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    tail.add_argument("--raw", action="store_true", help="the agent's raw stdout instead of the transcript")
+
+    cancel = sub.add_parser("cancel", help="cancel a job (kills its process group)")
+    cancel.add_argument("job")
+    return p
+
+
+def _engine() -> Any:
+    from relay.config import load_settings
+    from relay.jobs.engine import Engine
+
+    engine = Engine(load_settings())
+    engine.reconcile()
+    return engine
+
+
+def _ago(ts: float) -> str:
+    delta = max(0.0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if delta >= size:
+            return f"{int(delta // size)}{unit} ago"
+    return f"{int(delta)}s ago"
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from relay.server.run import serve
+
+    return serve(http=args.http, host=args.host, port=args.port, token=args.token)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from relay.config import load_settings
+    from relay.jobs.engine import Engine, JobRequest
+
+    settings = load_settings()
+    req = JobRequest(
+        agent=args.agent,
+        prompt=args.prompt,
+        cwd=args.cwd,
+        model=args.model,
+        session_id=args.session_id,
+        permission=args.permission,
+        timeout_s=args.timeout,
+    )
+
+    async def go() -> dict[str, Any]:
+        async with Engine(settings).running() as engine:
+            job_id = engine.submit(req)
+            try:
+                await engine.wait_one(job_id, float("inf"))
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await engine.cancel(job_id)
+                raise
+            return engine.envelope(job_id)
+
+    try:
+        env = anyio.run(go)
+    except KeyboardInterrupt:
+        print("relay: interrupted, job cancelled", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(env, indent=2))
+    else:
+        print(env["output"])
+        if env["truncated"]:
+            print(f"\n[output truncated: relay tail {env['job_id']}]", file=sys.stderr)
+        if env["error"]:
+            err = env["error"]
+            print(f"relay: {err['code']}: {err['message']}\nhint: {err['hint']}", file=sys.stderr)
+    return 0 if env["status"] == "completed" else 1
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    engine = _engine()
+    records = engine.list(statuses=args.status or (), agent=args.agent, limit=args.limit)
+    if args.json:
+        print(json.dumps([engine.envelope(r.id) for r in records], indent=2))
+        return 0
+    rows = [
+        [r.id, r.agent, r.status, r.model or "-", _ago(r.created_at), " ".join(str(r.request.get("prompt", "")).split())[:50]]
+        for r in records
+    ]
+    print(_table(rows, ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]) if rows else "no jobs")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    engine = _engine()
+    env = engine.envelope(args.job)
+    if args.json:
+        print(json.dumps(env, indent=2))
+        return 0
+    usage = env["usage"]
+    fields = [
+        ("job", env["job_id"]),
+        ("agent", env["agent"]),
+        ("status", env["status"]),
+        ("model", env["model"] or "-"),
+        ("session", env["session_id"] or "-"),
+        ("duration", f"{env['duration_ms']} ms" if env["duration_ms"] is not None else "-"),
+        ("usage", f"in {usage['input']} / out {usage['output']} / cached {usage['cached']}"),
+        ("cost", f"${env['cost_usd']:.6f}" if env["cost_usd"] is not None else "-"),
+        ("exit code", str(env["exit_code"]) if env["exit_code"] is not None else "-"),
+    ]
+    if env["error"]:
+        fields.append(("error", f"{env['error']['code']}: {env['error']['message']}"))
+        fields.append(("hint", env["error"]["hint"]))
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        print(f"{key.ljust(width)}  {value}")
+    if env["output"]:
+        print("\n" + env["output"])
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    engine = _engine()
+    view = "events" if args.raw else "transcript"
+    offset = 0
+    while True:
+        page = engine.read_output(args.job, view, offset, 1 << 20)
+        if page["text"]:
+            sys.stdout.write(page["text"])
+            sys.stdout.flush()
+            offset += len(page["text"])
+        if page["next_offset"] is not None:
+            continue
+        if not args.follow or page["complete"]:
+            return 0
+        time.sleep(TAIL_POLL_S)
+        engine.reconcile()
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    import anyio
+
+    engine = _engine()
+
+    async def go() -> dict[str, Any]:
+        rec = await engine.cancel(args.job)
+        return engine.envelope(rec.id)
+
+    env = anyio.run(go)
+    print(f"{env['job_id']}: {env['status']}")
+    return 0
+
+
+COMMANDS = {"serve": cmd_serve, "run": cmd_run, "jobs": cmd_jobs, "show": cmd_show, "tail": cmd_tail, "cancel": cmd_cancel}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except RelayError as err:
+        print(f"relay: {err.code.value}: {err.message}", file=sys.stderr)
+        if err.hint:
+            print(f"hint: {err.hint}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

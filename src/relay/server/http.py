@@ -1,0 +1,44 @@
+"""Streamable HTTP: the SDK's ASGI app, with DNS-rebinding protection and an optional bearer token."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from relay.server.app import RelayServer
+
+
+class BearerAuth:
+    """ASGI middleware: every request must carry `Authorization: Bearer <token>`, else 401."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            got = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(got, self.expected):
+                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b'{"error":"missing or wrong bearer token"}'})
+                return
+        await self.app(scope, receive, send)
+
+
+def build_http_app(server: RelayServer, host: str, port: int, token: str | None) -> Any:
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = [f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")] + ["127.0.0.1", "localhost"]
+    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        hosts += [host, f"{host}:{port}"]
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts])
+    app = server.streamable_http_app(transport_security=security, host=host)
+    return BearerAuth(app, token) if token else app
+
+
+def run_http(server: RelayServer, *, host: str, port: int, token: str | None) -> None:
+    import uvicorn
+
+    app = build_http_app(server, host, port, token)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,33 @@
+"""Starting the MCP server on stdio or Streamable HTTP."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from relay.config import load_settings
+from relay.errors import ErrorCode, RelayError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def serve(*, http: bool, host: str, port: int, token: str | None) -> int:
+    settings = load_settings()
+    from relay.server.app import build_server
+
+    server = build_server(settings)
+    if not http:
+        server.run("stdio")
+        return 0
+    token = token or settings.environ.get("RELAY_TOKEN")
+    if host not in LOOPBACK and not token:
+        raise RelayError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"refusing to serve HTTP on {host} without a token",
+            "pass --token SECRET (or set RELAY_TOKEN), or bind 127.0.0.1",
+        )
+    from relay.server.http import run_http
+
+    print(f"relay {os.getpid()}: serving MCP on http://{host}:{port}/mcp", file=sys.stderr)
+    run_http(server, host=host, port=port, token=token)
+    return 0
