@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from relay.agents.base import Adapter
 from relay.agents.claude import ClaudeAdapter
+from relay.agents.codex import CodexAdapter
+from relay.agents.copilot import CopilotAdapter
+from relay.agents.gemini import GeminiAdapter
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 
-_BUILTIN: dict[str, Adapter] = {"claude": ClaudeAdapter()}
+_BUILTIN: dict[str, Adapter] = {
+    "claude": ClaudeAdapter(),
+    "codex": CodexAdapter(),
+    "gemini": GeminiAdapter(),
+    "copilot": CopilotAdapter(),
+}
 
 
 def register(adapter: Adapter) -> None:

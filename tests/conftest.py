@@ -1,0 +1,72 @@
+"""Shared fixtures: every test gets its own RELAY_HOME; fakes of the agent CLIs live in tests/fakes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from relay.config import Settings, load_settings
+from relay.runtime import procinfo
+
+FAKES = Path(__file__).resolve().parent / "fakes"
+FAKE_CLAUDE = FAKES / "claude"
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO.parent / "shared" / "golden"
+RECORDINGS = FAKES / "recordings"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Tests never touch the real home: RELAY_HOME points at a fresh temporary folder."""
+    home = tmp_path / "relay-home"
+    home.mkdir()
+    monkeypatch.setenv("RELAY_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(relay_home: Path, workdir: Path) -> SettingsFactory:
+    """Settings with the fake claude configured; keyword arguments become env overrides or config text."""
+
+    def make(config: str = "", **env: str) -> Settings:
+        text = f'[agents.claude]\ncommand = "{FAKE_CLAUDE}"\n' + config
+        (relay_home / "config.toml").write_text(text)
+        base = {"RELAY_HOME": str(relay_home), "PATH": os.environ.get("PATH", ""), "HOME": str(relay_home)}
+        base.update(env)
+        return load_settings(base, cwd=workdir)
+
+    return make
+
+
+def processes_in_group(pgid: int) -> list[int]:
+    return procinfo.group_members(pgid)
+
+
+@pytest.fixture
+def reap_groups() -> Iterator[list[int]]:
+    """Collects process groups a test started; kills whatever is left so a failing test leaks nothing."""
+    groups: list[int] = []
+    yield groups
+    for pgid in groups:
+        try:
+            os.killpg(pgid, 9)
+        except OSError:
+            pass
