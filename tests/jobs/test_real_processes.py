@@ -128,7 +128,7 @@ async def test_a_job_that_ended_while_relay_was_down_is_finalized_with_its_exit_
     env = dict(os.environ, RELAY_HOME=str(relay_home))
     relay = subprocess.Popen(
         [str(Path(sys.executable).with_name("relay")), "run", "claude", prompt, "--cwd", str(workdir)],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, cwd=str(workdir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     pid = int((await wait_for_file(pidfile, 20)).split()[0])
     store = Store(settings.db_path)

@@ -78,10 +78,45 @@ def m003_sessions(db: sqlite3.Connection) -> None:
     )
 
 
+def m004_threads(db: sqlite3.Connection) -> None:
+    """Conversation threads (continuation ids) shared across tools and models; turns in order."""
+    db.executescript(
+        """
+        CREATE TABLE threads (
+            id TEXT PRIMARY KEY,
+            parent_id TEXT,
+            tool TEXT NOT NULL,
+            title TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            turn_count INTEGER NOT NULL DEFAULT 0,
+            total_cost_usd REAL NOT NULL DEFAULT 0
+        );
+        CREATE INDEX threads_updated ON threads(updated_at);
+        CREATE TABLE thread_turns (
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            tool TEXT NOT NULL,
+            files TEXT NOT NULL DEFAULT '[]',
+            images TEXT NOT NULL DEFAULT '[]',
+            provider TEXT,
+            model TEXT,
+            job_id TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            PRIMARY KEY (thread_id, seq)
+        );
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
     ("m003_sessions", m003_sessions),
+    ("m004_threads", m004_threads),
 ]
 
 

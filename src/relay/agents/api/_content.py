@@ -1,0 +1,137 @@
+"""What the model sees besides the prompt: files inlined with line numbers, images as base64."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from relay.agents.api._chat import ImageData
+from relay.errors import invalid
+
+# Token estimate used for every budget: UTF-8 bytes / 4.
+BYTES_PER_TOKEN = 4
+# Largest image relay sends (vendors refuse bigger ones: Anthropic 5 MB, OpenAI 20 MB).
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+# A directory in `files` contributes at most this many files (sorted, hidden ones skipped).
+MAX_FILES_PER_DIR = 200
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+_DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|gif|webp));base64,(.+)$", re.DOTALL)
+
+
+def estimate_tokens(text: str) -> int:
+    return (len(text.encode("utf-8")) + BYTES_PER_TOKEN - 1) // BYTES_PER_TOKEN
+
+
+@dataclass(frozen=True)
+class FileBlock:
+    """The files that fit, as one text block, and those left out."""
+
+    text: str
+    included: tuple[str, ...]
+    omitted: tuple[str, ...]
+    tokens: int
+
+
+def check_paths(paths: Iterable[str], what: str) -> list[str]:
+    """Absolute paths of existing files or directories, resolved; INVALID_ARGUMENT otherwise."""
+    out: list[str] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            raise invalid(f"{what} must be absolute paths, got {raw!r}", f"pass the full path, e.g. /home/me/project/{raw}")
+        if not path.exists():
+            raise invalid(f"{what}: {raw!r} does not exist", "pass existing files")
+        out.append(str(path.resolve()))
+    return out
+
+
+def _expand(paths: Iterable[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(
+                p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            files += found[:MAX_FILES_PER_DIR]
+        else:
+            files.append(path)
+    return files
+
+
+def _numbered(path: Path) -> str | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if b"\0" in data[:8192]:
+        return None
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    width = max(4, len(str(len(lines))))
+    body = "\n".join(f"{i:>{width}}│ {line}" for i, line in enumerate(lines, 1))
+    return f"--- BEGIN FILE: {path} ---\n{body}\n--- END FILE: {path} ---"
+
+
+def inline_files(paths: Iterable[str], budget_tokens: int) -> FileBlock:
+    """Files with line numbers, in order, while they fit in the budget; binary or unreadable ones skipped."""
+    parts: list[str] = []
+    included: list[str] = []
+    omitted: list[str] = []
+    used = 0
+    seen: set[str] = set()
+    for path in _expand(paths):
+        key = str(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        text = _numbered(path)
+        if text is None:
+            omitted.append(key)
+            continue
+        cost = estimate_tokens(text)
+        if used + cost > budget_tokens:
+            omitted.append(key)
+            continue
+        parts.append(text)
+        included.append(key)
+        used += cost
+    if omitted:
+        note = "[not included (binary, unreadable or over the token budget): " + ", ".join(omitted) + "]"
+        parts.append(note)
+        used += estimate_tokens(note)
+    return FileBlock("\n\n".join(parts), tuple(included), tuple(omitted), used)
+
+
+def load_image(spec: str) -> ImageData:
+    """An image from an absolute path or a `data:image/...;base64,` URL."""
+    match = _DATA_URL.match(spec.strip())
+    if match:
+        try:
+            raw = base64.b64decode(match.group(2), validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid("an image data URL is not valid base64", "pass an absolute path to the image instead") from None
+        if len(raw) > MAX_IMAGE_BYTES:
+            raise invalid("an image is larger than 5 MB", "resize it")
+        return ImageData(match.group(1), base64.b64encode(raw).decode("ascii"))
+    path = Path(spec).expanduser()
+    if not path.is_absolute():
+        raise invalid(f"images must be absolute paths or data URLs, got {spec[:80]!r}", "pass the image's full path")
+    media_type = IMAGE_TYPES.get(path.suffix.lower())
+    if media_type is None:
+        raise invalid(f"image {spec!r} is not png, jpeg, gif or webp", "convert it to one of those")
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        raise invalid(f"image {spec!r} cannot be read", "pass an existing, readable file") from None
+    if len(raw) > MAX_IMAGE_BYTES:
+        raise invalid(f"image {spec!r} is larger than 5 MB", "resize it")
+    return ImageData(media_type, base64.b64encode(raw).decode("ascii"))
+
+
+def describe_image(spec: str) -> str:
+    """How an image is recorded (paths as given, inline data never)."""
+    return "<inline image>" if spec.strip().startswith("data:") else spec
