@@ -7,6 +7,7 @@ import os
 import secrets
 import shutil
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -80,6 +81,10 @@ class _Live:
     listeners: list[MemoryObjectSendStream[tuple[int, Event]]] = field(default_factory=lambda: [])
 
 
+# Engines running in this process; a job owned by this process is only "owned" if one of them runs it.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
 def new_job_id() -> str:
     return secrets.token_hex(8)
 
@@ -115,6 +120,7 @@ class Engine:
     async def running(self) -> AsyncIterator[Engine]:
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            _ENGINES.add(self)
             self.recover()
             try:
                 yield self
@@ -122,6 +128,7 @@ class Engine:
                 # Leaving: monitors stop, processes keep running; the next relay re-attaches.
                 tg.cancel_scope.cancel()
                 self._tg = None
+                _ENGINES.discard(self)
 
     async def __aenter__(self) -> Engine:
         self._cm = self.running()
@@ -550,7 +557,7 @@ class Engine:
         if rec.owner_pid is None:
             return False
         if rec.owner_pid == self._my_pid and rec.owner_start_ticks == self._my_start:
-            return True
+            return any(e._tg is not None and rec.id in e._live for e in list(_ENGINES))
         return procinfo.is_alive(rec.owner_pid, rec.owner_start_ticks)
 
     def recover(self) -> list[str]:

@@ -70,8 +70,50 @@ def envelope_result(env: dict[str, Any]) -> CallToolResult:
     return model_result(Envelope.model_validate(env), is_error=failed)
 
 
+def compact_schema(node: Any, output: bool = False) -> Any:
+    """A JSON schema without what costs the calling model tokens and tells it nothing.
+
+    Drops pydantic's generated `title`s and folds `anyOf: [{type: T}, {type: null}]` into
+    `type: [T, "null"]`; the validating schema the SDK keeps is untouched.
+    """
+    if isinstance(node, list):
+        return [compact_schema(v, output) for v in node]  # pyright: ignore[reportUnknownVariableType]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():  # pyright: ignore[reportUnknownVariableType]
+        if key == "title" and isinstance(value, str):
+            continue
+        if output and key in ("default", "description"):
+            continue  # the values the server sends explain themselves; the input schema is what guides a model
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {k: compact_schema(v, output) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
+            continue
+        out[str(key)] = compact_schema(value, output)  # pyright: ignore[reportUnknownArgumentType]
+    variants = out.get("anyOf")
+    if isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants:  # pyright: ignore[reportUnknownArgumentType]
+        other: Any = next(v for v in variants if v != {"type": "null"})  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(other, dict) and isinstance(other.get("type"), str) and len(other) <= 2:  # pyright: ignore[reportUnknownMemberType]
+            del out["anyOf"]
+            out.update(other)  # pyright: ignore[reportUnknownArgumentType]
+            out["type"] = [other["type"], "null"]
+    return out
+
+
 class RelayServer(MCPServer[Any]):
     """MCPServer whose argument-validation failures come back as relay errors with a code and a hint."""
+
+    async def list_tools(self) -> list[Any]:
+        tools = await super().list_tools()
+        return [
+            t.model_copy(
+                update={
+                    "input_schema": compact_schema(t.input_schema),
+                    "output_schema": compact_schema(t.output_schema, output=True) if t.output_schema else None,
+                }
+            )
+            for t in tools
+        ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
@@ -119,8 +161,10 @@ async def wait_with_progress(engine: Engine, job_id: str, timeout: float, ctx: C
                         return
 
         tg.start_soon(forward)
-        await engine.wait_one(job_id, timeout)
-        tg.cancel_scope.cancel()
+        rec = await engine.wait_one(job_id, timeout)
+        if not rec.is_final:
+            # Handing back a still-running job: stop forwarding; a finished job's stream closes itself.
+            tg.cancel_scope.cancel()
 
 
 async def run_job(

@@ -123,7 +123,12 @@ async def _with_retries(
             emit(
                 Event(
                     RETRY,
-                    {"attempt": attempt + 1, "status": failure.status, "message": failure.error.message, "wait_s": wait},
+                    {
+                        "attempt": attempt + 1,
+                        "status": failure.status,
+                        "message": failure.error.message,
+                        "wait_s": wait,
+                    },
                 )
             )
             await sleep(wait)
@@ -152,7 +157,11 @@ async def run_chat(
                 WARNING,
                 {
                     "message": f"{call.model.id} failed ({failure.error.code.value}); falling back to {fallback.model.id}",
-                    "fallback_used": {"from": call.model.id, "to": fallback.model.id, "reason": failure.error.code.value},
+                    "fallback_used": {
+                        "from": call.model.id,
+                        "to": fallback.model.id,
+                        "reason": failure.error.code.value,
+                    },
                 },
             )
         )
@@ -164,7 +173,9 @@ async def run_chat(
         return AgentResult(ok=False, model=label, error=error)
     cost = used.model.cost(outcome.usage)
     emit(Event(TURN_COMPLETED, {"usage": outcome.usage.to_dict(), "cost_usd": cost}))
-    return AgentResult(ok=True, text=outcome.text, model=label, usage=outcome.usage, cost_usd=cost, num_turns=1)
+    return AgentResult(
+        ok=True, text=outcome.text, model=label, usage=outcome.usage, cost_usd=cost, num_turns=1
+    )
 
 
 def with_model(call: ChatCall, model: ModelInfo, provider: ProviderInfo, api_key: str) -> ChatCall:

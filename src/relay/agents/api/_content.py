@@ -18,7 +18,13 @@ BYTES_PER_TOKEN = 4
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 # A directory in `files` contributes at most this many files (sorted, hidden ones skipped).
 MAX_FILES_PER_DIR = 200
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+IMAGE_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
 _DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|gif|webp));base64,(.+)$", re.DOTALL)
 
 
@@ -42,7 +48,10 @@ def check_paths(paths: Iterable[str], what: str) -> list[str]:
     for raw in paths:
         path = Path(raw).expanduser()
         if not path.is_absolute():
-            raise invalid(f"{what} must be absolute paths, got {raw!r}", f"pass the full path, e.g. /home/me/project/{raw}")
+            raise invalid(
+                f"{what} must be absolute paths, got {raw!r}",
+                f"pass the full path, e.g. /home/me/project/{raw}",
+            )
         if not path.exists():
             raise invalid(f"{what}: {raw!r} does not exist", "pass existing files")
         out.append(str(path.resolve()))
@@ -55,7 +64,9 @@ def _expand(paths: Iterable[str]) -> list[Path]:
         path = Path(raw)
         if path.is_dir():
             found = sorted(
-                p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
             files += found[:MAX_FILES_PER_DIR]
         else:
@@ -113,13 +124,17 @@ def load_image(spec: str) -> ImageData:
         try:
             raw = base64.b64decode(match.group(2), validate=True)
         except (binascii.Error, ValueError):
-            raise invalid("an image data URL is not valid base64", "pass an absolute path to the image instead") from None
+            raise invalid(
+                "an image data URL is not valid base64", "pass an absolute path to the image instead"
+            ) from None
         if len(raw) > MAX_IMAGE_BYTES:
             raise invalid("an image is larger than 5 MB", "resize it")
         return ImageData(match.group(1), base64.b64encode(raw).decode("ascii"))
     path = Path(spec).expanduser()
     if not path.is_absolute():
-        raise invalid(f"images must be absolute paths or data URLs, got {spec[:80]!r}", "pass the image's full path")
+        raise invalid(
+            f"images must be absolute paths or data URLs, got {spec[:80]!r}", "pass the image's full path"
+        )
     media_type = IMAGE_TYPES.get(path.suffix.lower())
     if media_type is None:
         raise invalid(f"image {spec!r} is not png, jpeg, gif or webp", "convert it to one of those")

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from relay.agents.api.keys import redact
 from relay.agents.api.registry import ProviderInfo
@@ -59,15 +59,15 @@ def _retry_after(headers: Any) -> float | None:
 
 
 def _upstream_message(exc: BaseException) -> str:
-    message = getattr(exc, "api_message", None) or getattr(exc, "message", None) or str(exc)
-    body = getattr(exc, "body", None)
+    message: Any = getattr(exc, "api_message", None) or getattr(exc, "message", None) or str(exc)
+    body: Any = getattr(exc, "body", None)
     if not getattr(exc, "api_message", None) and isinstance(body, dict):
-        err: Any = body.get("error")  # pyright: ignore[reportUnknownMemberType]
-        if isinstance(err, dict) and isinstance(err.get("message"), str):  # pyright: ignore[reportUnknownMemberType]
-            message = err["message"]  # pyright: ignore[reportUnknownVariableType]
+        err: Any = cast(dict[str, Any], body).get("error")
+        if isinstance(err, dict) and isinstance(cast(dict[str, Any], err).get("message"), str):
+            message = cast(dict[str, Any], err)["message"]
         elif isinstance(err, str):
             message = err
-    return " ".join(str(message).split())[:HINT_MESSAGE_LIMIT]  # pyright: ignore[reportUnknownArgumentType]
+    return " ".join(str(message).split())[:HINT_MESSAGE_LIMIT]
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -79,7 +79,9 @@ def _status_of(exc: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def translate(exc: BaseException, provider: ProviderInfo, model: str, secrets: Iterable[str]) -> Failure | None:
+def translate(
+    exc: BaseException, provider: ProviderInfo, model: str, secrets: Iterable[str]
+) -> Failure | None:
     """The RelayError for an SDK/HTTP exception, or None when it is not one (a relay bug: let it raise)."""
     if isinstance(exc, RelayError):
         return Failure(exc)
@@ -94,18 +96,30 @@ def translate(exc: BaseException, provider: ProviderInfo, model: str, secrets: I
     if status is not None:
         if status in (401, 403):
             return Failure(
-                RelayError(ErrorCode.AUTH_INVALID, f"{where} refused the API key (HTTP {status})", f"check {key_names} (or api_keys.json): {upstream}"),
+                RelayError(
+                    ErrorCode.AUTH_INVALID,
+                    f"{where} refused the API key (HTTP {status})",
+                    f"check {key_names} (or api_keys.json): {upstream}",
+                ),
                 status,
             )
         if status == 404:
             return Failure(
-                RelayError(ErrorCode.MODEL_NOT_FOUND, f"{where} has no model {model!r} (HTTP 404)", f"pick a model from list_models: {upstream}"),
+                RelayError(
+                    ErrorCode.MODEL_NOT_FOUND,
+                    f"{where} has no model {model!r} (HTTP 404)",
+                    f"pick a model from list_models: {upstream}",
+                ),
                 status,
             )
         if status == 429:
             response = getattr(exc, "response", None)
             return Failure(
-                RelayError(ErrorCode.RATE_LIMITED, f"{where} rate-limited the request (HTTP 429)", f"wait and retry, or use another model: {upstream}"),
+                RelayError(
+                    ErrorCode.RATE_LIMITED,
+                    f"{where} rate-limited the request (HTTP 429)",
+                    f"wait and retry, or use another model: {upstream}",
+                ),
                 status,
                 retryable=True,
                 retry_after_s=_retry_after(getattr(response, "headers", None)),
@@ -113,13 +127,23 @@ def translate(exc: BaseException, provider: ProviderInfo, model: str, secrets: I
         retryable = status >= 500 or status == 408
         response = getattr(exc, "response", None)
         return Failure(
-            RelayError(ErrorCode.UPSTREAM_ERROR, f"{where} answered HTTP {status} ({name})", upstream or "no message from the provider"),
+            RelayError(
+                ErrorCode.UPSTREAM_ERROR,
+                f"{where} answered HTTP {status} ({name})",
+                upstream or "no message from the provider",
+            ),
             status,
             retryable=retryable,
             retry_after_s=_retry_after(getattr(response, "headers", None)) if retryable else None,
         )
     if "Timeout" in name:
-        return Failure(RelayError(ErrorCode.UPSTREAM_ERROR, f"{where} did not answer in time ({name})", "retry, or raise timeout_s"))
+        return Failure(
+            RelayError(
+                ErrorCode.UPSTREAM_ERROR,
+                f"{where} did not answer in time ({name})",
+                "retry, or raise timeout_s",
+            )
+        )
     if "Connect" in name or "Network" in name or "Protocol" in name or "Read" in name or "Write" in name:
         return Failure(
             RelayError(
@@ -138,6 +162,10 @@ def loaded_sdk_exception_classes() -> list[type[BaseException]]:
         if module_name.split(".")[0] not in _SDK_MODULES:
             continue
         for value in list(vars(module).values()):
-            if isinstance(value, type) and issubclass(value, BaseException) and value.__module__.split(".")[0] in _SDK_MODULES:
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__.split(".")[0] in _SDK_MODULES
+            ):
                 found.append(value)  # pyright: ignore[reportUnknownArgumentType]
     return sorted(set(found), key=lambda c: f"{c.__module__}.{c.__qualname__}")

@@ -5,12 +5,16 @@ The SDK is imported inside `stream` so that importing relay stays fast.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 from relay.agents.api._chat import CLOSE_GRACE_S, ChatCall, ChatMessage, Emit, StreamOutcome
 from relay.events import MESSAGE_DELTA, REASONING, WARNING, Event, Usage
+
+if TYPE_CHECKING:
+    from anthropic import AsyncStream
+    from anthropic.types import RawMessageStreamEvent
 
 # thinking_mode → extended-thinking budget (the API's minimum is 1024).
 THINKING_BUDGETS = {"minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "max": 32768}
@@ -65,9 +69,9 @@ async def stream(call: ChatCall, emit: Emit) -> StreamOutcome:
     parts: list[str] = []
     thinking: list[str] = []
     input_tokens = output_tokens = cached = 0
-    response: Any = None
+    response: AsyncStream[RawMessageStreamEvent] | None = None
     try:
-        response = await client.messages.create(**params)
+        response = cast("AsyncStream[RawMessageStreamEvent]", await client.messages.create(**params))
         async for event in response:
             if event.type == "message_start":
                 usage = event.message.usage

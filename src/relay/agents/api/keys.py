@@ -46,10 +46,14 @@ def _read_file(settings: Settings) -> dict[str, str]:
         raw = json.loads(text)
     except json.JSONDecodeError:
         raise RelayError(
-            ErrorCode.CONFIG_INVALID, f"{path} is not valid JSON", 'write {"XAI_API_KEY": "..."} or remove the file'
+            ErrorCode.CONFIG_INVALID,
+            f"{path} is not valid JSON",
+            'write {"XAI_API_KEY": "..."} or remove the file',
         ) from None
     if not isinstance(raw, dict):
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"{path} must hold a JSON object", 'write {"XAI_API_KEY": "..."}')
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID, f"{path} must hold a JSON object", 'write {"XAI_API_KEY": "..."}'
+        )
     return {str(k): v.strip() for k, v in raw.items() if isinstance(v, str) and v.strip()}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType, reportUnknownMemberType]
 
 
@@ -91,6 +95,9 @@ def redact(text: str, secrets: Iterable[str]) -> str:
             continue
         text = text.replace(secret, REDACTED)
         # Vendors echo keys masked ("sk-proj-abc1****wxyz"): drop the visible ends too.
-        head, tail = secret[: max(_MIN_FRAGMENT, len(secret) // 3)], secret[-max(_MIN_FRAGMENT, len(secret) // 4) :]
+        head, tail = (
+            secret[: max(_MIN_FRAGMENT, len(secret) // 3)],
+            secret[-max(_MIN_FRAGMENT, len(secret) // 4) :],
+        )
         text = text.replace(head, REDACTED).replace(tail, REDACTED)
     return _KEY_PATTERNS.sub(REDACTED, text)

@@ -6,13 +6,17 @@ servers (ollama, vLLM, LM Studio) and any base_url from config. The SDK is impor
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 from relay.agents.api._chat import CLOSE_GRACE_S, ChatCall, ChatMessage, Emit, StreamOutcome
 from relay.agents.api.registry import THINKING_MODES
 from relay.events import MESSAGE_DELTA, REASONING, WARNING, Event, Usage
+
+if TYPE_CHECKING:
+    from openai import AsyncStream
+    from openai.types.chat import ChatCompletionChunk
 
 
 def effort_for(thinking_mode: str, efforts: tuple[str, ...]) -> str | None:
@@ -73,9 +77,9 @@ async def stream(call: ChatCall, emit: Emit) -> StreamOutcome:
     parts: list[str] = []
     thinking: list[str] = []
     usage = Usage()
-    response: Any = None
+    response: AsyncStream[ChatCompletionChunk] | None = None
     try:
-        response = await client.chat.completions.create(**params)
+        response = cast("AsyncStream[ChatCompletionChunk]", await client.chat.completions.create(**params))
         async for chunk in response:
             if chunk.usage is not None:
                 details = chunk.usage.prompt_tokens_details
@@ -85,7 +89,9 @@ async def stream(call: ChatCall, emit: Emit) -> StreamOutcome:
                 if choice.index != 0:
                     continue
                 delta = choice.delta
-                reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+                # Not in the schema: xAI and OpenRouter models stream their reasoning in these fields.
+                extra: dict[str, Any] = delta.model_extra or {}
+                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
                 if isinstance(reasoning, str) and reasoning:
                     thinking.append(reasoning)
                     emit(Event(REASONING, {"text": reasoning}))

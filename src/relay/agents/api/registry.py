@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
@@ -94,7 +94,9 @@ class ModelInfo:
         if self.input_price is None or self.output_price is None:
             return None
         cached_price = self.cached_price if self.cached_price is not None else self.input_price
-        total = usage.input * self.input_price + usage.cached * cached_price + usage.output * self.output_price
+        total = (
+            usage.input * self.input_price + usage.cached * cached_price + usage.output * self.output_price
+        )
         return round(total / 1_000_000, 8)
 
 
@@ -120,7 +122,9 @@ class Registry:
         """A model by `provider:model`, alias, or bare model name."""
         raw = name.strip()
         if not raw:
-            raise RelayError(ErrorCode.INVALID_ARGUMENT, "model is empty", "pass a model such as sonnet or xai:grok-4")
+            raise RelayError(
+                ErrorCode.INVALID_ARGUMENT, "model is empty", "pass a model such as sonnet or xai:grok-4"
+            )
         key = raw.lower()
         if key in self.aliases:
             return self.models[self.aliases[key]]
@@ -129,7 +133,11 @@ class Registry:
         provider_name, sep, model_name = raw.partition(":")
         if sep and provider_name in self.providers:
             if not model_name:
-                raise RelayError(ErrorCode.INVALID_ARGUMENT, f"model {raw!r} names no model", f"write {provider_name}:MODEL")
+                raise RelayError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"model {raw!r} names no model",
+                    f"write {provider_name}:MODEL",
+                )
             return self._unlisted(self.providers[provider_name], model_name)
         if sep and "/" not in provider_name:
             self.provider(provider_name)  # raises with the list of providers
@@ -175,7 +183,9 @@ def read_config_table(settings: Settings, table: str) -> dict[str, Any]:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"{path} is not valid TOML: {exc}", "fix or remove the file") from None
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID, f"{path} is not valid TOML: {exc}", "fix or remove the file"
+        ) from None
     value = raw.get(table, {})
     return dict(value) if isinstance(value, dict) else {}  # pyright: ignore[reportUnknownArgumentType]
 
@@ -189,8 +199,10 @@ def _builtin() -> dict[str, Any]:
 def _strs(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):  # pyright: ignore[reportUnknownVariableType]
-        return tuple(value)  # pyright: ignore[reportUnknownArgumentType]
+    if isinstance(value, list):
+        items = cast(list[Any], value)
+        if all(isinstance(v, str) for v in items):
+            return tuple(str(v) for v in items)
     raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} must be a list of strings", "fix config.toml")
 
 
@@ -198,10 +210,18 @@ def _provider(name: str, table: dict[str, Any], base: ProviderInfo | None) -> Pr
     where = f"providers.{name}"
     kind = str(table.get("kind", base.kind if base else "openai"))
     if kind not in ("anthropic", "openai"):
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"{where}.kind={kind!r}", "use kind = 'openai' (any compatible server) or 'anthropic'")
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"{where}.kind={kind!r}",
+            "use kind = 'openai' (any compatible server) or 'anthropic'",
+        )
     base_url = table.get("base_url", base.base_url if base else None)
     if not isinstance(base_url, str) or not base_url:
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"[{where}] has no base_url", f"add base_url = 'http://host:port/v1' to [{where}]")
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"[{where}] has no base_url",
+            f"add base_url = 'http://host:port/v1' to [{where}]",
+        )
     start = base or ProviderInfo(name=name, kind="openai", base_url=base_url, local=True)
     fallback = table.get("fallback_model", start.fallback_model)
     return replace(
@@ -223,7 +243,9 @@ def _model(table: dict[str, Any], providers: Mapping[str, ProviderInfo]) -> Mode
     model_id = str(table["id"])
     provider, _, name = model_id.partition(":")
     if provider not in providers or not name:
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"model {model_id!r} has an unknown provider", "write provider:model")
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID, f"model {model_id!r} has an unknown provider", "write provider:model"
+        )
     price: list[float] = [float(p) for p in table.get("price", [])]
     return ModelInfo(
         provider=provider,
@@ -247,7 +269,9 @@ def load_registry(settings: Settings) -> Registry:
     }
     for name, table in read_config_table(settings, "providers").items():
         if not isinstance(table, dict):
-            raise RelayError(ErrorCode.CONFIG_INVALID, f"[providers.{name}] must be a table", "fix config.toml")
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID, f"[providers.{name}] must be a table", "fix config.toml"
+            )
         providers[name] = _provider(name, dict(table), providers.get(name))  # pyright: ignore[reportUnknownArgumentType]
     for name, info in providers.items():
         override = settings.environ.get(info.base_url_env)

@@ -1,0 +1,377 @@
+"""Conversation threads (`continuation_id`): relay's own memory, shared across tools and models.
+
+Stored in relay.db (migration m004_threads), so a thread survives restarts. A thread expires
+after its lifetime without a new turn and holds at most `max_turns` turns (a turn is one
+user or assistant message, as in Zen). Any tool and any model may continue any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.config import Settings
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.store.migrations import migrate
+
+# Zen's defaults are 3 h and 50 turns; relay's threads persist, so a day is the default lifetime.
+DEFAULT_TTL_HOURS = 24.0
+DEFAULT_MAX_TURNS = 50
+BUSY_TIMEOUT_S = 10.0
+TITLE_CHARS = 80
+
+
+@dataclass(frozen=True)
+class ThreadSettings:
+    ttl_s: float = DEFAULT_TTL_HOURS * 3600
+    max_turns: int = DEFAULT_MAX_TURNS
+
+
+def thread_settings(settings: Settings) -> ThreadSettings:
+    """Lifetime and turn limit: env RELAY_THREAD_TTL_HOURS / RELAY_THREAD_MAX_TURNS (Zen's
+    CONVERSATION_TIMEOUT_HOURS / MAX_CONVERSATION_TURNS also work), else `[threads]` in config.toml."""
+    from relay.agents.api.registry import read_config_table
+
+    table = read_config_table(settings, "threads")
+    env = settings.environ
+
+    def pick(env_keys: tuple[str, str], key: str, default: float) -> float:
+        for name in env_keys:
+            raw = env.get(name, "").strip()
+            if raw:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    raise RelayError(
+                        ErrorCode.CONFIG_INVALID,
+                        f"{name}={raw!r} is not a number",
+                        f"set {name} to a positive number",
+                    ) from None
+                if value <= 0:
+                    raise RelayError(
+                        ErrorCode.CONFIG_INVALID, f"{name} must be positive", f"set {name} above 0"
+                    )
+                return value
+        value = table.get(key, default)
+        if not isinstance(value, int | float) or value <= 0:
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID,
+                f"threads.{key}={value!r}",
+                f"set threads.{key} to a positive number",
+            )
+        return float(value)
+
+    ttl_h = pick(("RELAY_THREAD_TTL_HOURS", "CONVERSATION_TIMEOUT_HOURS"), "ttl_hours", DEFAULT_TTL_HOURS)
+    turns = pick(("RELAY_THREAD_MAX_TURNS", "MAX_CONVERSATION_TURNS"), "max_turns", DEFAULT_MAX_TURNS)
+    return ThreadSettings(ttl_s=ttl_h * 3600, max_turns=max(2, int(turns)))
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a thread: who said it, with which tool and model, about which files."""
+
+    seq: int
+    role: str
+    content: str
+    created_at: float
+    tool: str
+    files: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()
+    provider: str | None = None
+    model: str | None = None
+    job_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=lambda: {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "role": self.role,
+            "content": self.content,
+            "created_at": self.created_at,
+            "tool": self.tool,
+            "files": list(self.files),
+            "images": list(self.images),
+            "provider": self.provider,
+            "model": self.model,
+            "job_id": self.job_id,
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    role: str
+    content: str
+    files: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()
+    provider: str | None = None
+    model: str | None = None
+    job_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=lambda: {})
+
+
+@dataclass(frozen=True)
+class Thread:
+    id: str
+    parent_id: str | None
+    tool: str
+    title: str
+    created_at: float
+    updated_at: float
+    expires_at: float
+    turn_count: int
+    total_cost_usd: float
+    turns: tuple[Turn, ...] = ()
+
+    def remaining_turns(self, max_turns: int) -> int:
+        return max(0, max_turns - self.turn_count)
+
+    @property
+    def last_model(self) -> str | None:
+        return next((t.model for t in reversed(self.turns) if t.role == "assistant" and t.model), None)
+
+    def to_dict(self, max_turns: int, with_turns: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "continuation_id": self.id,
+            "parent_id": self.parent_id,
+            "tool": self.tool,
+            "title": self.title,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "expires_at": self.expires_at,
+            "turn_count": self.turn_count,
+            "remaining_turns": self.remaining_turns(max_turns),
+            "total_cost_usd": round(self.total_cost_usd, 8),
+        }
+        if with_turns:
+            data["turns"] = [t.to_dict() for t in self.turns]
+        return data
+
+
+def new_thread_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _not_found(thread_id: str) -> RelayError:
+    return RelayError(
+        ErrorCode.SESSION_NOT_FOUND,
+        f"conversation thread {thread_id!r} was not found or has expired",
+        "start a new conversation: send the full question without continuation_id (thread_list shows live threads)",
+    )
+
+
+def _valid_id(thread_id: str) -> bool:
+    try:
+        uuid.UUID(thread_id)
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+class Threads:
+    """Thread storage in relay.db; safe to share between the event loop and worker threads."""
+
+    def __init__(
+        self, db_path: Path, config: ThreadSettings | None = None, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        self.config = config or ThreadSettings()
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(
+            db_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+        )
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA foreign_keys = ON")
+        with self._lock:
+            migrate(self._db)
+
+    @classmethod
+    def open(cls, settings: Settings) -> Threads:
+        return cls(settings.db_path, thread_settings(settings))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _thread(self, row: sqlite3.Row, turns: tuple[Turn, ...] = ()) -> Thread:
+        d = dict(row)
+        return Thread(**d, expires_at=float(d["updated_at"]) + self.config.ttl_s, turns=turns)
+
+    def find(self, thread_id: str) -> Thread | None:
+        """A live thread with its turns, or None when unknown or expired."""
+        if not _valid_id(thread_id):
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT * FROM threads WHERE id=?", (thread_id,)).fetchone()
+            if row is None or float(row["updated_at"]) + self.config.ttl_s <= self._clock():
+                return None
+            rows = self._db.execute(
+                "SELECT * FROM thread_turns WHERE thread_id=? ORDER BY seq", (thread_id,)
+            ).fetchall()
+        turns = tuple(
+            Turn(
+                seq=int(r["seq"]),
+                role=str(r["role"]),
+                content=str(r["content"]),
+                created_at=float(r["created_at"]),
+                tool=str(r["tool"]),
+                files=tuple(json.loads(r["files"])),
+                images=tuple(json.loads(r["images"])),
+                provider=r["provider"],
+                model=r["model"],
+                job_id=r["job_id"],
+                metadata=json.loads(r["metadata"]),
+            )
+            for r in rows
+        )
+        return self._thread(row, turns)
+
+    def get(self, thread_id: str) -> Thread:
+        thread = self.find(thread_id)
+        if thread is None:
+            raise _not_found(thread_id)
+        return thread
+
+    def check_room(self, thread: Thread | None, adding: int) -> None:
+        """MAX_TURNS when `adding` more turns would pass the limit."""
+        count = thread.turn_count if thread is not None else 0
+        if count + adding > self.config.max_turns:
+            raise RelayError(
+                ErrorCode.MAX_TURNS,
+                f"thread {thread.id if thread else ''} has {count} of {self.config.max_turns} turns",
+                "start a new conversation without continuation_id (summarize the old one in the prompt)",
+            )
+
+    def list(self, *, limit: int = 20, include_expired: bool = False) -> list[Thread]:
+        """Threads, most recently updated first (without their turns)."""
+        if limit < 1:
+            raise invalid("limit must be at least 1", "pass a positive limit")
+        cutoff = -1.0 if include_expired else self._clock() - self.config.ttl_s
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM threads WHERE updated_at > ? ORDER BY updated_at DESC LIMIT ?", (cutoff, limit)
+            ).fetchall()
+        return [self._thread(r) for r in rows]
+
+    def add_turns(
+        self,
+        thread_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        tool: str,
+        title: str = "",
+        parent_id: str | None = None,
+        cost_usd: float = 0.0,
+    ) -> Thread:
+        """Append turns, creating the thread if needed; refreshes its lifetime. MAX_TURNS past the limit."""
+        if not _valid_id(thread_id):
+            raise invalid(
+                f"continuation id {thread_id!r} is not a UUID", "use the continuation_id relay returned"
+            )
+        now = self._clock()
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            row = self._db.execute(
+                "SELECT turn_count, updated_at FROM threads WHERE id=?", (thread_id,)
+            ).fetchone()
+            if row is not None and float(row["updated_at"]) + self.config.ttl_s <= now:
+                raise _not_found(thread_id)
+            count = int(row["turn_count"]) if row is not None else 0
+            if count + len(turns) > self.config.max_turns:
+                raise RelayError(
+                    ErrorCode.MAX_TURNS,
+                    f"thread {thread_id} has {count} of {self.config.max_turns} turns",
+                    "start a new conversation without continuation_id",
+                )
+            if row is None:
+                heading = " ".join(title.split())[:TITLE_CHARS]
+                self._db.execute(
+                    "INSERT INTO threads (id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd)"
+                    " VALUES (?,?,?,?,?,?,0,0)",
+                    (thread_id, parent_id, tool, heading, now, now),
+                )
+            for i, turn in enumerate(turns):
+                self._db.execute(
+                    "INSERT INTO thread_turns (thread_id, seq, role, content, created_at, tool, files, images, provider,"
+                    " model, job_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        thread_id,
+                        count + i,
+                        turn.role,
+                        turn.content,
+                        now,
+                        tool,
+                        json.dumps(list(turn.files)),
+                        json.dumps(list(turn.images)),
+                        turn.provider,
+                        turn.model,
+                        turn.job_id,
+                        json.dumps(turn.metadata, default=str),
+                    ),
+                )
+            self._db.execute(
+                "UPDATE threads SET turn_count=turn_count+?, updated_at=?, total_cost_usd=total_cost_usd+? WHERE id=?",
+                (len(turns), now, cost_usd, thread_id),
+            )
+        return self.get(thread_id)
+
+    def purge_expired(self) -> int:
+        """Delete threads past their lifetime; returns how many."""
+        cutoff = self._clock() - self.config.ttl_s
+        with self._lock, self._db:
+            ids = [r[0] for r in self._db.execute("SELECT id FROM threads WHERE updated_at <= ?", (cutoff,))]
+            for thread_id in ids:
+                self._db.execute("DELETE FROM thread_turns WHERE thread_id=?", (thread_id,))
+                self._db.execute("DELETE FROM threads WHERE id=?", (thread_id,))
+        return len(ids)
+
+
+@dataclass(frozen=True)
+class History:
+    """The part of a thread that fits a model's budget: whole exchanges, oldest first."""
+
+    turns: tuple[Turn, ...]
+    omitted_turns: int
+    files: tuple[str, ...]  # files of earlier turns, newest reference first, each once
+    tokens: int
+
+
+def select_history(
+    turns: Sequence[Turn],
+    budget_tokens: int,
+    estimate: Callable[[str], int],
+    exclude_files: Sequence[str] = (),
+) -> History:
+    """Newest turns first while they fit the budget (a user/assistant pair stays together)."""
+    groups: list[list[Turn]] = []
+    for turn in turns:
+        if turn.role == "user" or not groups:
+            groups.append([turn])
+        else:
+            groups[-1].append(turn)
+    kept: list[list[Turn]] = []
+    used = 0
+    for group in reversed(groups):
+        cost = sum(estimate(t.content) + 4 for t in group)
+        if used + cost > budget_tokens:
+            break
+        kept.append(group)
+        used += cost
+    kept.reverse()
+    chosen = tuple(t for g in kept for t in g)
+    seen = set(exclude_files)
+    files: list[str] = []
+    for turn in reversed(turns):
+        for path in turn.files:
+            if path not in seen:
+                seen.add(path)
+                files.append(path)
+    return History(chosen, len(turns) - len(chosen), tuple(files), used)
