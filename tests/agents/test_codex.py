@@ -15,7 +15,13 @@ from tests.agents.golden import GOLDEN, RECORDINGS, golden, replay, run_fake
 
 HOST = HostContext(
     command="/usr/bin/codex",
-    environ={"PATH": "/bin", "OPENAI_API_KEY": "o", "CODEX_HOME": "/c", "ANTHROPIC_API_KEY": "a", "GH_TOKEN": "g"},
+    environ={
+        "PATH": "/bin",
+        "OPENAI_API_KEY": "o",
+        "CODEX_HOME": "/c",
+        "ANTHROPIC_API_KEY": "a",
+        "GH_TOKEN": "g",
+    },
 )
 TEXT = "MOCK-OK: hello from the mock model"
 TEXT_THREAD = "01a1fdea-b50b-74e3-a908-2db5de7dba18"
@@ -23,7 +29,9 @@ TEXT_THREAD = "01a1fdea-b50b-74e3-a908-2db5de7dba18"
 
 def test_a_text_run_yields_the_answer_thread_id_and_usage() -> None:
     result, types = replay(CodexParser(), "codex_exec_json_text.ndjson")
-    assert result == AgentResult(ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=11, output=7, cached=0))
+    assert result == AgentResult(
+        ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=11, output=7, cached=0)
+    )
     assert types == ["session.started", "message", "turn.completed"]
 
 
@@ -38,8 +46,8 @@ def test_a_shell_command_is_recorded_as_a_tool_use() -> None:
     command = "/bin/bash -lc 'echo created-by-shell > created_by_shell.txt && pwd && ls'"
     assert result == AgentResult(
         ok=True,
-        text="MOCK-DONE: tool output was: Chunk ID: 6ece4e\nWall time: 0.0000 seconds\nProcess exited with code 0\n"
-        "Original token count: 10\nOutput:\n<lab>/wsg\ncreated_by_shell.txt\n",
+        text="MOCK-DONE: tool output was: Chunk ID: 6ece4e\nWall time: 0.0000 seconds\n"
+        "Process exited with code 0\nOriginal token count: 10\nOutput:\n<lab>/wsg\ncreated_by_shell.txt\n",
         session_id="01a1fdea-b8e3-7ec2-b8c0-7e5fc514f7b6",
         usage=Usage(input=22, output=14, cached=0),
         tool_uses=({"id": "item_0", "name": "shell", "input": {"command": command}, "ok": True},),
@@ -52,7 +60,9 @@ def test_a_patch_lists_its_files_as_changed() -> None:
     assert result.ok
     assert result.files_changed == ("<lab>/wsg/created_by_patch.txt",)
     changes = [{"path": "<lab>/wsg/created_by_patch.txt", "kind": "add"}]
-    assert result.tool_uses == ({"id": "item_0", "name": "apply_patch", "input": {"changes": changes}, "ok": True},)
+    assert result.tool_uses == (
+        {"id": "item_0", "name": "apply_patch", "input": {"changes": changes}, "ok": True},
+    )
 
 
 def test_a_sandbox_blocked_command_leaves_no_tool_use_and_still_succeeds() -> None:
@@ -63,7 +73,9 @@ def test_a_sandbox_blocked_command_leaves_no_tool_use_and_still_succeeds() -> No
 
 def test_a_resumed_run_keeps_the_thread_id() -> None:
     result, _ = replay(CodexParser(), "codex_exec_resume_json.ndjson")
-    assert result == AgentResult(ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=22, output=14, cached=0))
+    assert result == AgentResult(
+        ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=22, output=14, cached=0)
+    )
 
 
 @pytest.mark.parametrize(
@@ -80,7 +92,7 @@ def test_a_resumed_run_keeps_the_thread_id() -> None:
 )
 def test_every_recorded_turn_failure_maps_to_its_error_code(name: str, code: ErrorCode) -> None:
     result, types = replay(CodexParser(), name, exit_code=1)
-    failed = [json.loads(line) for line in golden(name).splitlines() if '"turn.failed"' in line][0]
+    failed = next(json.loads(line) for line in golden(name).splitlines() if '"turn.failed"' in line)
     assert not result.ok
     assert result.error is not None
     assert (result.error.code, result.error.message) == (code, failed["error"]["message"])
@@ -108,7 +120,9 @@ def test_error_events_and_error_items_are_warnings_not_failures() -> None:
     warn = parser.feed('{"type":"error","message":"model metadata for `x` not found"}')
     item = parser.feed('{"type":"item.completed","item":{"id":"i","type":"error","message":"unknown model"}}')
     parser.feed('{"type":"item.completed","item":{"id":"m","type":"agent_message","text":"done"}}')
-    parser.feed('{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2}}')
+    parser.feed(
+        '{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2}}'
+    )
     assert [e.type for e in warn + item] == ["warning", "warning"]
     assert parser.finish(0, "") == AgentResult(ok=True, text="done", session_id="t", usage=Usage(1, 2, 0))
 
@@ -122,12 +136,16 @@ def test_outside_a_git_repo_without_the_skip_flag_is_an_invalid_argument() -> No
     result = CodexParser().finish(1, golden("codex_exec_not_git.stderr"))
     assert result.error is not None
     assert result.error.code == ErrorCode.INVALID_ARGUMENT
-    assert result.error.message == "Not inside a trusted directory and --skip-git-repo-check was not specified."
+    assert (
+        result.error.message == "Not inside a trusted directory and --skip-git-repo-check was not specified."
+    )
     assert "git" in result.error.hint
 
 
 def test_resuming_an_unknown_thread_is_session_not_found() -> None:
-    stderr = "Error: thread/resume failed: no rollout found for thread id abc (code -32600)\n   0: backtrace\n"
+    stderr = (
+        "Error: thread/resume failed: no rollout found for thread id abc (code -32600)\n   0: backtrace\n"
+    )
     result = CodexParser().finish(1, stderr)
     assert result.error is not None and result.error.code == ErrorCode.SESSION_NOT_FOUND
     assert "no rollout found" in result.error.message
@@ -144,7 +162,8 @@ def test_noise_lines_become_log_events() -> None:
 
 
 @pytest.mark.parametrize(
-    ("permission", "sandbox"), [("read-only", "read-only"), ("edit", "workspace-write"), ("full", "danger-full-access")]
+    ("permission", "sandbox"),
+    [("read-only", "read-only"), ("edit", "workspace-write"), ("full", "danger-full-access")],
 )
 def test_a_new_session_passes_cwd_and_the_sandbox_for_each_permission(permission: str, sandbox: str) -> None:
     inv = build(AgentRequest(prompt="hello", cwd="/w", permission=permission), HOST)  # pyright: ignore[reportArgumentType]

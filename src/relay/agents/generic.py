@@ -85,7 +85,7 @@ def _first_str(obj: dict[str, Any], keys: tuple[str, ...]) -> str | None:
         if isinstance(value, str):
             return value
         if isinstance(value, dict):
-            nested = _first_str(as_dict(value), ("text", "content"))
+            nested = _first_str(as_dict(value), ("text", "content", "message"))
             if nested is not None:
                 return nested
     return None

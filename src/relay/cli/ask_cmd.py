@@ -1,0 +1,82 @@
+"""`relay ask MODEL PROMPT [--continuation-id ID] [--json]`: one question to a model API, in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Declare `relay ask` on the CLI's subparsers (`sub` is argparse's _SubParsersAction)."""
+    p = sub.add_parser("ask", help="ask a model API (sonnet, gpt5, grok, xai:grok-4, ollama:llama3.1...)")
+    p.add_argument("model", help="provider:model or alias; see `relay ask --list`")
+    p.add_argument("prompt")
+    p.add_argument("--continuation-id", help="continue this conversation thread")
+    p.add_argument("--file", action="append", default=[], help="absolute path of a file to show the model (repeatable)")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--thinking", choices=["minimal", "low", "medium", "high", "max"])
+    p.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
+    p.add_argument("--json", action="store_true", help="print the whole result envelope as JSON")
+
+
+def ask_command(args: argparse.Namespace) -> int:
+    """Run one ask as a job, stream its answer to stdout, print the continuation id to stderr."""
+    import anyio
+
+    from relay.ask import AskArgs, ask_envelope, submit_ask
+    from relay.config import load_settings
+    from relay.jobs.engine import Engine
+
+    settings = load_settings()
+    request = AskArgs(
+        prompt=args.prompt,
+        model=args.model,
+        continuation_id=getattr(args, "continuation_id", None),
+        files=tuple(getattr(args, "file", None) or ()),
+        system_prompt=getattr(args, "system", None),
+        thinking_mode=getattr(args, "thinking", None),
+        timeout_s=getattr(args, "timeout", None),
+    )
+    as_json = bool(getattr(args, "json", False))
+    streamed: list[str] = []
+
+    async def go() -> dict[str, Any]:
+        async with Engine(settings).running() as engine:
+            job_id = await submit_ask(engine, request)
+            events = engine.subscribe(job_id)
+            try:
+                async with events:
+                    async for _, event in events:
+                        if event.type == "message.delta" and not as_json:
+                            streamed.append(str(event.data.get("text", "")))
+                            sys.stdout.write(streamed[-1])
+                            sys.stdout.flush()
+                await engine.wait_one(job_id, float("inf"))
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await engine.cancel(job_id)
+                raise
+            return ask_envelope(engine, job_id)
+
+    try:
+        env = anyio.run(go)
+    except KeyboardInterrupt:
+        print("\nrelay: interrupted, ask cancelled", file=sys.stderr)
+        return 130
+    if as_json:
+        print(json.dumps(env, indent=2))
+    else:
+        shown = "".join(streamed)
+        if shown != env["output"]:  # a slow terminal missed deltas: print the stored answer instead
+            print(("\n" if shown else "") + env["output"])
+        elif shown and not shown.endswith("\n"):
+            print()
+        if env["error"]:
+            err = env["error"]
+            print(f"relay: {err['code']}: {err['message']}\nhint: {err['hint']}", file=sys.stderr)
+        if env.get("continuation_id"):
+            cost = f", ${env['cost_usd']:.6f}" if env.get("cost_usd") is not None else ""
+            print(f"[{env['model']}{cost}; continue with --continuation-id {env['continuation_id']}]", file=sys.stderr)
+    return 0 if env["status"] == "completed" else 1

@@ -1,0 +1,91 @@
+"""The `relay` command line, run as a real process against the fake claude."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from relay.store import Store
+from tests.conftest import SettingsFactory
+
+RELAY = str(Path(sys.executable).with_name("relay"))
+
+
+def relay(*args: str, home: Path, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RELAY_HOME": str(home)}
+    return subprocess.run(
+        [RELAY, *args], env=env, cwd=str(cwd), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+@pytest.fixture
+def configured(make_settings: SettingsFactory) -> None:
+    make_settings()
+
+
+@pytest.mark.usefixtures("configured")
+def test_run_prints_the_answer_and_jobs_lists_it(relay_home: Path, workdir: Path) -> None:
+    out = relay("run", "claude", "say hi", home=relay_home, cwd=workdir)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "hi from mock\n"
+    jobs = relay("jobs", home=relay_home, cwd=workdir)
+    header, row = jobs.stdout.splitlines()
+    assert header.split() == ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]
+    assert row.split()[1:3] == ["claude", "completed"] and row.endswith("say hi")
+
+
+@pytest.mark.usefixtures("configured")
+def test_run_json_prints_the_envelope_and_fails_with_the_job(relay_home: Path, workdir: Path) -> None:
+    out = relay("run", "claude", "x [[fake:replay=claude_stream_error_500]]", "--json", home=relay_home, cwd=workdir)
+    env = json.loads(out.stdout)
+    assert out.returncode == 1
+    assert env["status"] == "failed" and env["error"]["code"] == "UPSTREAM_ERROR"
+
+
+@pytest.mark.usefixtures("configured")
+def test_show_and_tail_read_a_finished_job(relay_home: Path, workdir: Path) -> None:
+    relay("run", "claude", "hi", home=relay_home, cwd=workdir)
+    (job,) = Store(relay_home / "relay.db").list_jobs()
+    show = relay("show", job.id[:6], home=relay_home, cwd=workdir)
+    assert "status     completed" in show.stdout and "hi from mock" in show.stdout
+    tail = relay("tail", job.id, home=relay_home, cwd=workdir)
+    assert "[assistant] hi from mock" in tail.stdout
+    raw = relay("tail", job.id, "--raw", home=relay_home, cwd=workdir)
+    assert raw.stdout == (relay_home / "jobs" / job.id / "stdout").read_text()
+
+
+@pytest.mark.usefixtures("configured")
+def test_cancel_from_the_cli_stops_a_job_another_relay_runs(relay_home: Path, workdir: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    env = {**os.environ, "RELAY_HOME": str(relay_home), "RELAY_KILL_GRACE_S": "0.3"}
+    runner = subprocess.Popen(
+        [RELAY, "run", "claude", f"x [[fake:hang,pidfile={pidfile}]]"], env=env, cwd=str(workdir),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text()):
+            assert time.monotonic() < deadline, "the fake never started"
+            time.sleep(0.02)
+        (job,) = Store(relay_home / "relay.db").list_jobs()
+        out = relay("cancel", job.id, home=relay_home, cwd=workdir)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"{job.id}: cancelled"
+        runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 1
+    assert "CANCELLED" in (runner.stderr.read() if runner.stderr else "")
+
+
+def test_an_unknown_job_is_a_clear_error(relay_home: Path, workdir: Path) -> None:
+    out = relay("show", "nothing", home=relay_home, cwd=workdir)
+    assert out.returncode == 2
+    assert "JOB_NOT_FOUND" in out.stderr and "hint:" in out.stderr
