@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,7 +67,5 @@ def reap_groups() -> Iterator[list[int]]:
     groups: list[int] = []
     yield groups
     for pgid in groups:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pgid, 9)
-        except OSError:
-            pass

@@ -102,7 +102,9 @@ def _float(env: Mapping[str, str], key: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"{key}={raw!r} is not a number", f"set {key} to seconds, e.g. 45") from None
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID, f"{key}={raw!r} is not a number", f"set {key} to seconds, e.g. 45"
+        ) from None
     if value <= 0:
         raise RelayError(ErrorCode.CONFIG_INVALID, f"{key} must be positive", f"set {key} to a value above 0")
     return value
@@ -117,8 +119,10 @@ def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):  # pyright: ignore[reportUnknownVariableType]
-        return tuple(value)  # pyright: ignore[reportUnknownArgumentType]
+    if isinstance(value, list):
+        items: list[Any] = value  # pyright: ignore[reportUnknownVariableType]
+        if all(isinstance(v, str) for v in items):
+            return tuple(str(v) for v in items)
     raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} must be a list of strings", "fix config.toml")
 
 
@@ -185,14 +189,18 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     depth = int(depth_raw) if depth_raw.isdigit() else 0
     permission = str(jobs.get("default_permission", "read-only"))
     if permission not in PERMISSIONS:
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"jobs.default_permission={permission!r}", "use read-only, edit or full")
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID, f"jobs.default_permission={permission!r}", "use read-only, edit or full"
+        )
     return Settings(
         home=home,
         auto_threshold_s=pick("auto_threshold_s", "RELAY_AUTO_THRESHOLD_S", DEFAULT_AUTO_THRESHOLD_S),
         job_timeout_s=pick("timeout_s", "RELAY_JOB_TIMEOUT_S", DEFAULT_JOB_TIMEOUT_S),
         idle_timeout_s=pick("idle_timeout_s", "RELAY_IDLE_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S),
         kill_grace_s=pick("kill_grace_s", "RELAY_KILL_GRACE_S", DEFAULT_KILL_GRACE_S),
-        output_limit_chars=_int(env, "RELAY_OUTPUT_LIMIT", int(jobs.get("output_limit_chars", DEFAULT_OUTPUT_LIMIT_CHARS))),
+        output_limit_chars=_int(
+            env, "RELAY_OUTPUT_LIMIT", int(jobs.get("output_limit_chars", DEFAULT_OUTPUT_LIMIT_CHARS))
+        ),
         max_concurrent=_int(env, "RELAY_MAX_CONCURRENT", int(jobs.get("max_concurrent", DEFAULT_MAX_CONCURRENT))),
         max_concurrent_per_agent=int(jobs.get("max_concurrent_per_agent", DEFAULT_MAX_CONCURRENT_PER_AGENT)),
         max_depth=_int(env, "RELAY_MAX_DEPTH", int(jobs.get("max_depth", DEFAULT_MAX_DEPTH))),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from relay.agents.base import AgentRequest, HostContext
@@ -87,7 +85,9 @@ def test_a_run_without_a_result_line_is_mapped_from_stderr(stderr: str, code: Er
 
 def test_max_turns_result_maps_to_max_turns() -> None:
     parser = ClaudeParser()
-    parser.feed('{"type":"result","subtype":"error_max_turns","is_error":true,"errors":["Reached maximum number of turns (1)"],"session_id":"s"}')
+    parser.feed(
+        '{"type":"result","subtype":"error_max_turns","is_error":true,"errors":["Reached maximum number of turns (1)"],"session_id":"s"}'
+    )
     result = parser.finish(1, "")
     assert result.error is not None and result.error.code == ErrorCode.MAX_TURNS
 
@@ -95,8 +95,15 @@ def test_max_turns_result_maps_to_max_turns() -> None:
 def test_build_read_only_default() -> None:
     inv = build(AgentRequest(prompt="hello", cwd="/w"), HOST)
     assert inv.argv == (
-        "/usr/bin/claude", "-p", "hello", "--output-format", "stream-json", "--verbose", "--permission-mode", "default",
-    )  # fmt: skip
+        "/usr/bin/claude",
+        "-p",
+        "hello",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-mode",
+        "default",
+    )
     assert inv.cwd == "/w" and inv.stdin_text is None
     assert inv.env["ANTHROPIC_API_KEY"] == "k"
     assert "OPENAI_API_KEY" not in inv.env
@@ -152,7 +159,9 @@ def test_recordings_match_the_golden_captures() -> None:
 
     if not GOLDEN.is_dir():
         pytest.fail(f"shared golden captures missing at {GOLDEN}")
-    for name in ("claude_stream_text.ndjson", "claude_stream_tool_write.ndjson", "claude_stream_error_500.ndjson"):
+    for name in (
+        "claude_stream_text.ndjson",
+        "claude_stream_tool_write.ndjson",
+        "claude_stream_error_500.ndjson",
+    ):
         assert (RECORDINGS / name).read_bytes() == (GOLDEN / name).read_bytes()
-
-

@@ -20,7 +20,13 @@ RELAY = str(Path(sys.executable).with_name("relay"))
 def relay(*args: str, home: Path, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RELAY_HOME": str(home)}
     return subprocess.run(
-        [RELAY, *args], env=env, cwd=str(cwd), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        [RELAY, *args],
+        env=env,
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -65,9 +71,14 @@ def test_cancel_from_the_cli_stops_a_job_another_relay_runs(relay_home: Path, wo
     pidfile = tmp_path / "pids"
     env = {**os.environ, "RELAY_HOME": str(relay_home), "RELAY_KILL_GRACE_S": "0.3"}
     runner = subprocess.Popen(
-        [RELAY, "run", "claude", f"x [[fake:hang,pidfile={pidfile}]]"], env=env, cwd=str(workdir),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [RELAY, "run", "claude", f"x [[fake:hang,pidfile={pidfile}]]"],
+        env=env,
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (pidfile.exists() and pidfile.read_text()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from relay.errors import ErrorCode, RelayError
@@ -40,7 +41,9 @@ async def test_a_job_runs_to_completion_with_the_parsed_result(make_settings: Se
     assert env["exit_code"] == 0 and env["error"] is None
 
 
-async def test_jobs_past_the_concurrency_limit_queue_until_a_slot_frees(make_settings: SettingsFactory, workdir: Path) -> None:
+async def test_jobs_past_the_concurrency_limit_queue_until_a_slot_frees(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
     spawner = Spawner()
     async with engine_with(make_settings, spawner, RELAY_MAX_CONCURRENT="2").running() as engine:
         ids = [engine.submit(JobRequest(agent="claude", prompt=f"p{i}", cwd=str(workdir))) for i in range(3)]
@@ -116,7 +119,7 @@ async def test_cancelling_a_queued_job_never_starts_it(make_settings: SettingsFa
         await spawner.wait_for(1)
         rec = await engine.cancel(queued)
         spawner.procs[0].exit(0)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
     assert rec.status == "cancelled" and len(spawner.procs) == 1
 
 
@@ -178,8 +181,10 @@ async def test_bad_requests_are_refused_before_a_job_exists(
     assert info.value.code == code and info.value.hint
 
 
-async def test_a_missing_agent_binary_is_agent_not_installed_with_a_hint(make_settings: SettingsFactory, workdir: Path) -> None:
-    settings = make_settings('[agents.other]\n')
+async def test_a_missing_agent_binary_is_agent_not_installed_with_a_hint(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
+    settings = make_settings("[agents.other]\n")
     async with Engine(settings, spawn=Spawner(), which=lambda _: None).running() as engine:
         with pytest.raises(RelayError) as info:
             engine.submit(JobRequest(agent="claude", prompt="p", cwd=str(workdir)))
@@ -194,7 +199,9 @@ async def test_depth_past_the_limit_is_refused(make_settings: SettingsFactory, w
     assert info.value.code == ErrorCode.LIMIT_REACHED
 
 
-async def test_resuming_a_session_reapplies_its_cwd_model_and_permission(make_settings: SettingsFactory, workdir: Path) -> None:
+async def test_resuming_a_session_reapplies_its_cwd_model_and_permission(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
     spawner = Spawner()
     async with engine_with(make_settings, spawner).running() as engine:
         first = engine.submit(JobRequest(agent="claude", prompt="a", cwd=str(workdir), model="opus", permission="edit"))

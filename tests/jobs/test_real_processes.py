@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -15,7 +14,7 @@ import pytest
 from relay.jobs.engine import Engine, JobRequest
 from relay.runtime import procinfo
 from relay.store import Store
-from tests.conftest import REPO, SettingsFactory
+from tests.conftest import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +60,9 @@ async def test_a_grandchild_left_by_a_finished_job_is_reaped(
 ) -> None:
     pidfile = tmp_path / "pids"
     async with Engine(make_settings()).running() as engine:
-        job_id = engine.submit(JobRequest(agent="claude", prompt=f"x [[fake:grandchild,pidfile={pidfile}]]", cwd=str(workdir)))
+        job_id = engine.submit(
+            JobRequest(agent="claude", prompt=f"x [[fake:grandchild,pidfile={pidfile}]]", cwd=str(workdir))
+        )
         with anyio.fail_after(20):
             rec = await engine.wait_one(job_id, 20)
     assert rec.pid is not None
@@ -83,8 +84,12 @@ async def test_a_relay_killed_with_sigkill_mid_job_finishes_the_job_after_restar
     env = dict(os.environ, RELAY_HOME=str(relay_home))
     relay = subprocess.Popen(
         [str(Path(sys.executable).with_name("relay")), "run", "claude", prompt, "--cwd", str(workdir)],
-        env=env, cwd=str(workdir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=env,
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         await wait_for_file(pidfile, 20)
         store = Store(settings.db_path)
@@ -128,8 +133,12 @@ async def test_a_job_that_ended_while_relay_was_down_is_finalized_with_its_exit_
     env = dict(os.environ, RELAY_HOME=str(relay_home))
     relay = subprocess.Popen(
         [str(Path(sys.executable).with_name("relay")), "run", "claude", prompt, "--cwd", str(workdir)],
-        env=env, cwd=str(workdir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=env,
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pid = int((await wait_for_file(pidfile, 20)).split()[0])
     store = Store(settings.db_path)
     with anyio.fail_after(10):
@@ -145,5 +154,3 @@ async def test_a_job_that_ended_while_relay_was_down_is_finalized_with_its_exit_
         rec = engine.get(job.id)
     assert rec.status == "completed"  # a valid result line followed by exit 3 is still the answer
     assert rec.exit_code == 3
-
-

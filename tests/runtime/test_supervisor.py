@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -50,7 +49,12 @@ async def test_the_child_never_sees_relays_stdin(tmp_path: Path) -> None:
 
 async def test_a_prompt_for_stdin_is_fed_from_a_file(tmp_path: Path) -> None:
     files = JobFiles(tmp_path / "job")
-    inv = Invocation(argv=(PY, "-c", "import sys; print(sys.stdin.read()[::-1])"), env={}, cwd=str(tmp_path), stdin_text="abc")
+    inv = Invocation(
+        argv=(PY, "-c", "import sys; print(sys.stdin.read()[::-1])"),
+        env={},
+        cwd=str(tmp_path),
+        stdin_text="abc",
+    )
     proc = supervisor.spawn(inv, files)
     with anyio.fail_after(10):
         while not await proc.wait_exit(1):
@@ -85,7 +89,9 @@ async def test_killing_the_group_ends_a_child_that_ignores_sigterm_and_its_grand
     proc.close()
 
 
-async def test_reap_group_kills_a_grandchild_left_after_the_leader_exits(tmp_path: Path, reap_groups: list[int]) -> None:
+async def test_reap_group_kills_a_grandchild_left_after_the_leader_exits(
+    tmp_path: Path, reap_groups: list[int]
+) -> None:
     files = JobFiles(tmp_path / "job")
     code = "import os, time\nif os.fork() == 0:\n    time.sleep(3600)\nprint('bye')\n"
     proc = supervisor.spawn(run_py(code, tmp_path), files)
@@ -121,5 +127,3 @@ def test_a_pid_with_another_start_time_is_not_ours() -> None:
     assert procinfo.is_alive(me, ticks)
     assert not procinfo.is_alive(me, ticks + 1)
     assert not procinfo.is_alive(me, ticks, expected_boot="another-boot")
-
-

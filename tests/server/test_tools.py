@@ -29,11 +29,15 @@ async def call(c: Client, tool: str, args: dict[str, Any]) -> tuple[bool, dict[s
     return bool(result.is_error), result.structured_content
 
 
-async def test_sync_delegate_returns_the_envelope_of_the_recorded_run(make_settings: SettingsFactory, workdir: Path) -> None:
+async def test_sync_delegate_returns_the_envelope_of_the_recorded_run(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
     async with client(make_settings) as c:
         failed, env = await call(c, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
     assert not failed
-    assert {k: env[k] for k in ("status", "agent", "output", "session_id", "usage", "cost_usd", "exit_code", "error")} == {
+    assert {
+        k: env[k] for k in ("status", "agent", "output", "session_id", "usage", "cost_usd", "exit_code", "error")
+    } == {
         "status": "completed",
         "agent": "claude",
         "output": "hi from mock",
@@ -46,7 +50,9 @@ async def test_sync_delegate_returns_the_envelope_of_the_recorded_run(make_setti
     assert env["truncated"] is False and env["next"] is None
 
 
-async def test_async_delegate_returns_at_once_and_job_wait_brings_the_result(make_settings: SettingsFactory, workdir: Path) -> None:
+async def test_async_delegate_returns_at_once_and_job_wait_brings_the_result(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
     async with client(make_settings) as c:
         _, handle = await call(c, "delegate", {"prompt": "hi [[fake:sleep=0.5]]", "cwd": str(workdir), "mode": "async"})
         assert handle["status"] in ("queued", "running")
@@ -68,7 +74,9 @@ async def test_auto_delegate_hands_back_a_job_past_the_threshold_then_it_complet
     assert status["output"] == "hi from mock"
 
 
-async def test_auto_delegate_of_a_quick_job_returns_the_result_inline(make_settings: SettingsFactory, workdir: Path) -> None:
+async def test_auto_delegate_of_a_quick_job_returns_the_result_inline(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
     async with client(make_settings) as c:
         _, env = await call(c, "delegate", {"prompt": "hi", "cwd": str(workdir)})
     assert env["status"] == "completed"
@@ -84,7 +92,11 @@ async def test_job_events_become_progress_notifications(make_settings: SettingsF
         with anyio.fail_after(30):
             await c.call_tool(
                 "delegate",
-                {"prompt": "hi [[fake:replay=claude_stream_tool_write]]", "cwd": str(workdir), "mode": "sync"},
+                {
+                    "prompt": "hi [[fake:replay=claude_stream_tool_write]]",
+                    "cwd": str(workdir),
+                    "mode": "sync",
+                },
                 progress_callback=on_progress,
             )
     kinds = [m.split(":")[0] for m in messages]
@@ -96,14 +108,18 @@ async def test_a_failed_job_is_an_error_result_that_still_carries_the_envelope(
 ) -> None:
     async with client(make_settings) as c:
         failed, env = await call(
-            c, "delegate", {"prompt": "x [[fake:replay=claude_stream_error_500]]", "cwd": str(workdir), "mode": "sync"}
+            c,
+            "delegate",
+            {"prompt": "x [[fake:replay=claude_stream_error_500]]", "cwd": str(workdir), "mode": "sync"},
         )
     assert failed
     assert env["status"] == "failed" and env["exit_code"] == 1
     assert env["error"]["code"] == "UPSTREAM_ERROR" and env["error"]["hint"]
 
 
-async def test_long_output_is_bounded_and_job_result_pages_the_rest(make_settings: SettingsFactory, workdir: Path) -> None:
+async def test_long_output_is_bounded_and_job_result_pages_the_rest(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
     async with client(make_settings, RELAY_OUTPUT_LIMIT="5") as c:
         _, env = await call(c, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
         assert env["output"] == "hi fr" and env["truncated"] is True and env["output_chars"] == 12
@@ -197,7 +213,9 @@ async def test_the_tool_schemas_match_the_snapshot(make_settings: SettingsFactor
     """A change to the MCP surface must show up as a diff of tests/server/tools.snapshot.json."""
     async with client(make_settings) as c:
         tools = await c.list_tools()
-    current = {t.name: {"description": t.description, "input": t.input_schema, "output": t.output_schema} for t in tools.tools}
+    current = {
+        t.name: {"description": t.description, "input": t.input_schema, "output": t.output_schema} for t in tools.tools
+    }
     snapshot = Path(__file__).with_name("tools.snapshot.json")
     expected = json.loads(snapshot.read_text())
     assert {k: current[k] for k in expected} == expected

@@ -122,7 +122,12 @@ class ClaudeParser:
                     content = "".join(str(as_dict(c).get("text", "")) for c in content)  # pyright: ignore[reportUnknownVariableType]
                 entry = self.tools.get(tool_id, {"id": tool_id, "name": None})
                 entry["ok"] = ok
-                out.append(Event(ev.TOOL_COMPLETED, {"id": tool_id, "name": entry.get("name"), "ok": ok, "output": content}))
+                out.append(
+                    Event(
+                        ev.TOOL_COMPLETED,
+                        {"id": tool_id, "name": entry.get("name"), "ok": ok, "output": content},
+                    )
+                )
         elif kind == "result":
             self.result = obj
             usage = _usage(as_dict(obj.get("usage")))
@@ -172,20 +177,30 @@ class ClaudeParser:
 def _error_from_text(detail: str, status: int | None, exit_code: int | None, stderr_tail: str = "") -> RelayError:
     low = (detail + "\n" + stderr_tail).lower()
     if "not logged in" in low or "/login" in low:
-        return RelayError(ErrorCode.AUTH_MISSING, detail, "set ANTHROPIC_API_KEY for relay, or run `claude /login` once")
+        return RelayError(
+            ErrorCode.AUTH_MISSING, detail, "set ANTHROPIC_API_KEY for relay, or run `claude /login` once"
+        )
     if status in (401, 403) or "failed to authenticate" in low or "invalid api key" in low:
         return RelayError(ErrorCode.AUTH_INVALID, detail, "check ANTHROPIC_API_KEY (or the claude login) and retry")
     if status == 429 or "rate limit" in low:
-        return RelayError(ErrorCode.RATE_LIMITED, detail, "the provider is rate limiting: wait and retry, or use another model")
+        return RelayError(
+            ErrorCode.RATE_LIMITED,
+            detail,
+            "the provider is rate limiting: wait and retry, or use another model",
+        )
     if "no conversation found" in low:
         return RelayError(
-            ErrorCode.SESSION_NOT_FOUND, detail, "resume from the cwd the session started in, or start a new session"
+            ErrorCode.SESSION_NOT_FOUND,
+            detail,
+            "resume from the cwd the session started in, or start a new session",
         )
     if status == 404 or "selected model" in low:
         return RelayError(ErrorCode.MODEL_NOT_FOUND, detail, "pick a model from status or the model list")
     if status is not None or "api error" in low or "timed out" in low:
         return RelayError(ErrorCode.UPSTREAM_ERROR, detail, "the model API failed; retry later or pick another model")
-    return RelayError(ErrorCode.AGENT_FAILED, detail, f"claude exited with code {exit_code}; see job_result(view='stderr')")
+    return RelayError(
+        ErrorCode.AGENT_FAILED, detail, f"claude exited with code {exit_code}; see job_result(view='stderr')"
+    )
 
 
 class ClaudeAdapter:

@@ -139,7 +139,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         print(json.dumps([engine.envelope(r.id) for r in records], indent=2))
         return 0
     rows = [
-        [r.id, r.agent, r.status, r.model or "-", _ago(r.created_at), " ".join(str(r.request.get("prompt", "")).split())[:50]]
+        [
+            r.id,
+            r.agent,
+            r.status,
+            r.model or "-",
+            _ago(r.created_at),
+            " ".join(str(r.request.get("prompt", "")).split())[:50],
+        ]
         for r in records
     ]
     print(_table(rows, ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]) if rows else "no jobs")
@@ -207,7 +214,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": cmd_serve, "run": cmd_run, "jobs": cmd_jobs, "show": cmd_show, "tail": cmd_tail, "cancel": cmd_cancel}
+COMMANDS = {
+    "serve": cmd_serve,
+    "run": cmd_run,
+    "jobs": cmd_jobs,
+    "show": cmd_show,
+    "tail": cmd_tail,
+    "cancel": cmd_cancel,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ import shutil
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -117,7 +117,7 @@ class Engine:
     # lifecycle ----------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[Engine]:
+    async def running(self) -> AsyncGenerator[Engine]:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             _ENGINES.add(self)
@@ -147,7 +147,10 @@ class Engine:
     def _resolve_cwd(self, raw: str | None) -> str:
         path = Path(raw).expanduser() if raw else Path.cwd()
         if not path.is_absolute():
-            raise invalid(f"cwd must be an absolute path, got {raw!r}", "pass the absolute path of the project directory")
+            raise invalid(
+                f"cwd must be an absolute path, got {raw!r}",
+                "pass the absolute path of the project directory",
+            )
         try:
             resolved = path.resolve(strict=True)
         except (OSError, RuntimeError):
@@ -190,7 +193,10 @@ class Engine:
                 permission = permission or session.permission
         permission = permission or settings.default_permission
         if permission not in PERMISSIONS:
-            raise invalid(f"permission {permission!r} is not one of {', '.join(PERMISSIONS)}", "use read-only, edit or full")
+            raise invalid(
+                f"permission {permission!r} is not one of {', '.join(PERMISSIONS)}",
+                "use read-only, edit or full",
+            )
         model = model or cfg.default_model
         if model:
             model = cfg.aliases.get(model, model)
@@ -203,7 +209,11 @@ class Engine:
         command = cfg.command or adapter.executable
         resolved = self._which(command)
         if resolved is None:
-            raise RelayError(ErrorCode.AGENT_NOT_INSTALLED, f"{req.agent} is not installed ({command!r} not found)", adapter.install_hint)
+            raise RelayError(
+                ErrorCode.AGENT_NOT_INSTALLED,
+                f"{req.agent} is not installed ({command!r} not found)",
+                adapter.install_hint,
+            )
         agent_request = AgentRequest(
             prompt=req.prompt,
             cwd=cwd,
@@ -290,9 +300,15 @@ class Engine:
     async def _run_task(self, job_id: str, live: _Live, task: TaskFn, timeout_s: float) -> None:
         deadline = time.time() + timeout_s
         self.store.mark_running(
-            job_id, pid=None, pid_start_ticks=None, boot_id=None, owner_pid=self._my_pid,
-            owner_start_ticks=self._my_start, deadline_at=deadline, idle_timeout_s=None,
-        )  # fmt: skip
+            job_id,
+            pid=None,
+            pid_start_ticks=None,
+            boot_id=None,
+            owner_pid=self._my_pid,
+            owner_start_ticks=self._my_start,
+            deadline_at=deadline,
+            idle_timeout_s=None,
+        )
         self._notify()
         seq = -1
         outcome: AgentResult | None = None
@@ -320,7 +336,14 @@ class Engine:
                     except RelayError as err:
                         outcome = AgentResult(ok=False, error=err)
                     except Exception as exc:  # translate at the edge: nothing escapes untranslated
-                        outcome = AgentResult(ok=False, error=RelayError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}", "report this as a relay bug"))
+                        outcome = AgentResult(
+                            ok=False,
+                            error=RelayError(
+                                ErrorCode.INTERNAL,
+                                f"{type(exc).__name__}: {exc}",
+                                "report this as a relay bug",
+                            ),
+                        )
                 if scope.cancelled_caught:
                     stop = "timed_out:wall"
                 inner.cancel_scope.cancel()
@@ -330,10 +353,14 @@ class Engine:
             rec = self.store.get_job(job_id)
             if rec is not None and not rec.is_final:
                 if stop == "cancelled":
-                    err = RelayError(ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result")
+                    err = RelayError(
+                        ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result"
+                    )
                     self._store_result(rec, "cancelled", outcome or AgentResult(ok=False, error=err), err, None)
                 elif stop:
-                    err = RelayError(ErrorCode.TIMEOUT, "the job ran past its timeout and was stopped", "raise timeout_s")
+                    err = RelayError(
+                        ErrorCode.TIMEOUT, "the job ran past its timeout and was stopped", "raise timeout_s"
+                    )
                     self._store_result(rec, "timed_out", outcome or AgentResult(ok=False, error=err), err, None)
                 elif outcome is not None:
                     self._store_result(rec, "completed" if outcome.ok else "failed", outcome, outcome.error, None)
@@ -380,7 +407,14 @@ class Engine:
                 self._fail(rec, err)
                 return
             except OSError as exc:
-                self._fail(rec, RelayError(ErrorCode.AGENT_FAILED, f"could not start {rec.agent}: {exc}", "check the agent's command in config.toml"))
+                self._fail(
+                    rec,
+                    RelayError(
+                        ErrorCode.AGENT_FAILED,
+                        f"could not start {rec.agent}: {exc}",
+                        "check the agent's command in config.toml",
+                    ),
+                )
                 return
             deadline = time.time() + prepared.timeout_s
             self.store.mark_running(
@@ -494,18 +528,29 @@ class Engine:
         elif stop and stop.startswith("timed_out"):
             status = "timed_out"
             what = "printed nothing for its idle timeout" if stop.endswith("idle") else "ran past its timeout"
-            error = RelayError(ErrorCode.TIMEOUT, f"the job {what} and was stopped", "raise timeout_s / idle_timeout_s, or split the task")
+            error = RelayError(
+                ErrorCode.TIMEOUT,
+                f"the job {what} and was stopped",
+                "raise timeout_s / idle_timeout_s, or split the task",
+            )
         elif result.ok:
             status, error = "completed", None
         elif exit_code is None:
             status = "interrupted"
-            error = error or RelayError(ErrorCode.INTERRUPTED, "the job's process ended without an exit status", "run it again")
+            error = error or RelayError(
+                ErrorCode.INTERRUPTED, "the job's process ended without an exit status", "run it again"
+            )
         else:
             status = "failed"
         self._store_result(rec, status, result, error, exit_code)
 
     def _store_result(
-        self, rec: JobRecord, status: str, result: AgentResult, error: RelayError | None, exit_code: int | None
+        self,
+        rec: JobRecord,
+        status: str,
+        result: AgentResult,
+        error: RelayError | None,
+        exit_code: int | None,
     ) -> None:
         files = self.files(rec.id)
         files.result.write_text(result.text, encoding="utf-8")
@@ -569,7 +614,9 @@ class Engine:
             adopted.append(rec.id)
             self.store.set_owner(rec.id, self._my_pid, self._my_start)
             if rec.kind != "cli":
-                err = RelayError(ErrorCode.INTERRUPTED, "relay stopped while this job ran in its process", "run it again")
+                err = RelayError(
+                    ErrorCode.INTERRUPTED, "relay stopped while this job ran in its process", "run it again"
+                )
                 self._store_result(rec, "interrupted", AgentResult(ok=False, error=err), err, None)
                 continue
             if rec.status == "queued":
@@ -672,7 +719,12 @@ class Engine:
         """A page of a job's full output: final text, transcript, raw stdout events, or stderr."""
         rec = self.get(job_id)
         files = self.files(rec.id)
-        paths = {"final": files.result, "transcript": files.dir / "transcript.txt", "events": files.stdout, "stderr": files.stderr}
+        paths = {
+            "final": files.result,
+            "transcript": files.dir / "transcript.txt",
+            "events": files.stdout,
+            "stderr": files.stderr,
+        }
         if view not in paths:
             raise invalid(f"view {view!r} is not one of {', '.join(paths)}", "use final, transcript, events or stderr")
         if offset < 0 or limit < 1:
@@ -711,7 +763,9 @@ class Engine:
             live.listeners.append(send)
         return receive
 
-    async def wait(self, job_ids: list[str], mode: Literal["any", "all"] = "any", timeout: float = 30.0) -> list[JobRecord]:
+    async def wait(
+        self, job_ids: list[str], mode: Literal["any", "all"] = "any", timeout: float = 30.0
+    ) -> list[JobRecord]:
         """Block until any/all of the jobs are final or `timeout` passes; returns their records."""
         if not job_ids:
             raise invalid("job_ids is empty", "pass the ids returned by delegate")
@@ -754,7 +808,10 @@ class Engine:
                 self._finish_without_process(rec, "cancelled")
                 live.done.set()
                 self._notify()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self.settings.kill_grace_s + supervisor.KILL_CONFIRM_S + 2):
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(self.settings.kill_grace_s + supervisor.KILL_CONFIRM_S + 2),
+            ):
                 await live.done.wait()
             return self.get(rec.id)
         # Run by another relay process (or by none): kill the group ourselves if it is still ours to kill.

@@ -39,7 +39,7 @@ def render_event(event: Event) -> str:
             return f"[tool] {d.get('name')} {json.dumps(d.get('input'), default=str)}"
         case "tool.completed":
             state = "ok" if d.get("ok") else "error"
-            return f"[tool {state}] {d.get('name')}: {str(d.get('output') or '')}"
+            return f"[tool {state}] {d.get('name')}: {d.get('output') or ''!s}"
         case "session.started":
             return f"[session] {d.get('session_id')} model={d.get('model')}"
         case "log":
@@ -64,9 +64,8 @@ def envelope(rec: JobRecord, files: JobFiles, limit: int) -> dict[str, Any]:
         output, total = read_text_page(files.result, 0, limit)
     truncated = total > len(output)
     duration_ms = None
-    if rec.started_at is not None:
-        end = rec.finished_at
-        duration_ms = int(((end if end is not None else rec.started_at) - rec.started_at) * 1000) if end else None
+    if rec.started_at is not None and rec.finished_at is not None:
+        duration_ms = int((rec.finished_at - rec.started_at) * 1000)
     return {
         "job_id": rec.id,
         "status": rec.status,

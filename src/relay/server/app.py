@@ -1,10 +1,9 @@
 """relay's MCP server: a thin layer of tools over the job engine (validation, waiting, progress)."""
 
-
 import json
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -37,7 +36,7 @@ INSTRUCTIONS = (
     "Call delegate; if it returns status 'running', call job_wait with its job_id, then job_result for long output."
 )
 
-READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 class EngineHolder:
@@ -54,7 +53,11 @@ class EngineHolder:
 
 def error_result(err: RelayError) -> CallToolResult:
     payload = {"error": err.to_dict()}
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(payload))], structured_content=payload, is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(payload))],
+        structured_content=payload,
+        is_error=True,
+    )
 
 
 def model_result(model: BaseModel, is_error: bool = False) -> CallToolResult:
@@ -92,8 +95,9 @@ def compact_schema(node: Any, output: bool = False) -> Any:
         out[str(key)] = compact_schema(value, output)  # pyright: ignore[reportUnknownArgumentType]
     variants = out.get("anyOf")
     if isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants:  # pyright: ignore[reportUnknownArgumentType]
-        other: Any = next(v for v in variants if v != {"type": "null"})  # pyright: ignore[reportUnknownVariableType]
-        if isinstance(other, dict) and isinstance(other.get("type"), str) and len(other) <= 2:  # pyright: ignore[reportUnknownMemberType]
+        others: list[Any] = [v for v in variants if v != {"type": "null"}]  # pyright: ignore[reportUnknownVariableType]
+        other: dict[str, Any] = others[0] if isinstance(others[0], dict) else {}  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(other.get("type"), str) and len(other) <= 2:
             del out["anyOf"]
             out.update(other)  # pyright: ignore[reportUnknownArgumentType]
             out["type"] = [other["type"], "null"]
@@ -125,13 +129,21 @@ class RelayServer(MCPServer[Any]):
                     f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in cause.errors()[:5]
                 )
                 return error_result(
-                    RelayError(ErrorCode.INVALID_ARGUMENT, f"invalid arguments for {name}: {problems}", "fix the arguments as the tool's input schema describes")
+                    RelayError(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"invalid arguments for {name}: {problems}",
+                        "fix the arguments as the tool's input schema describes",
+                    )
                 )
             if isinstance(cause, RelayError):
                 return error_result(cause)
             if cause is not None:
                 return error_result(
-                    RelayError(ErrorCode.INTERNAL, f"{name} failed: {type(cause).__name__}: {cause}", "report this as a relay bug")
+                    RelayError(
+                        ErrorCode.INTERNAL,
+                        f"{name} failed: {type(cause).__name__}: {cause}",
+                        "report this as a relay bug",
+                    )
                 )
             raise
 
@@ -189,7 +201,7 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
     started = time.time()
 
     @asynccontextmanager
-    async def lifespan(_: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
         engine = engine_factory(settings)
         async with engine.running():
             holder.engine = engine
@@ -218,7 +230,9 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
         continue_latest: Annotated[bool, Field(description="continue the newest session in cwd")] = False,
         mode: Literal["auto", "sync", "async"] = "auto",
         timeout_s: Annotated[float | None, Field(description="wall-clock limit for the job")] = None,
-        permission: Annotated[Literal["read-only", "edit", "full"] | None, Field(description="default read-only")] = None,
+        permission: Annotated[
+            Literal["read-only", "edit", "full"] | None, Field(description="default read-only")
+        ] = None,
         system_prompt: Annotated[str | None, Field(description="appended to the agent's system prompt")] = None,
         max_turns: Annotated[int | None, Field(description="limit on agent turns")] = None,
     ) -> Annotated[CallToolResult, Envelope]:
@@ -255,7 +269,9 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
         limit: Annotated[int, Field(ge=1, le=200_000, description="characters per page")] = 20_000,
     ) -> Annotated[CallToolResult, OutputPage]:
         return await run_guarded(
-            lambda: _value(model_result(OutputPage.model_validate(holder.get().read_output(job_id, view, offset, limit))))
+            lambda: _value(
+                model_result(OutputPage.model_validate(holder.get().read_output(job_id, view, offset, limit)))
+            )
         )
 
     @server.tool(
@@ -295,7 +311,9 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
         limit: Annotated[int, Field(ge=1, le=500)] = 20,
     ) -> Annotated[CallToolResult, JobList]:
         async def go() -> CallToolResult:
-            records = holder.get().list(statuses=status or (), agent=agent, since=since, session_id=session_id, limit=limit)
+            records = holder.get().list(
+                statuses=status or (), agent=agent, since=since, session_id=session_id, limit=limit
+            )
             jobs = [
                 JobSummary(
                     job_id=r.id,
@@ -312,7 +330,10 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
 
         return await run_guarded(go)
 
-    @server.tool(description="List agent sessions that can be resumed with delegate(session_id=...).", annotations=READ_ONLY)
+    @server.tool(
+        description="List agent sessions that can be resumed with delegate(session_id=...).",
+        annotations=READ_ONLY,
+    )
     async def session_list(
         agent: str | None = None, limit: Annotated[int, Field(ge=1, le=500)] = 20
     ) -> Annotated[CallToolResult, SessionList]:
@@ -335,7 +356,10 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
 
         return await run_guarded(go)
 
-    @server.tool(description="relay's version, uptime, which agent CLIs are installed, running jobs.", annotations=READ_ONLY)
+    @server.tool(
+        description="relay's version, uptime, which agent CLIs are installed, running jobs.",
+        annotations=READ_ONLY,
+    )
     async def status() -> Annotated[CallToolResult, StatusInfo]:
         async def go() -> CallToolResult:
             engine = holder.get()

@@ -20,7 +20,13 @@ class BearerAuth:
             headers = dict(scope.get("headers") or [])
             got = headers.get(b"authorization", b"")
             if not hmac.compare_digest(got, self.expected):
-                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": b'{"error":"missing or wrong bearer token"}'})
                 return
         await self.app(scope, receive, send)
@@ -32,7 +38,11 @@ def build_http_app(server: RelayServer, host: str, port: int, token: str | None)
     hosts = [f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")] + ["127.0.0.1", "localhost"]
     if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         hosts += [host, f"{host}:{port}"]
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts])
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
     app = server.streamable_http_app(transport_security=security, host=host)
     return BearerAuth(app, token) if token else app
 

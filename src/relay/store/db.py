@@ -127,11 +127,24 @@ class Store:
         self._exec(
             "UPDATE jobs SET status='running', started_at=?, pid=?, pid_start_ticks=?, boot_id=?, owner_pid=?,"
             " owner_start_ticks=?, deadline_at=?, idle_timeout_s=? WHERE id=?",
-            (time.time(), pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, deadline_at, idle_timeout_s, job_id),
+            (
+                time.time(),
+                pid,
+                pid_start_ticks,
+                boot_id,
+                owner_pid,
+                owner_start_ticks,
+                deadline_at,
+                idle_timeout_s,
+                job_id,
+            ),
         )
 
     def set_owner(self, job_id: str, owner_pid: int, owner_start_ticks: int | None) -> None:
-        self._exec("UPDATE jobs SET owner_pid=?, owner_start_ticks=? WHERE id=?", (owner_pid, owner_start_ticks, job_id))
+        self._exec(
+            "UPDATE jobs SET owner_pid=?, owner_start_ticks=? WHERE id=?",
+            (owner_pid, owner_start_ticks, job_id),
+        )
 
     def request_cancel(self, job_id: str) -> None:
         self._exec("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
@@ -236,7 +249,15 @@ class Store:
     # sessions ---------------------------------------------------------------------------
 
     def upsert_session(
-        self, agent: str, session_id: str, *, cwd: str, model: str | None, permission: str, title: str, cost: float
+        self,
+        agent: str,
+        session_id: str,
+        *,
+        cwd: str,
+        model: str | None,
+        permission: str,
+        title: str,
+        cost: float,
     ) -> None:
         now = time.time()
         self._exec(
