@@ -1,6 +1,7 @@
 """relay's MCP server: a thin layer of tools over the job engine (validation, waiting, progress)."""
 
 import json
+import os
 import shutil
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -390,6 +391,7 @@ def status_info(engine: Engine, started: float) -> StatusInfo:
     queued = len(engine.list(statuses=("queued",), limit=10_000))
     return StatusInfo(
         version=__version__,
+        pid=os.getpid(),
         uptime_s=round(time.time() - started, 3),
         home=str(settings.home),
         agents=agents,

@@ -95,6 +95,7 @@ class AgentInfo(BaseModel):
 
 class StatusInfo(BaseModel):
     version: str
+    pid: int
     uptime_s: float
     home: str
     agents: list[AgentInfo]
