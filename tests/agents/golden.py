@@ -31,9 +31,7 @@ def feed(parser: Parser, text: str) -> list[Event]:
     return events
 
 
-def replay(
-    parser: Parser, name: str, exit_code: int | None = 0, stderr: str = ""
-) -> tuple[AgentResult, list[str]]:
+def replay(parser: Parser, name: str, exit_code: int | None = 0, stderr: str = "") -> tuple[AgentResult, list[str]]:
     """Feed a golden capture, finish, and return the result with the event types seen."""
     events = feed(parser, golden(name))
     return parser.finish(exit_code, stderr), [e.type for e in events]

@@ -29,9 +29,7 @@ TEXT_THREAD = "01a1fdea-b50b-74e3-a908-2db5de7dba18"
 
 def test_a_text_run_yields_the_answer_thread_id_and_usage() -> None:
     result, types = replay(CodexParser(), "codex_exec_json_text.ndjson")
-    assert result == AgentResult(
-        ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=11, output=7, cached=0)
-    )
+    assert result == AgentResult(ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=11, output=7, cached=0))
     assert types == ["session.started", "message", "turn.completed"]
 
 
@@ -60,9 +58,7 @@ def test_a_patch_lists_its_files_as_changed() -> None:
     assert result.ok
     assert result.files_changed == ("<lab>/wsg/created_by_patch.txt",)
     changes = [{"path": "<lab>/wsg/created_by_patch.txt", "kind": "add"}]
-    assert result.tool_uses == (
-        {"id": "item_0", "name": "apply_patch", "input": {"changes": changes}, "ok": True},
-    )
+    assert result.tool_uses == ({"id": "item_0", "name": "apply_patch", "input": {"changes": changes}, "ok": True},)
 
 
 def test_a_sandbox_blocked_command_leaves_no_tool_use_and_still_succeeds() -> None:
@@ -73,9 +69,7 @@ def test_a_sandbox_blocked_command_leaves_no_tool_use_and_still_succeeds() -> No
 
 def test_a_resumed_run_keeps_the_thread_id() -> None:
     result, _ = replay(CodexParser(), "codex_exec_resume_json.ndjson")
-    assert result == AgentResult(
-        ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=22, output=14, cached=0)
-    )
+    assert result == AgentResult(ok=True, text=TEXT, session_id=TEXT_THREAD, usage=Usage(input=22, output=14, cached=0))
 
 
 @pytest.mark.parametrize(
@@ -120,9 +114,7 @@ def test_error_events_and_error_items_are_warnings_not_failures() -> None:
     warn = parser.feed('{"type":"error","message":"model metadata for `x` not found"}')
     item = parser.feed('{"type":"item.completed","item":{"id":"i","type":"error","message":"unknown model"}}')
     parser.feed('{"type":"item.completed","item":{"id":"m","type":"agent_message","text":"done"}}')
-    parser.feed(
-        '{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2}}'
-    )
+    parser.feed('{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2}}')
     assert [e.type for e in warn + item] == ["warning", "warning"]
     assert parser.finish(0, "") == AgentResult(ok=True, text="done", session_id="t", usage=Usage(1, 2, 0))
 
@@ -136,16 +128,12 @@ def test_outside_a_git_repo_without_the_skip_flag_is_an_invalid_argument() -> No
     result = CodexParser().finish(1, golden("codex_exec_not_git.stderr"))
     assert result.error is not None
     assert result.error.code == ErrorCode.INVALID_ARGUMENT
-    assert (
-        result.error.message == "Not inside a trusted directory and --skip-git-repo-check was not specified."
-    )
+    assert result.error.message == "Not inside a trusted directory and --skip-git-repo-check was not specified."
     assert "git" in result.error.hint
 
 
 def test_resuming_an_unknown_thread_is_session_not_found() -> None:
-    stderr = (
-        "Error: thread/resume failed: no rollout found for thread id abc (code -32600)\n   0: backtrace\n"
-    )
+    stderr = "Error: thread/resume failed: no rollout found for thread id abc (code -32600)\n   0: backtrace\n"
     result = CodexParser().finish(1, stderr)
     assert result.error is not None and result.error.code == ErrorCode.SESSION_NOT_FOUND
     assert "no rollout found" in result.error.message
@@ -168,26 +156,54 @@ def test_noise_lines_become_log_events() -> None:
 def test_a_new_session_passes_cwd_and_the_sandbox_for_each_permission(permission: str, sandbox: str) -> None:
     inv = build(AgentRequest(prompt="hello", cwd="/w", permission=permission), HOST)  # pyright: ignore[reportArgumentType]
     assert inv.argv == (
-        "/usr/bin/codex", "exec", "--json", "-C", "/w", "--skip-git-repo-check", "-s", sandbox, "hello",
-    )  # fmt: skip
+        "/usr/bin/codex",
+        "exec",
+        "--json",
+        "-C",
+        "/w",
+        "--skip-git-repo-check",
+        "-s",
+        sandbox,
+        "hello",
+    )
     assert inv.cwd == "/w" and inv.stdin_text is None
 
 
 def test_model_and_reasoning_effort_are_passed_as_flag_and_config_override() -> None:
     req = AgentRequest(prompt="p", cwd="/w", model="gpt-5.5", reasoning_effort="high")
     assert build(req, HOST).argv == (
-        "/usr/bin/codex", "exec", "--json", "-C", "/w", "--skip-git-repo-check", "-s", "read-only",
-        "-m", "gpt-5.5", "-c", 'model_reasoning_effort="high"', "p",
-    )  # fmt: skip
+        "/usr/bin/codex",
+        "exec",
+        "--json",
+        "-C",
+        "/w",
+        "--skip-git-repo-check",
+        "-s",
+        "read-only",
+        "-m",
+        "gpt-5.5",
+        "-c",
+        'model_reasoning_effort="high"',
+        "p",
+    )
 
 
 def test_resume_uses_a_sandbox_override_and_repasses_the_model_without_cd() -> None:
     req = AgentRequest(prompt="next", cwd="/w", model="gpt-5.5", session_id="thr-1", permission="edit")
     inv = build(req, HOST)
     assert inv.argv == (
-        "/usr/bin/codex", "exec", "--json", "--skip-git-repo-check", "-c", 'sandbox_mode="workspace-write"',
-        "-m", "gpt-5.5", "resume", "thr-1", "next",
-    )  # fmt: skip
+        "/usr/bin/codex",
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "-c",
+        'sandbox_mode="workspace-write"',
+        "-m",
+        "gpt-5.5",
+        "resume",
+        "thr-1",
+        "next",
+    )
     assert inv.cwd == "/w"
 
 

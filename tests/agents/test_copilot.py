@@ -48,8 +48,7 @@ def test_a_shell_run_records_the_tool_and_keeps_only_the_non_empty_final_message
     }
     assert result == AgentResult(
         ok=True,
-        text="MOCK-DONE: tool output was: <lab>/wscg\ncreated_by_shell.txt\n"
-        "<shellId: 0 completed with exit code 0>",
+        text="MOCK-DONE: tool output was: <lab>/wscg\ncreated_by_shell.txt\n<shellId: 0 completed with exit code 0>",
         session_id="76196bb2-8fb7-4f24-ba4b-0fea097a3f17",
         model="gpt-4.1",
         num_turns=2,
@@ -79,9 +78,7 @@ def test_a_resumed_run_keeps_the_session_id() -> None:
         ("copilot_json_error_conn_refused.out", ErrorCode.UPSTREAM_ERROR, 5),
     ],
 )
-def test_every_recorded_session_error_maps_to_its_error_code(
-    name: str, code: ErrorCode, retries: int
-) -> None:
+def test_every_recorded_session_error_maps_to_its_error_code(name: str, code: ErrorCode, retries: int) -> None:
     result, types = replay(CopilotParser(), name, exit_code=1)
     error = next(json.loads(line) for line in golden(name).splitlines() if '"session.error"' in line)["data"]
     assert not result.ok and result.error is not None
@@ -95,9 +92,7 @@ def test_a_query_error_with_a_status_code_names_it() -> None:
     result, _ = replay(CopilotParser(), "copilot_json_error_e500.out", exit_code=1)
     assert result.error is not None and "Last error: 500" in result.error.message
     parser = CopilotParser()
-    parser.feed(
-        '{"type":"session.error","data":{"errorType":"query","message":"bad gateway","statusCode":502}}'
-    )
+    parser.feed('{"type":"session.error","data":{"errorType":"query","message":"bad gateway","statusCode":502}}')
     parser.feed('{"type":"result","sessionId":"s","exitCode":1}')
     error = parser.finish(1, "").error
     assert error is not None and (error.code, error.message) == (
@@ -108,10 +103,7 @@ def test_a_query_error_with_a_status_code_names_it() -> None:
 
 def test_a_rate_limit_session_error_is_rate_limited() -> None:
     parser = CopilotParser()
-    parser.feed(
-        '{"type":"session.error",'
-        '"data":{"errorType":"rate_limit","message":"429 slow down","statusCode":429}}'
-    )
+    parser.feed('{"type":"session.error","data":{"errorType":"rate_limit","message":"429 slow down","statusCode":429}}')
     parser.feed('{"type":"result","sessionId":"s","exitCode":1}')
     result = parser.finish(1, "")
     assert result.error is not None and result.error.code == ErrorCode.RATE_LIMITED
@@ -131,8 +123,7 @@ def test_a_run_aborted_by_sigterm_is_not_a_success_despite_exit_code_zero() -> N
         (
             "copilot_error_no_model.stderr",
             ErrorCode.CONFIG_INVALID,
-            "BYOK providers require an explicit model. "
-            "Run `copilot help providers` for configuration details.",
+            "BYOK providers require an explicit model. Run `copilot help providers` for configuration details.",
         ),
         (
             "copilot_error_offline_without_provider.stderr",
@@ -226,8 +217,15 @@ def test_model_effort_and_resume_are_passed() -> None:
         prompt="hello", cwd="/w", model="gpt-5", reasoning_effort="high", session_id="s-1", permission="edit"
     )
     assert build(req, HOST).argv == (
-        *BASE, "--model", "gpt-5", "--allow-tool", "write", "--reasoning-effort", "high", "--resume=s-1",
-    )  # fmt: skip
+        *BASE,
+        "--model",
+        "gpt-5",
+        "--allow-tool",
+        "write",
+        "--reasoning-effort",
+        "high",
+        "--resume=s-1",
+    )
 
 
 def test_continue_latest_uses_continue_and_no_session_id() -> None:

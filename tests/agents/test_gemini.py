@@ -125,9 +125,7 @@ def test_an_error_result_line_maps_its_http_status_and_exit_code(status: int, co
         (1, "An unexpected critical error occurred:[object Object]", ErrorCode.AGENT_FAILED),
     ],
 )
-def test_exit_codes_and_stderr_without_json_map_to_error_codes(
-    exit_code: int, stderr: str, code: ErrorCode
-) -> None:
+def test_exit_codes_and_stderr_without_json_map_to_error_codes(exit_code: int, stderr: str, code: ErrorCode) -> None:
     result = GeminiParser().finish(exit_code, "[STARTUP] loading\n" + stderr)
     assert not result.ok and result.error is not None
     assert result.error.code == code and result.error.hint
@@ -139,10 +137,7 @@ def test_an_untrusted_folder_hint_names_the_trust_variable() -> None:
 
 
 def test_stderr_noise_alone_is_not_a_failure() -> None:
-    noise = (
-        "256-color support not detected.\nRipgrep is not available.\n"
-        "Attempt 1 failed with status 500. Retrying..."
-    )
+    noise = "256-color support not detected.\nRipgrep is not available.\nAttempt 1 failed with status 500. Retrying..."
     result, _ = replay(GeminiParser(), "gemini_stream_text.ndjson", exit_code=0, stderr=noise)
     assert result.ok and result.error is None
 
@@ -182,9 +177,7 @@ def test_a_run_without_a_result_line_is_a_failure() -> None:
     assert not result.ok and result.error is not None and result.error.code == ErrorCode.AGENT_FAILED
 
 
-@pytest.mark.parametrize(
-    ("permission", "mode"), [("read-only", ()), ("edit", ("--approval-mode", "auto_edit"))]
-)
+@pytest.mark.parametrize(("permission", "mode"), [("read-only", ()), ("edit", ("--approval-mode", "auto_edit"))])
 def test_read_only_passes_no_approval_flag_and_edit_auto_edit(permission: str, mode: tuple[str, ...]) -> None:
     inv = build(AgentRequest(prompt="hello", cwd="/w", permission=permission), HOST)  # pyright: ignore[reportArgumentType]
     assert inv.argv == ("/usr/bin/gemini", "-p", "hello", "-m", DEFAULT_MODEL, "-o", "stream-json", *mode)
@@ -194,9 +187,18 @@ def test_read_only_passes_no_approval_flag_and_edit_auto_edit(permission: str, m
 def test_full_permission_is_yolo_with_the_given_model_and_resume() -> None:
     req = AgentRequest(prompt="p", cwd="/w", permission="full", model="gemini-2.5-pro", session_id="u-1")
     assert build(req, HOST).argv == (
-        "/usr/bin/gemini", "-p", "p", "-m", "gemini-2.5-pro", "-o", "stream-json",
-        "--approval-mode", "yolo", "--resume", "u-1",
-    )  # fmt: skip
+        "/usr/bin/gemini",
+        "-p",
+        "p",
+        "-m",
+        "gemini-2.5-pro",
+        "-o",
+        "stream-json",
+        "--approval-mode",
+        "yolo",
+        "--resume",
+        "u-1",
+    )
 
 
 def test_the_model_is_always_passed_defaulting_to_flash() -> None:

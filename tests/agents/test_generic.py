@@ -46,8 +46,17 @@ def test_the_template_is_rendered_with_prompt_and_cwd_then_extra_args() -> None:
 def test_model_args_and_resume_args_are_added_only_when_set() -> None:
     inv = adapter().build(AgentRequest(prompt="p", cwd="/w", model="m1", session_id="s1"), HOST)
     assert inv.argv == (
-        "/opt/aider", "run", "--cwd", "/w", "--prompt=p", "--model", "m1", "--session", "s1", "-q",
-    )  # fmt: skip
+        "/opt/aider",
+        "run",
+        "--cwd",
+        "/w",
+        "--prompt=p",
+        "--model",
+        "m1",
+        "--session",
+        "s1",
+        "-q",
+    )
 
 
 def test_a_template_without_the_prompt_sends_it_on_stdin() -> None:
@@ -56,9 +65,7 @@ def test_a_template_without_the_prompt_sends_it_on_stdin() -> None:
 
 
 def test_an_argument_that_is_only_an_unset_placeholder_is_dropped() -> None:
-    inv = adapter(args=("{prompt}", "{model}", "x{session_id}y")).build(
-        AgentRequest(prompt="p", cwd="/w"), HOST
-    )
+    inv = adapter(args=("{prompt}", "{model}", "x{session_id}y")).build(AgentRequest(prompt="p", cwd="/w"), HOST)
     assert inv.argv == ("/opt/aider", "p", "xy", "-q")
 
 
@@ -143,9 +150,7 @@ def test_the_fake_generic_cli_round_trips_in_jsonl_mode(tmp_path: Path) -> None:
 
 
 def test_the_fake_generic_cli_reads_stdin_in_text_mode_and_fails_on_demand(tmp_path: Path) -> None:
-    ok, _ = run_fake(
-        GenericAdapter("generic", AgentConfig(args=("--",))), AgentRequest(prompt="hi", cwd=str(tmp_path))
-    )
+    ok, _ = run_fake(GenericAdapter("generic", AgentConfig(args=("--",))), AgentRequest(prompt="hi", cwd=str(tmp_path)))
     assert ok == AgentResult(ok=True, text="answer: hi")
     bad, _ = run_fake(
         GenericAdapter("generic", AgentConfig(args=("{prompt}",))),

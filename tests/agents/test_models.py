@@ -31,8 +31,14 @@ def test_claude_family_names_pass_through_for_the_cli_to_resolve() -> None:
 
 def test_choices_list_models_then_aliases_without_duplicates() -> None:
     assert model_choices("gemini") == [
-        "gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite", "pro", "flash", "flash-lite", "lite",
-    ]  # fmt: skip
+        "gemini-2.5-pro",
+        "gemini-2.5-flash",
+        "gemini-2.5-flash-lite",
+        "pro",
+        "flash",
+        "flash-lite",
+        "lite",
+    ]
     assert model_choices("claude") == ["sonnet", "opus", "haiku"]
     assert model_choices("nobody") == []
 

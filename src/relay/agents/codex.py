@@ -81,9 +81,7 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
     via_stdin = request.prompt.startswith("-") or len(request.prompt.encode()) > MAX_ARGV_PROMPT_BYTES
     argv.append("-" if via_stdin else request.prompt)
     env = child_env(host, ENV_ALLOW, ENV_PREFIXES)
-    return Invocation(
-        argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=request.prompt if via_stdin else None
-    )
+    return Invocation(argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=request.prompt if via_stdin else None)
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
@@ -167,12 +165,8 @@ class CodexParser:
                     path = as_dict(change).get("path")
                     if isinstance(path, str) and path not in self.files_changed:
                         self.files_changed.append(path)
-            output = (
-                item.get("aggregated_output") if item_type == "command_execution" else item.get("changes")
-            )
-            out.append(
-                Event(ev.TOOL_COMPLETED, {"id": item_id, "name": entry["name"], "ok": ok, "output": output})
-            )
+            output = item.get("aggregated_output") if item_type == "command_execution" else item.get("changes")
+            out.append(Event(ev.TOOL_COMPLETED, {"id": item_id, "name": entry["name"], "ok": ok, "output": output}))
         return out
 
     def finish(self, exit_code: int | None, stderr_tail: str) -> AgentResult:
@@ -269,16 +263,11 @@ def error_from_text(detail: str, exit_code: int | None, stderr_tail: str = "") -
             "use a cwd inside a git repository, or make agents.codex.command forward --skip-git-repo-check",
         )
     if "model" in low and ("does not exist" in low or "not found" in low or "model_not_found" in low):
-        return RelayError(
-            ErrorCode.MODEL_NOT_FOUND, detail, "pick a model from the codex model catalog, e.g. gpt-5.5"
-        )
+        return RelayError(ErrorCode.MODEL_NOT_FOUND, detail, "pick a model from the codex model catalog, e.g. gpt-5.5")
     if _status(low, r"5\d\d") or any(
-        s in low
-        for s in ("high demand", "stream disconnected", "reconnecting", "internal server error", "overloaded")
+        s in low for s in ("high demand", "stream disconnected", "reconnecting", "internal server error", "overloaded")
     ):
-        return RelayError(
-            ErrorCode.UPSTREAM_ERROR, detail, "the model API failed; retry later or pick another model"
-        )
+        return RelayError(ErrorCode.UPSTREAM_ERROR, detail, "the model API failed; retry later or pick another model")
     if "unexpected argument" in low or exit_code == 2:
         return RelayError(
             ErrorCode.CONFIG_INVALID,

@@ -166,9 +166,7 @@ class CopilotParser:
                 }
             )
         output = as_dict(data.get("result")).get("content") if ok else error.get("message")
-        return [
-            Event(ev.TOOL_COMPLETED, {"id": tool_id, "name": entry.get("name"), "ok": ok, "output": output})
-        ]
+        return [Event(ev.TOOL_COMPLETED, {"id": tool_id, "name": entry.get("name"), "ok": ok, "output": output})]
 
     def finish(self, exit_code: int | None, stderr_tail: str) -> AgentResult:
         res = self.result or {}

@@ -64,9 +64,7 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
         argv += ["--resume", "latest"]
     argv += list(host.extra_args)
     env = child_env(host, ENV_ALLOW, ENV_PREFIXES)
-    return Invocation(
-        argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=request.prompt if via_stdin else None
-    )
+    return Invocation(argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=request.prompt if via_stdin else None)
 
 
 def _usage(stats: dict[str, Any]) -> Usage:
@@ -118,9 +116,7 @@ class GeminiParser:
         if kind == "tool_result":
             return self._tool_result(obj)
         if kind == "error":
-            message = str(
-                obj.get("message") or as_dict(obj.get("error")).get("message") or "gemini reported an error"
-            )
+            message = str(obj.get("message") or as_dict(obj.get("error")).get("message") or "gemini reported an error")
             self.errors.append(message)
             return [Event(ev.WARNING, {"message": message})]
         if kind == "result":
@@ -149,9 +145,7 @@ class GeminiParser:
                 }
             )
         output = obj.get("output") if ok else error.get("message")
-        return [
-            Event(ev.TOOL_COMPLETED, {"id": tool_id, "name": entry.get("name"), "ok": ok, "output": output})
-        ]
+        return [Event(ev.TOOL_COMPLETED, {"id": tool_id, "name": entry.get("name"), "ok": ok, "output": output})]
 
     def finish(self, exit_code: int | None, stderr_tail: str) -> AgentResult:
         res = self.result or {}
@@ -167,13 +161,14 @@ class GeminiParser:
         # Any non-zero exit is a failure; stderr output alone is not (it is full of notices).
         if res.get("status") == "success" and exit_code in (0, None):
             return AgentResult(ok=True, text=text, **common)
-        stderr_error = _stderr_error_json(stderr_tail)
-        if stderr_error is not None:
+        stderr_error = None if res else _stderr_error_json(stderr_tail)
+        if res and res.get("status") != "success":
+            message, status = _api_error(as_dict(res.get("error")))
+        elif stderr_error is not None:
+            # `-o json` style: stdout is empty and the error object follows stack traces on stderr.
             if common["session_id"] is None and isinstance(stderr_error.get("session_id"), str):
                 common["session_id"] = stderr_error["session_id"]
             message, status = _api_error(as_dict(stderr_error.get("error")))
-        elif res and res.get("status") != "success":
-            message, status = _api_error(as_dict(res.get("error")))
         else:
             message = (
                 "; ".join(self.errors)
@@ -183,9 +178,7 @@ class GeminiParser:
             status = None
         if status is None and exit_code is not None:
             status = EXIT_HTTP_STATUS.get(exit_code)
-        return AgentResult(
-            ok=False, text=text, error=error_for(message, status, exit_code, stderr_tail), **common
-        )
+        return AgentResult(ok=False, text=text, error=error_for(message, status, exit_code, stderr_tail), **common)
 
 
 def _stderr_error_json(stderr_tail: str) -> dict[str, Any] | None:
@@ -238,8 +231,7 @@ def error_for(message: str, status: int | None, exit_code: int | None, stderr_ta
         return RelayError(
             ErrorCode.AUTH_MISSING,
             message,
-            'set GEMINI_API_KEY for relay, and security.auth.selectedType="gemini-api-key" '
-            "in ~/.gemini/settings.json",
+            'set GEMINI_API_KEY for relay, and security.auth.selectedType="gemini-api-key" in ~/.gemini/settings.json',
         )
     if exit_code == EXIT_UNTRUSTED or "trusted directory" in low or "trusted folder" in low:
         return RelayError(
@@ -249,23 +241,14 @@ def error_for(message: str, status: int | None, exit_code: int | None, stderr_ta
         )
     if exit_code == EXIT_INPUT or "error resuming session" in low:
         if "already exists" in low:
-            return RelayError(
-                ErrorCode.INVALID_ARGUMENT, message, "start the session without a fixed session id"
-            )
+            return RelayError(ErrorCode.INVALID_ARGUMENT, message, "start the session without a fixed session id")
         return RelayError(
             ErrorCode.SESSION_NOT_FOUND,
             message,
             "resume from the cwd the session started in, or start a new session",
         )
-    if (
-        status in (401, 403)
-        or "api key not valid" in low
-        or "permission_denied" in low
-        or "unauthenticated" in low
-    ):
-        return RelayError(
-            ErrorCode.AUTH_INVALID, message, "check GEMINI_API_KEY (or the gemini login) and retry"
-        )
+    if status in (401, 403) or "api key not valid" in low or "permission_denied" in low or "unauthenticated" in low:
+        return RelayError(ErrorCode.AUTH_INVALID, message, "check GEMINI_API_KEY (or the gemini login) and retry")
     if status == 429 or "resource_exhausted" in low or "quota" in low:
         return RelayError(
             ErrorCode.RATE_LIMITED,
@@ -273,9 +256,7 @@ def error_for(message: str, status: int | None, exit_code: int | None, stderr_ta
             "the provider is rate limiting: wait and retry, or use another model",
         )
     if status == 404 or ("model" in low and "not found" in low):
-        return RelayError(
-            ErrorCode.MODEL_NOT_FOUND, message, "pick a model from the model list, e.g. gemini-2.5-flash"
-        )
+        return RelayError(ErrorCode.MODEL_NOT_FOUND, message, "pick a model from the model list, e.g. gemini-2.5-flash")
     if status == 400:
         return RelayError(
             ErrorCode.INVALID_ARGUMENT,
@@ -283,9 +264,7 @@ def error_for(message: str, status: int | None, exit_code: int | None, stderr_ta
             "the model API rejected the request: check the model name and the prompt",
         )
     if (status is not None and status >= 500) or "fetch failed" in low or "api error" in low:
-        return RelayError(
-            ErrorCode.UPSTREAM_ERROR, message, "the model API failed; retry later or pick another model"
-        )
+        return RelayError(ErrorCode.UPSTREAM_ERROR, message, "the model API failed; retry later or pick another model")
     return RelayError(
         ErrorCode.AGENT_FAILED, message, f"gemini exited with code {exit_code}; see job_result(view='stderr')"
     )

@@ -74,9 +74,7 @@ def build(name: str, cfg: AgentConfig, request: AgentRequest, host: HostContext)
         argv += render(cfg.resume_args, values)
     argv += list(host.extra_args)
     env = child_env(host)
-    return Invocation(
-        argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=None if in_template else request.prompt
-    )
+    return Invocation(argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=None if in_template else request.prompt)
 
 
 def _first_str(obj: dict[str, Any], keys: tuple[str, ...]) -> str | None:

@@ -173,9 +173,7 @@ async def run_chat(
         return AgentResult(ok=False, model=label, error=error)
     cost = used.model.cost(outcome.usage)
     emit(Event(TURN_COMPLETED, {"usage": outcome.usage.to_dict(), "cost_usd": cost}))
-    return AgentResult(
-        ok=True, text=outcome.text, model=label, usage=outcome.usage, cost_usd=cost, num_turns=1
-    )
+    return AgentResult(ok=True, text=outcome.text, model=label, usage=outcome.usage, cost_usd=cost, num_turns=1)
 
 
 def with_model(call: ChatCall, model: ModelInfo, provider: ProviderInfo, api_key: str) -> ChatCall:

@@ -132,9 +132,7 @@ def load_image(spec: str) -> ImageData:
         return ImageData(match.group(1), base64.b64encode(raw).decode("ascii"))
     path = Path(spec).expanduser()
     if not path.is_absolute():
-        raise invalid(
-            f"images must be absolute paths or data URLs, got {spec[:80]!r}", "pass the image's full path"
-        )
+        raise invalid(f"images must be absolute paths or data URLs, got {spec[:80]!r}", "pass the image's full path")
     media_type = IMAGE_TYPES.get(path.suffix.lower())
     if media_type is None:
         raise invalid(f"image {spec!r} is not png, jpeg, gif or webp", "convert it to one of those")

@@ -79,9 +79,7 @@ def _status_of(exc: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def translate(
-    exc: BaseException, provider: ProviderInfo, model: str, secrets: Iterable[str]
-) -> Failure | None:
+def translate(exc: BaseException, provider: ProviderInfo, model: str, secrets: Iterable[str]) -> Failure | None:
     """The RelayError for an SDK/HTTP exception, or None when it is not one (a relay bug: let it raise)."""
     if isinstance(exc, RelayError):
         return Failure(exc)

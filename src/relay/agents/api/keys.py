@@ -51,9 +51,7 @@ def _read_file(settings: Settings) -> dict[str, str]:
             'write {"XAI_API_KEY": "..."} or remove the file',
         ) from None
     if not isinstance(raw, dict):
-        raise RelayError(
-            ErrorCode.CONFIG_INVALID, f"{path} must hold a JSON object", 'write {"XAI_API_KEY": "..."}'
-        )
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"{path} must hold a JSON object", 'write {"XAI_API_KEY": "..."}')
     return {str(k): v.strip() for k, v in raw.items() if isinstance(v, str) and v.strip()}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType, reportUnknownMemberType]
 
 

@@ -94,9 +94,7 @@ class ModelInfo:
         if self.input_price is None or self.output_price is None:
             return None
         cached_price = self.cached_price if self.cached_price is not None else self.input_price
-        total = (
-            usage.input * self.input_price + usage.cached * cached_price + usage.output * self.output_price
-        )
+        total = usage.input * self.input_price + usage.cached * cached_price + usage.output * self.output_price
         return round(total / 1_000_000, 8)
 
 
@@ -122,9 +120,7 @@ class Registry:
         """A model by `provider:model`, alias, or bare model name."""
         raw = name.strip()
         if not raw:
-            raise RelayError(
-                ErrorCode.INVALID_ARGUMENT, "model is empty", "pass a model such as sonnet or xai:grok-4"
-            )
+            raise RelayError(ErrorCode.INVALID_ARGUMENT, "model is empty", "pass a model such as sonnet or xai:grok-4")
         key = raw.lower()
         if key in self.aliases:
             return self.models[self.aliases[key]]
@@ -222,7 +218,8 @@ def _provider(name: str, table: dict[str, Any], base: ProviderInfo | None) -> Pr
             f"[{where}] has no base_url",
             f"add base_url = 'http://host:port/v1' to [{where}]",
         )
-    start = base or ProviderInfo(name=name, kind="openai", base_url=base_url, local=True)
+    # A provider only config.toml declares is a local server unless it names key variables.
+    start = base or ProviderInfo(name=name, kind="openai", base_url=base_url, local="key_env" not in table)
     fallback = table.get("fallback_model", start.fallback_model)
     return replace(
         start,
@@ -269,9 +266,7 @@ def load_registry(settings: Settings) -> Registry:
     }
     for name, table in read_config_table(settings, "providers").items():
         if not isinstance(table, dict):
-            raise RelayError(
-                ErrorCode.CONFIG_INVALID, f"[providers.{name}] must be a table", "fix config.toml"
-            )
+            raise RelayError(ErrorCode.CONFIG_INVALID, f"[providers.{name}] must be a table", "fix config.toml")
         providers[name] = _provider(name, dict(table), providers.get(name))  # pyright: ignore[reportUnknownArgumentType]
     for name, info in providers.items():
         override = settings.environ.get(info.base_url_env)
