@@ -21,11 +21,12 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from relay.agents import get_adapter
 from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation, Parser
+from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event
 from relay.jobs.envelope import clip_event, envelope, render_event
-from relay.jobs.output import LineReader, file_size, read_bytes_page, read_text_page
+from relay.jobs.output import LineReader, read_bytes_page, read_text_page
 from relay.runtime import procinfo, supervisor
 from relay.runtime.supervisor import JobFiles, JobProcess
 from relay.store import JobRecord, Store
@@ -42,6 +43,12 @@ REMOTE_POLL_S = 0.25
 LISTENER_BUFFER = 256
 # Longest a single wait call may block, whatever the caller asks.
 MAX_WAIT_S = 3600.0
+# Agents whose CLI takes a system prompt / a turn limit as flags.
+SYSTEM_PROMPT_AGENTS = ("claude",)
+MAX_TURNS_AGENTS = ("claude",)
+# Events that do not count as activity for the idle timeout: an agent that only reports
+# retries (codex's endless "Reconnecting..." when its upstream is down) is not making progress.
+NOT_ACTIVITY = frozenset({"retry"})
 
 
 @dataclass(frozen=True)
@@ -197,12 +204,21 @@ class Engine:
                 f"permission {permission!r} is not one of {', '.join(PERMISSIONS)}",
                 "use read-only, edit or full",
             )
-        model = model or cfg.default_model
-        if model:
-            model = cfg.aliases.get(model, model)
+        model = resolve_model(req.agent, model or cfg.default_model, cfg.aliases)
         cwd = self._resolve_cwd(cwd_raw)
         if req.max_turns is not None and req.max_turns < 1:
             raise invalid("max_turns must be at least 1", "omit max_turns or pass a positive number")
+        if req.max_turns is not None and req.agent not in MAX_TURNS_AGENTS:
+            raise invalid(
+                f"{req.agent} has no way to limit its turns",
+                f"omit max_turns for {req.agent}, or use one of: {', '.join(MAX_TURNS_AGENTS)}",
+            )
+        prompt = req.prompt
+        system_prompt = req.system_prompt
+        if system_prompt and req.agent not in SYSTEM_PROMPT_AGENTS:
+            # No flag for it: the instructions travel at the head of the prompt instead.
+            prompt = f"<instructions>\n{system_prompt}\n</instructions>\n\n{prompt}"
+            system_prompt = None
         for name, value in (("timeout_s", req.timeout_s), ("idle_timeout_s", req.idle_timeout_s)):
             if value is not None and not (0 < value <= 7 * 86400):
                 raise invalid(f"{name} must be between 0 and 604800 seconds", f"omit {name} for the default")
@@ -215,13 +231,13 @@ class Engine:
                 adapter.install_hint,
             )
         agent_request = AgentRequest(
-            prompt=req.prompt,
+            prompt=prompt,
             cwd=cwd,
             model=model,
             session_id=req.session_id,
             continue_latest=req.continue_latest,
             permission=permission,  # pyright: ignore[reportArgumentType]
-            system_prompt=req.system_prompt,
+            system_prompt=system_prompt,
             max_turns=req.max_turns,
             reasoning_effort=req.reasoning_effort,
         )
@@ -457,16 +473,15 @@ class Engine:
         stored_seq = self.store.max_event_seq(job_id)
         seq = -1
         last_output = last_output or time.time()
-        stderr_size = file_size(files.stderr)
         stop_reason: str | None = None
         try:
             while True:
                 exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
                 new_events: list[tuple[int, Event]] = []
-                got_output = False
+                active = False
                 for line in reader.read(final=exited):
-                    got_output = True
                     for event in parser.feed(line):
+                        active = active or event.type not in NOT_ACTIVITY
                         seq += 1
                         if seq > stored_seq:
                             new_events.append((seq, event))
@@ -475,9 +490,8 @@ class Engine:
                         new_events = []
                 self._publish(job_id, live, new_events)
                 now = time.time()
-                size = file_size(files.stderr)
-                if got_output or size != stderr_size:
-                    last_output, stderr_size = now, size
+                if active:
+                    last_output = now
                 if exited:
                     break
                 if stop_reason is None:
