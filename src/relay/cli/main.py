@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
 
     cancel = sub.add_parser("cancel", help="cancel a job (kills its process group)")
     cancel.add_argument("job")
+
+    doctor = sub.add_parser("doctor", help="check every agent CLI: installed, version, credentials")
+    doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
+    doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
+    doctor.add_argument("--smoke-timeout", type=float, default=60.0, help="seconds per smoke run (default 60)")
     return p
 
 
@@ -214,6 +219,49 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import anyio
+
+    from relay.config import load_settings
+    from relay.doctor import diagnose, format_table
+    from relay.jobs.engine import Engine, JobRequest
+
+    settings = load_settings()
+    reports = diagnose(settings)
+    if args.smoke:
+
+        async def smoke() -> dict[str, str]:
+            outcomes: dict[str, str] = {}
+            async with Engine(settings).running() as engine:
+                ids: dict[str, str] = {}
+                for report in reports:
+                    if not report.found:
+                        continue
+                    try:
+                        ids[report.name] = engine.submit(
+                            JobRequest(
+                                agent=report.name, prompt="Reply with the single word: ok", timeout_s=args.smoke_timeout
+                            )
+                        )
+                    except RelayError as err:
+                        outcomes[report.name] = err.code.value
+                for name, job_id in ids.items():
+                    rec = await engine.wait_one(job_id, args.smoke_timeout + 15)
+                    outcomes[name] = "ok" if rec.status == "completed" else (rec.error or {}).get("code", rec.status)
+            return outcomes
+
+        outcomes = anyio.run(smoke)
+        reports = [replace(r, smoke=outcomes.get(r.name)) for r in reports]
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2))
+    else:
+        print(format_table(reports))
+    problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
+    return 1 if problems else 0
+
+
 COMMANDS = {
     "serve": cmd_serve,
     "run": cmd_run,
@@ -221,6 +269,7 @@ COMMANDS = {
     "show": cmd_show,
     "tail": cmd_tail,
     "cancel": cmd_cancel,
+    "doctor": cmd_doctor,
 }
 
 

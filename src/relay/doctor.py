@@ -1,0 +1,162 @@
+"""`relay doctor`: is each agent CLI installed, which version, tested or not, credentials, and a live smoke run."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from relay.agents import get_adapter, known_agents
+from relay.config import Settings
+
+# `--version` of a healthy CLI answers in well under a second; gemini takes ~3 s to start.
+VERSION_TIMEOUT_S = 10.0
+
+# The versions relay's adapters were built and tested against ([min, max) by major.minor.patch).
+TESTED: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "claude": ((2, 1, 0), (2, 2, 0)),
+    "codex": ((0, 160, 0), (0, 170, 0)),
+    "gemini": ((0, 60, 0), (0, 62, 0)),
+    "copilot": ((1, 0, 100), (1, 1, 0)),
+}
+# Versions known to break relay's parsing or flags: agent -> {version: why}.
+KNOWN_BROKEN: dict[str, dict[str, str]] = {}
+
+# Where each CLI keeps a login, and which variables carry a key (relay passes these through).
+CREDENTIAL_ENV: dict[str, tuple[str, ...]] = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+    "codex": ("OPENAI_API_KEY", "CODEX_API_KEY"),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "copilot": ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_API_KEY"),
+}
+CREDENTIAL_FILES: dict[str, tuple[str, ...]] = {
+    "claude": ("{CLAUDE_CONFIG_DIR}/.credentials.json", "~/.claude/.credentials.json"),
+    "codex": ("{CODEX_HOME}/auth.json", "~/.codex/auth.json"),
+    "gemini": ("~/.gemini/oauth_creds.json",),
+    "copilot": ("{COPILOT_HOME}/config.json", "~/.copilot/config.json"),
+}
+
+VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class AgentReport:
+    name: str
+    found: bool
+    path: str | None
+    version: str | None
+    version_status: str  # tested, untested, broken, unknown, missing
+    credentials: str  # where a credential was found, or "missing"
+    note: str
+    smoke: str | None = None  # ok, or the error code of a live run
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _version_status(agent: str, version: str | None) -> tuple[str, str]:
+    if version is None:
+        return "unknown", "could not read the version"
+    broken = KNOWN_BROKEN.get(agent, {})
+    if version in broken:
+        return "broken", broken[version]
+    bounds = TESTED.get(agent)
+    if bounds is None:
+        return "untested", "relay has no tested range for this CLI"
+    parsed = tuple(int(p) for p in version.split("."))
+    low, high = bounds
+    if low <= parsed < high:
+        return "tested", ""
+    lo, hi = ".".join(map(str, low)), ".".join(map(str, high))
+    return "untested", f"relay was tested with >= {lo}, < {hi}; flags or output may differ"
+
+
+def _credentials(agent: str, env: Mapping[str, str]) -> str:
+    for name in CREDENTIAL_ENV.get(agent, ()):
+        if env.get(name):
+            return f"env:{name}"
+    if agent == "copilot" and env.get("COPILOT_PROVIDER_BASE_URL"):
+        return "env:COPILOT_PROVIDER_BASE_URL (BYOK)"
+    home = env.get("HOME", "")
+    for pattern in CREDENTIAL_FILES.get(agent, ()):
+        if "{" in pattern:
+            var = pattern[1 : pattern.index("}")]
+            if not env.get(var):
+                continue
+            pattern = env[var] + pattern[pattern.index("}") + 1 :]
+        path = Path(pattern.replace("~", home, 1)) if pattern.startswith("~") and home else Path(pattern)
+        if path.is_file():
+            return f"file:{path}"
+    return "missing"
+
+
+def read_version(path: str, env: Mapping[str, str]) -> str | None:
+    try:
+        out = subprocess.run(
+            [path, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            env=dict(env),
+            start_new_session=True,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = VERSION_RE.search(out.stdout + out.stderr)
+    return ".".join(match.groups()) if match else None
+
+
+def diagnose(
+    settings: Settings,
+    which: Callable[[str], str | None] = shutil.which,
+    version_of: Callable[[str, Mapping[str, str]], str | None] = read_version,
+) -> list[AgentReport]:
+    """One report per known agent (built-in and config-declared)."""
+    reports: list[AgentReport] = []
+    for name in known_agents(settings):
+        cfg = settings.agent(name)
+        adapter = get_adapter(name, settings)
+        command = cfg.command or adapter.executable
+        path = which(command)
+        env = {**settings.environ, **cfg.env}
+        creds = _credentials(name, env) if name in CREDENTIAL_ENV else "n/a"
+        if path is None:
+            reports.append(
+                AgentReport(name, False, None, None, "missing", creds, f"not installed: {adapter.install_hint}")
+            )
+            continue
+        version = version_of(
+            path, {k: v for k, v in env.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")} | dict(cfg.env)
+        )
+        status, note = _version_status(name, version) if name in TESTED else ("untested", "declared in config.toml")
+        if creds == "missing":
+            note = (
+                note + "; " if note else ""
+            ) + f"no credentials: set {' or '.join(CREDENTIAL_ENV[name][:2])}, or log in with `{command}`"
+        reports.append(AgentReport(name, True, path, version, status, creds, note))
+    return reports
+
+
+def format_table(reports: list[AgentReport]) -> str:
+    headers = ["AGENT", "FOUND", "VERSION", "STATUS", "CREDENTIALS", "SMOKE", "PATH / NOTE"]
+    rows = [
+        [
+            r.name,
+            "yes" if r.found else "no",
+            r.version or "-",
+            r.version_status,
+            r.credentials,
+            r.smoke or "-",
+            " ".join(x for x in ((r.path or ""), (f"({r.note})" if r.note else "")) if x),
+        ]
+        for r in reports
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
