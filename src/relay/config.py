@@ -70,6 +70,9 @@ class Settings:
     depth: int = 0
     default_permission: str = "read-only"
     allowed_roots: tuple[Path, ...] = ()
+    # Spend caps in USD, enforced from the costs agents report (None: no cap).
+    max_cost_usd: float | None = None
+    max_session_cost_usd: float | None = None
     agents: Mapping[str, AgentConfig] = field(default_factory=lambda: {})
     # The environment relay was started with; children get an allowlisted part of it.
     environ: Mapping[str, str] = field(default_factory=lambda: {})
@@ -185,6 +188,10 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     def pick(key: str, env_key: str, default: float) -> float:
         return _float(env, env_key, float(jobs.get(key, default)))
 
+    def cap(key: str, env_key: str) -> float | None:
+        raw_cap = env.get(env_key) or jobs.get(key)
+        return _float({env_key: str(raw_cap)}, env_key, 0.0) if raw_cap not in (None, "") else None
+
     depth_raw = env.get("RELAY_DEPTH", "0")
     depth = int(depth_raw) if depth_raw.isdigit() else 0
     permission = str(jobs.get("default_permission", "read-only"))
@@ -207,6 +214,8 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         depth=depth,
         default_permission=permission,
         allowed_roots=allowed,
+        max_cost_usd=cap("max_cost_usd", "RELAY_MAX_COST_USD"),
+        max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,
         environ=env,
     )

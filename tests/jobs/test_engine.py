@@ -224,3 +224,55 @@ async def test_resuming_a_session_reapplies_its_cwd_model_and_permission(
             engine.submit(JobRequest(agent="claude", prompt="c", session_id=session, cwd=str(other)))
         assert info.value.code == ErrorCode.INVALID_ARGUMENT
         procs[1].exit(0)
+
+
+async def test_a_session_at_its_spend_cap_is_refused(make_settings: SettingsFactory, workdir: Path) -> None:
+    spawner = Spawner()
+    settings = make_settings(RELAY_MAX_SESSION_COST_USD="0.0001")
+    async with Engine(settings, spawn=spawner).running() as engine:
+        first = engine.submit(JobRequest(agent="claude", prompt="a", cwd=str(workdir)))
+        (proc,) = await spawner.wait_for(1)
+        proc.write(TEXT_RUN)  # reports total_cost_usd 0.000175
+        proc.exit(0)
+        await engine.wait_one(first, 5)
+        with pytest.raises(RelayError) as info:
+            engine.submit(JobRequest(agent="claude", prompt="b", session_id=engine.get(first).session_id))
+    assert info.value.code == ErrorCode.LIMIT_REACHED and info.value.hint
+
+
+async def test_a_job_reporting_cost_past_its_cap_is_stopped(make_settings: SettingsFactory, workdir: Path) -> None:
+    spawner = Spawner()
+    async with Engine(make_settings(RELAY_MAX_COST_USD="0.0001"), spawn=spawner).running() as engine:
+        job_id = engine.submit(JobRequest(agent="claude", prompt="a", cwd=str(workdir)))
+        (proc,) = await spawner.wait_for(1)
+        argv = proc.invocation.argv
+        assert argv[argv.index("--max-budget-usd") + 1] == "0.0001"
+        proc.write(TEXT_RUN.splitlines()[-1] + "\n")  # a result line with total_cost_usd 0.000175
+        with anyio.fail_after(5):
+            rec = await engine.wait_one(job_id, 5)
+    assert rec.status == "failed"
+    assert rec.error is not None and rec.error["code"] == "LIMIT_REACHED"
+    assert proc.killed_with_grace is not None
+
+
+async def test_known_secrets_never_reach_the_store_or_job_files(
+    make_settings: SettingsFactory, workdir: Path, relay_home: Path
+) -> None:
+    key = "sk-ant-PLANTED-0123456789abcdef"
+    spawner = Spawner()
+    async with Engine(make_settings(ANTHROPIC_API_KEY=key), spawn=spawner).running() as engine:
+        job_id = engine.submit(JobRequest(agent="claude", prompt=f"use {key} please", cwd=str(workdir)))
+        (proc,) = await spawner.wait_for(1)
+        assert proc.invocation.env["ANTHROPIC_API_KEY"] == key  # the agent itself gets its key
+        leaked = TEXT_RUN.replace("hi from mock", f"the key is {key}")
+        proc.write(leaked)
+        proc.exit(0)
+        rec = await engine.wait_one(job_id, 5)
+        env = engine.envelope(job_id)
+    assert rec.status == "completed"
+    assert key not in env["output"] and "[redacted]" in env["output"]
+    assert key not in str(rec.request)
+    stored = [p for p in relay_home.rglob("*") if p.is_file() and p.name != "stdout"]
+    assert stored
+    for path in stored:
+        assert key.encode() not in path.read_bytes(), path

@@ -60,6 +60,7 @@ class AgentRequest:
     system_prompt: str | None = None
     max_turns: int | None = None
     reasoning_effort: str | None = None
+    max_budget_usd: float | None = None
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
         argv += ["--append-system-prompt", request.system_prompt]
     if request.max_turns is not None:
         argv += ["--max-turns", str(request.max_turns)]
+    if request.max_budget_usd is not None:
+        argv += ["--max-budget-usd", f"{request.max_budget_usd:g}"]
     argv += list(host.extra_args)
     env = child_env(host, ENV_ALLOW, ENV_PREFIXES)
     if request.permission == "full" and host.is_root:

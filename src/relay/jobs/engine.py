@@ -29,6 +29,7 @@ from relay.jobs.envelope import clip_event, envelope, render_event
 from relay.jobs.output import LineReader, read_bytes_page, read_text_page
 from relay.runtime import procinfo, supervisor
 from relay.runtime.supervisor import JobFiles, JobProcess
+from relay.secrets import redact, redact_value, secret_values
 from relay.store import JobRecord, Store
 
 Mode = Literal["sync", "async", "auto"]
@@ -117,6 +118,7 @@ class Engine:
         self._queue: deque[str] = deque()
         self._running: dict[str, str] = {}
         self._changed = anyio.Event()
+        self._secrets = secret_values(settings.environ, _api_key_values(settings.home))
         self._my_pid = os.getpid()
         self._my_start = procinfo.start_ticks(self._my_pid)
         self.started_at = time.time()
@@ -198,6 +200,13 @@ class Engine:
                 cwd_raw = session.cwd
                 model = model or session.model
                 permission = permission or session.permission
+                cap = settings.max_session_cost_usd
+                if cap is not None and session.total_cost_usd >= cap:
+                    raise RelayError(
+                        ErrorCode.LIMIT_REACHED,
+                        f"session {req.session_id} has cost ${session.total_cost_usd:.4f}, at its cap of ${cap:.4f}",
+                        "start a new session, or raise jobs.max_session_cost_usd in config.toml",
+                    )
         permission = permission or settings.default_permission
         if permission not in PERMISSIONS:
             raise invalid(
@@ -240,6 +249,7 @@ class Engine:
             system_prompt=system_prompt,
             max_turns=req.max_turns,
             reasoning_effort=req.reasoning_effort,
+            max_budget_usd=settings.max_cost_usd if req.agent == "claude" else None,
         )
         host = HostContext(
             command=resolved,
@@ -277,7 +287,7 @@ class Engine:
             "timeout_s": prepared.timeout_s,
             "idle_timeout_s": prepared.idle_timeout_s,
         }
-        self.store.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
+        self.store.insert_job(job_id, req.agent, "cli", self._redacted(stored), ar.model, ar.cwd)
         self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
         self._prepared[job_id] = prepared
         self._live[job_id] = _Live()
@@ -307,7 +317,7 @@ class Engine:
                 "do the work yourself instead of delegating further, or raise RELAY_MAX_DEPTH",
             )
         job_id = new_job_id()
-        self.store.insert_job(job_id, agent, "task", request, model, None)
+        self.store.insert_job(job_id, agent, "task", self._redacted(request), model, None)
         self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
         live = self._live[job_id] = _Live()
         tg.start_soon(self._run_task, job_id, live, task, timeout_s or self.settings.job_timeout_s)
@@ -510,13 +520,24 @@ class Engine:
         finally:
             proc.close()
 
+    def _redacted(self, value: dict[str, Any]) -> dict[str, Any]:
+        return redact_value(value, self._secrets)  # pyright: ignore[reportReturnType]
+
     def _publish(self, job_id: str, live: _Live, events: list[tuple[int, Event]]) -> None:
         if not events:
             return
+        events = [(seq, Event(e.type, self._redacted(e.data))) for seq, e in events]
         self.store.add_events(job_id, events[0][0], [clip_event(e) for _, e in events])
         with self.files(job_id).dir.joinpath("transcript.txt").open("a", encoding="utf-8") as fh:
             for _, event in events:
                 fh.write(render_event(event) + "\n")
+        cap = self.settings.max_cost_usd
+        if cap is not None and not live.stop.is_set():
+            for _, event in events:
+                cost = event.data.get("cost_usd")
+                if isinstance(cost, int | float) and cost > cap:
+                    live.stop_reason = "limit:cost"
+                    live.stop.set()
         for seq, event in events:
             if event.type == "session.started" and event.data.get("session_id"):
                 self.store.set_session(job_id, str(event.data["session_id"]))
@@ -539,6 +560,13 @@ class Engine:
         if stop == "cancelled":
             status = "cancelled"
             error = RelayError(ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result")
+        elif stop == "limit:cost":
+            status = "failed"
+            error = RelayError(
+                ErrorCode.LIMIT_REACHED,
+                f"the job's reported cost passed the cap of ${self.settings.max_cost_usd}",
+                "raise jobs.max_cost_usd in config.toml, or give the agent a smaller task",
+            )
         elif stop and stop.startswith("timed_out"):
             status = "timed_out"
             what = "printed nothing for its idle timeout" if stop.endswith("idle") else "ran past its timeout"
@@ -567,15 +595,19 @@ class Engine:
         exit_code: int | None,
     ) -> None:
         files = self.files(rec.id)
-        files.result.write_text(result.text, encoding="utf-8")
-        payload = {
-            "usage": result.usage.to_dict(),
-            "cost_usd": result.cost_usd,
-            "num_turns": result.num_turns,
-            "tool_uses": list(result.tool_uses),
-            "permission_denials": list(result.permission_denials),
-            "files_changed": list(result.files_changed),
-        }
+        files.result.write_text(redact(result.text, self._secrets), encoding="utf-8")
+        payload = self._redacted(
+            {
+                "usage": result.usage.to_dict(),
+                "cost_usd": result.cost_usd,
+                "num_turns": result.num_turns,
+                "tool_uses": list(result.tool_uses),
+                "permission_denials": list(result.permission_denials),
+                "files_changed": list(result.files_changed),
+            }
+        )
+        if error is not None:
+            error = RelayError(error.code, redact(error.message, self._secrets), redact(error.hint, self._secrets))
         if not self.store.finish_job(
             rec.id,
             status,
@@ -854,6 +886,17 @@ class Engine:
 def _request_from(rec: JobRecord) -> JobRequest:
     fields = JobRequest.__dataclass_fields__
     return JobRequest(**{k: v for k, v in rec.request.items() if k in fields})
+
+
+def _api_key_values(home: Path) -> list[str]:
+    """Values in RELAY_HOME/api_keys.json, so they are redacted like keys from the environment."""
+    try:
+        data = json.loads((home / "api_keys.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    return [str(v) for v in data.values() if isinstance(v, str)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
 
 
 def _mtime(path: Path) -> float:

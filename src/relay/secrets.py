@@ -1,0 +1,52 @@
+"""Secrets relay must never write down: which values are secret, and how to remove them from text."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+REDACTED = "[redacted]"
+# Environment names whose values are credentials.
+SECRET_NAME = re.compile(r"(?:API_KEY|_KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|^(?:GH|GITHUB)_TOKEN$", re.I)
+# Shapes of vendor keys, redacted from any text even when relay did not know the key.
+KEY_SHAPES = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_\-*.]{8,}|xai-[A-Za-z0-9_\-*.]{8,}|AIza[A-Za-z0-9_\-]{20,}|gh[pousr]_[A-Za-z0-9]{20,})"
+)
+# Shorter values are too likely to be ordinary words to replace everywhere.
+MIN_SECRET_LEN = 8
+# The shortest piece of a known key worth redacting on its own (vendors echo masked prefixes/suffixes).
+MIN_FRAGMENT = 6
+# Placeholder keys that are not secret (local servers that need some value).
+NOT_SECRET = frozenset({"relay-local"})
+
+
+def secret_values(environ: Mapping[str, str], extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """The credential values in an environment (plus any known keys), longest first."""
+    found = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
+    found |= {v for v in extra if len(v) >= MIN_SECRET_LEN}
+    return tuple(sorted(found - NOT_SECRET, key=len, reverse=True))
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Text with every known secret, any long fragment of one, and anything shaped like a key removed."""
+    for secret in secrets:
+        if len(secret) < MIN_FRAGMENT or secret in NOT_SECRET:
+            continue
+        text = text.replace(secret, REDACTED)
+        head = secret[: max(MIN_FRAGMENT, len(secret) // 3)]
+        tail = secret[-max(MIN_FRAGMENT, len(secret) // 4) :]
+        text = text.replace(head, REDACTED).replace(tail, REDACTED)
+    return KEY_SHAPES.sub(REDACTED, text)
+
+
+def redact_value(value: object, secrets: tuple[str, ...]) -> object:
+    """`redact` applied to every string inside a JSON-like value."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        items: dict[object, object] = value  # pyright: ignore[reportUnknownVariableType]
+        return {k: redact_value(v, secrets) for k, v in items.items()}
+    if isinstance(value, list | tuple):
+        seq: list[object] | tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType]
+        return [redact_value(v, secrets) for v in seq]
+    return value
