@@ -37,6 +37,11 @@ INSTRUCTIONS = (
     "Call delegate; if it returns status 'running', call job_wait with its job_id, then job_result for long output."
 )
 
+# Tools whose output schema is published in tools/list. Every tool returns structured content
+# (validated against its model on the server); the envelope's shape is advertised once, on the
+# tools that produce it first, so tools/list stays small (each repeat costs ~400 tokens).
+PUBLISHED_OUTPUT_SCHEMAS = frozenset({"delegate", "ask", "job_result"})
+
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
@@ -114,7 +119,11 @@ class RelayServer(MCPServer[Any]):
             t.model_copy(
                 update={
                     "input_schema": compact_schema(t.input_schema),
-                    "output_schema": compact_schema(t.output_schema, output=True) if t.output_schema else None,
+                    "output_schema": (
+                        compact_schema(t.output_schema, output=True)
+                        if t.output_schema and t.name in PUBLISHED_OUTPUT_SCHEMAS
+                        else None
+                    ),
                 }
             )
             for t in tools
