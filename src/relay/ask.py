@@ -67,9 +67,7 @@ class PreparedAsk:
 def _default_model(settings: Settings, registry: Registry, thread: Thread | None) -> str:
     if thread is not None and thread.last_model:
         return thread.last_model
-    configured = settings.environ.get("RELAY_ASK_MODEL") or read_config_table(settings, "api").get(
-        "default_model"
-    )
+    configured = settings.environ.get("RELAY_ASK_MODEL") or read_config_table(settings, "api").get("default_model")
     if isinstance(configured, str) and configured:
         return configured
     for model in registry.models.values():
@@ -90,9 +88,7 @@ def _validate(args: AskArgs) -> None:
     if args.temperature is not None and not (0.0 <= args.temperature <= MAX_TEMPERATURE):
         raise invalid(f"temperature {args.temperature} is outside 0..2", "use 0 (focused) to 1 (creative)")
     if args.thinking_mode is not None and args.thinking_mode not in THINKING_MODES:
-        raise invalid(
-            f"thinking_mode {args.thinking_mode!r} is unknown", f"use one of {', '.join(THINKING_MODES)}"
-        )
+        raise invalid(f"thinking_mode {args.thinking_mode!r} is unknown", f"use one of {', '.join(THINKING_MODES)}")
     if args.timeout_s is not None and not (0 < args.timeout_s <= MAX_TIMEOUT_S):
         raise invalid("timeout_s must be between 0 and 604800 seconds", "omit timeout_s for the default")
     if args.max_output_tokens is not None and args.max_output_tokens < 1:
@@ -125,15 +121,11 @@ def _messages(
     current = content.inline_files(files, int(available * CURRENT_FILES_SHARE)) if files else None
     available -= current.tokens if current else 0
     history_turns = thread.turns if thread else ()
-    history = select_history(
-        history_turns, available, est, exclude_files=current.included if current else files
-    )
+    history = select_history(history_turns, available, est, exclude_files=current.included if current else files)
     available -= history.tokens
     earlier = content.inline_files(history.files, available) if history.files else None
     if current and current.omitted:
-        warnings.append(
-            f"files left out (binary, unreadable or over the budget): {', '.join(current.omitted)}"
-        )
+        warnings.append(f"files left out (binary, unreadable or over the budget): {', '.join(current.omitted)}")
     if history.omitted_turns:
         warnings.append(f"{history.omitted_turns} older turns left out to fit {model.id}'s context window")
     sections: list[str] = []
@@ -142,9 +134,7 @@ def _messages(
             f"[{history.omitted_turns} earlier turns of this conversation were left out to fit the context window]"
         )
     if earlier and earlier.included:
-        sections.append(
-            "Files referenced earlier in this conversation (current contents):\n\n" + earlier.text
-        )
+        sections.append("Files referenced earlier in this conversation (current contents):\n\n" + earlier.text)
     if current:
         sections.append("Files:\n\n" + current.text)
     sections.append(args.prompt)
@@ -153,9 +143,7 @@ def _messages(
     return tuple(messages), warnings
 
 
-def prepare_ask(
-    settings: Settings, args: AskArgs, threads: Threads, registry: Registry | None = None
-) -> PreparedAsk:
+def prepare_ask(settings: Settings, args: AskArgs, threads: Threads, registry: Registry | None = None) -> PreparedAsk:
     """Validate an ask and resolve model, key, thread and messages; raises RelayError, creates nothing."""
     _validate(args)
     registry = registry or load_registry(settings)
@@ -212,9 +200,7 @@ def prepare_ask(
     return PreparedAsk(call, fallback, thread_id, thread, files, described, request, tuple(warnings))
 
 
-def _record(
-    threads: Threads, prepared: PreparedAsk, args: AskArgs, result: AgentResult, job_id: str | None
-) -> None:
+def _record(threads: Threads, prepared: PreparedAsk, args: AskArgs, result: AgentResult, job_id: str | None) -> None:
     model_id = (result.model or prepared.call.model.id).split(" ")[0]
     provider = model_id.partition(":")[0]
     turns = [
@@ -228,9 +214,7 @@ def _record(
             metadata={"usage": result.usage.to_dict(), "cost_usd": result.cost_usd},
         ),
     ]
-    threads.add_turns(
-        prepared.thread_id, turns, tool=args.tool, title=args.prompt, cost_usd=result.cost_usd or 0.0
-    )
+    threads.add_turns(prepared.thread_id, turns, tool=args.tool, title=args.prompt, cost_usd=result.cost_usd or 0.0)
 
 
 def make_task(
@@ -247,9 +231,7 @@ def make_task(
                 try:
                     _record(threads, prepared, args, result, job_id())
                 except RelayError as err:
-                    emit(
-                        Event(WARNING, {"message": f"the answer was not added to the thread: {err.message}"})
-                    )
+                    emit(Event(WARNING, {"message": f"the answer was not added to the thread: {err.message}"}))
             return result
         finally:
             threads.close()

@@ -55,9 +55,7 @@ def thread_settings(settings: Settings) -> ThreadSettings:
                         f"set {name} to a positive number",
                     ) from None
                 if value <= 0:
-                    raise RelayError(
-                        ErrorCode.CONFIG_INVALID, f"{name} must be positive", f"set {name} above 0"
-                    )
+                    raise RelayError(ErrorCode.CONFIG_INVALID, f"{name} must be positive", f"set {name} above 0")
                 return value
         value = table.get(key, default)
         if not isinstance(value, int | float) or value <= 0:
@@ -185,9 +183,7 @@ class Threads:
         self.config = config or ThreadSettings()
         self._clock = clock
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(
-            db_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
-        )
+        self._db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys = ON")
         with self._lock:
@@ -273,15 +269,11 @@ class Threads:
     ) -> Thread:
         """Append turns, creating the thread if needed; refreshes its lifetime. MAX_TURNS past the limit."""
         if not _valid_id(thread_id):
-            raise invalid(
-                f"continuation id {thread_id!r} is not a UUID", "use the continuation_id relay returned"
-            )
+            raise invalid(f"continuation id {thread_id!r} is not a UUID", "use the continuation_id relay returned")
         now = self._clock()
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute(
-                "SELECT turn_count, updated_at FROM threads WHERE id=?", (thread_id,)
-            ).fetchone()
+            row = self._db.execute("SELECT turn_count, updated_at FROM threads WHERE id=?", (thread_id,)).fetchone()
             if row is not None and float(row["updated_at"]) + self.config.ttl_s <= now:
                 raise _not_found(thread_id)
             count = int(row["turn_count"]) if row is not None else 0

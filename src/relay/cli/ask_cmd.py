@@ -78,5 +78,8 @@ def ask_command(args: argparse.Namespace) -> int:
             print(f"relay: {err['code']}: {err['message']}\nhint: {err['hint']}", file=sys.stderr)
         if env.get("continuation_id"):
             cost = f", ${env['cost_usd']:.6f}" if env.get("cost_usd") is not None else ""
-            print(f"[{env['model']}{cost}; continue with --continuation-id {env['continuation_id']}]", file=sys.stderr)
+            print(
+                f"[{env['model']}{cost}; continue with --continuation-id {env['continuation_id']}]",
+                file=sys.stderr,
+            )
     return 0 if env["status"] == "completed" else 1

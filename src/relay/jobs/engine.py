@@ -44,6 +44,8 @@ REMOTE_POLL_S = 0.25
 LISTENER_BUFFER = 256
 # Longest a single wait call may block, whatever the caller asks.
 MAX_WAIT_S = 3600.0
+# How far apart a shim's start time and its pid file's mtime may be and still be the same process.
+PID_FILE_SLACK_S = 2.0
 # Agents whose CLI takes a system prompt / a turn limit as flags.
 SYSTEM_PROMPT_AGENTS = ("claude",)
 MAX_TURNS_AGENTS = ("claude",)
@@ -162,7 +164,7 @@ class Engine:
             )
         try:
             resolved = path.resolve(strict=True)
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError, ValueError):
             raise invalid(f"cwd {raw!r} does not exist", "pass an existing directory") from None
         if not resolved.is_dir():
             raise invalid(f"cwd {raw!r} is not a directory", "pass a directory, not a file")
@@ -185,6 +187,10 @@ class Engine:
             )
         if not req.prompt.strip():
             raise invalid("prompt is empty", "pass the task to delegate as prompt")
+        for name in ("prompt", "model", "session_id", "system_prompt", "cwd", "agent"):
+            value = getattr(req, name)
+            if isinstance(value, str) and "\x00" in value:
+                raise invalid(f"{name} contains a NUL byte", f"remove the \\x00 character from {name}")
         adapter = get_adapter(req.agent, settings)
         cfg = settings.agent(req.agent)
         model, permission, cwd_raw = req.model, req.permission, req.cwd
@@ -416,45 +422,7 @@ class Engine:
 
     async def _run_job(self, job_id: str) -> None:
         try:
-            live = self._live.setdefault(job_id, _Live())
-            rec = self.store.get_job(job_id)
-            if rec is None or rec.is_final:
-                return
-            if live.stop_reason:
-                self._finish_without_process(rec, live.stop_reason)
-                return
-            prepared = self._prepared.pop(job_id, None)
-            try:
-                if prepared is None:
-                    prepared = self._prepare(_request_from(rec), job_id)
-                files = self.files(job_id)
-                proc = self._spawn(prepared.invocation, files)
-            except RelayError as err:
-                self._fail(rec, err)
-                return
-            except OSError as exc:
-                self._fail(
-                    rec,
-                    RelayError(
-                        ErrorCode.AGENT_FAILED,
-                        f"could not start {rec.agent}: {exc}",
-                        "check the agent's command in config.toml",
-                    ),
-                )
-                return
-            deadline = time.time() + prepared.timeout_s
-            self.store.mark_running(
-                job_id,
-                pid=proc.pid,
-                pid_start_ticks=proc.start_ticks,
-                boot_id=procinfo.boot_id(),
-                owner_pid=self._my_pid,
-                owner_start_ticks=self._my_start,
-                deadline_at=deadline,
-                idle_timeout_s=prepared.idle_timeout_s,
-            )
-            self._notify()
-            await self._monitor(job_id, proc, prepared.adapter.parser(), deadline, prepared.idle_timeout_s)
+            await self._run_job_guarded(job_id)
         finally:
             self._running.pop(job_id, None)
             live = self._live.get(job_id)
@@ -465,6 +433,58 @@ class Engine:
             self._notify()
             if self._tg is not None:
                 self._pump()
+
+    async def _run_job_guarded(self, job_id: str) -> None:
+        """Run one job; a bug here fails this job with INTERNAL instead of taking the server down."""
+        try:
+            await self._start_and_monitor(job_id)
+        except Exception as exc:
+            rec = self.store.get_job(job_id)
+            if rec is not None and not rec.is_final:
+                self._fail(
+                    rec, RelayError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}", "report this as a relay bug")
+                )
+
+    async def _start_and_monitor(self, job_id: str) -> None:
+        live = self._live.setdefault(job_id, _Live())
+        rec = self.store.get_job(job_id)
+        if rec is None or rec.is_final:
+            return
+        if live.stop_reason:
+            self._finish_without_process(rec, live.stop_reason)
+            return
+        prepared = self._prepared.pop(job_id, None)
+        try:
+            if prepared is None:
+                prepared = self._prepare(_request_from(rec), job_id)
+            files = self.files(job_id)
+            proc = self._spawn(prepared.invocation, files)
+        except RelayError as err:
+            self._fail(rec, err)
+            return
+        except (OSError, ValueError) as exc:
+            self._fail(
+                rec,
+                RelayError(
+                    ErrorCode.AGENT_FAILED,
+                    f"could not start {rec.agent}: {exc}",
+                    "check the agent's command in config.toml",
+                ),
+            )
+            return
+        deadline = time.time() + prepared.timeout_s
+        self.store.mark_running(
+            job_id,
+            pid=proc.pid,
+            pid_start_ticks=proc.start_ticks,
+            boot_id=procinfo.boot_id(),
+            owner_pid=self._my_pid,
+            owner_start_ticks=self._my_start,
+            deadline_at=deadline,
+            idle_timeout_s=prepared.idle_timeout_s,
+        )
+        self._notify()
+        await self._monitor(job_id, proc, prepared.adapter.parser(), deadline, prepared.idle_timeout_s)
 
     # monitoring ---------------------------------------------------------------------------
 
@@ -666,13 +686,44 @@ class Engine:
                 self._store_result(rec, "interrupted", AgentResult(ok=False, error=err), err, None)
                 continue
             if rec.status == "queued":
-                self._live[rec.id] = _Live()
-                self._queue.append(rec.id)
-                continue
+                started = self._started_before_recorded(rec)
+                if started is None:
+                    self._live[rec.id] = _Live()
+                    self._queue.append(rec.id)
+                    continue
+                rec = started
             self._reattach_or_finalize(rec)
         if self._queue:
             self._pump()
         return adopted
+
+    def _started_before_recorded(self, rec: JobRecord) -> JobRecord | None:
+        """A `queued` job whose shim already ran (relay died between spawn and recording it).
+
+        Running it again would run the agent twice; record it as running instead, with the pid the
+        shim wrote if that process is still the shim (it started when the pid file was written).
+        """
+        files = self.files(rec.id)
+        pid = files.read_pid()
+        if pid is None and not files.exit.exists():
+            return None
+        ticks: int | None = None
+        if pid is not None:
+            started = procinfo.start_epoch(pid)
+            written = _mtime(files.pid)
+            if started is not None and abs(started - written) <= PID_FILE_SLACK_S:
+                ticks = procinfo.start_ticks(pid)
+        self.store.mark_running(
+            rec.id,
+            pid=pid if ticks is not None else None,
+            pid_start_ticks=ticks,
+            boot_id=procinfo.boot_id(),
+            owner_pid=self._my_pid,
+            owner_start_ticks=self._my_start,
+            deadline_at=rec.created_at + float(rec.request.get("timeout_s") or self.settings.job_timeout_s),
+            idle_timeout_s=float(rec.request.get("idle_timeout_s") or self.settings.idle_timeout_s),
+        )
+        return self.get(rec.id)
 
     def reconcile(self) -> list[str]:
         """Finalize jobs whose relay died and whose process has ended (for CLI readers; adopts nothing alive)."""
@@ -740,7 +791,8 @@ class Engine:
     def get(self, job_id: str) -> JobRecord:
         rec = self.store.get_job(job_id)
         if rec is None:
-            matches = self.store.find_jobs(job_id) if len(job_id) >= 4 else []
+            plausible = 4 <= len(job_id) <= 32 and all(c in "0123456789abcdef" for c in job_id)
+            matches = self.store.find_jobs(job_id) if plausible else []
             if len(matches) == 1:
                 return matches[0]
             raise RelayError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}", "list jobs with job_list (or `relay jobs`)")

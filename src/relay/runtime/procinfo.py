@@ -64,3 +64,17 @@ def rss_bytes(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def start_epoch(pid: int) -> float | None:
+    """When `pid` started, in Unix time (boot time + start ticks)."""
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return None
+    try:
+        for line in (_PROC / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    return None

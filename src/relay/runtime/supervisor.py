@@ -28,9 +28,12 @@ KILL_CONFIRM_S = 5.0
 # Step between checks that a signalled group has gone.
 GROUP_CHECK_INTERVAL_S = 0.02
 
-# `$1` is the exit-status file, the rest is the agent's argv. The status is written after the
-# agent exits, whoever is watching; `exit $e` makes the shim's own status the agent's.
-SHIM = 'f=$1; shift; "$@"; e=$?; echo "$e" > "$f.tmp" && mv -f "$f.tmp" "$f"; exit "$e"'
+# `$1` is the job's folder, the rest is the agent's argv. The shim first records its pid (so a
+# relay killed right after spawning still knows the job started), then runs the agent, then
+# writes the agent's exit status, whoever is watching; `exit $e` makes its own status the agent's.
+SHIM = (
+    'd=$1; shift; echo $$ > "$d/pid"; "$@"; e=$?; echo "$e" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; exit "$e"'
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,17 @@ class JobFiles:
     @property
     def exit(self) -> Path:
         return self.dir / "exit"
+
+    @property
+    def pid(self) -> Path:
+        return self.dir / "pid"
+
+    def read_pid(self) -> int | None:
+        try:
+            text = self.pid.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
 
     @property
     def stdin(self) -> Path:
@@ -218,7 +232,7 @@ def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
     with files.stdout.open("ab") as out, files.stderr.open("ab") as err:
         try:
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", SHIM, "relay-job", str(files.exit), *invocation.argv],
+                ["/bin/sh", "-c", SHIM, "relay-job", str(files.dir), *invocation.argv],
                 stdin=stdin,  # pyright: ignore[reportArgumentType]
                 stdout=out,
                 stderr=err,

@@ -15,7 +15,7 @@ from relay.errors import RelayError
 from relay.jobs.engine import Engine
 from relay.server.models import Envelope
 
-READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 class AskEnvelope(Envelope):
@@ -86,7 +86,9 @@ class ModelList(BaseModel):
 
 def _result(model: BaseModel, is_error: bool = False) -> CallToolResult:
     data = model.model_dump(mode="json")
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data, is_error=is_error)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(data))], structured_content=data, is_error=is_error
+    )
 
 
 def _with_thread(result: CallToolResult, env: dict[str, Any]) -> CallToolResult:
@@ -95,11 +97,17 @@ def _with_thread(result: CallToolResult, env: dict[str, Any]) -> CallToolResult:
     data["continuation_id"] = env.get("continuation_id")
     data["remaining_turns"] = env.get("remaining_turns")
     data = AskEnvelope.model_validate(data).model_dump(mode="json")
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data, is_error=result.is_error)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(data))],
+        structured_content=data,
+        is_error=result.is_error,
+    )
 
 
 def register(
-    server: MCPServer[Any], engine_getter: Callable[[], Engine], envelope_fn: Callable[[dict[str, Any]], CallToolResult]
+    server: MCPServer[Any],
+    engine_getter: Callable[[], Engine],
+    envelope_fn: Callable[[dict[str, Any]], CallToolResult],
 ) -> None:
     """Add the model-API tools to relay's MCP server."""
     from relay.server.app import error_result, run_guarded, run_job
@@ -117,14 +125,24 @@ def register(
         prompt: Annotated[str, Field(description="the question, self-contained")],
         model: Annotated[
             str | None,
-            Field(description="provider:model (xai:grok-4, ollama:llama3.1) or alias (sonnet, gpt5, grok, pro, flash); "
-            "default: the thread's model, else the first with a key; see list_models"),
+            Field(
+                description="provider:model (xai:grok-4, ollama:llama3.1) or alias (sonnet, gpt5, grok, pro, flash); "
+                "default: the thread's model, else the first with a key; see list_models"
+            ),
         ] = None,
         system_prompt: Annotated[str | None, Field(description="system instructions for the model")] = None,
-        continuation_id: Annotated[str | None, Field(description="continue this thread (from an earlier answer)")] = None,
-        files: Annotated[list[str] | None, Field(description="absolute paths of files/dirs to inline (line-numbered)")] = None,
-        images: Annotated[list[str] | None, Field(description="absolute image paths (png/jpeg/gif/webp) or data URLs")] = None,
-        temperature: Annotated[float | None, Field(ge=0, le=2, description="0 focused .. 1 creative; default the model's")] = None,
+        continuation_id: Annotated[
+            str | None, Field(description="continue this thread (from an earlier answer)")
+        ] = None,
+        files: Annotated[
+            list[str] | None, Field(description="absolute paths of files/dirs to inline (line-numbered)")
+        ] = None,
+        images: Annotated[
+            list[str] | None, Field(description="absolute image paths (png/jpeg/gif/webp) or data URLs")
+        ] = None,
+        temperature: Annotated[
+            float | None, Field(ge=0, le=2, description="0 focused .. 1 creative; default the model's")
+        ] = None,
         thinking_mode: Annotated[
             Literal["minimal", "low", "medium", "high", "max"] | None,
             Field(description="reasoning depth for models that support it; default none"),

@@ -49,12 +49,14 @@ def check_paths(paths: Iterable[str], what: str) -> list[str]:
         path = Path(raw).expanduser()
         if not path.is_absolute():
             raise invalid(
-                f"{what} must be absolute paths, got {raw!r}",
-                f"pass the full path, e.g. /home/me/project/{raw}",
+                f"{what} must be absolute paths, got {raw[:200]!r}",
+                f"pass the full path, e.g. /home/me/project/{raw[:200]}",
             )
-        if not path.exists():
-            raise invalid(f"{what}: {raw!r} does not exist", "pass existing files")
-        out.append(str(path.resolve()))
+        try:
+            resolved = path.resolve(strict=True)
+        except (OSError, RuntimeError, ValueError):  # missing, a symlink loop, a NUL byte
+            raise invalid(f"{what}: {raw[:200]!r} does not exist", "pass existing files") from None
+        out.append(str(resolved))
     return out
 
 
@@ -131,17 +133,17 @@ def load_image(spec: str) -> ImageData:
             raise invalid("an image is larger than 5 MB", "resize it")
         return ImageData(match.group(1), base64.b64encode(raw).decode("ascii"))
     path = Path(spec).expanduser()
-    if not path.is_absolute():
+    if "\0" in spec or not path.is_absolute():
         raise invalid(f"images must be absolute paths or data URLs, got {spec[:80]!r}", "pass the image's full path")
     media_type = IMAGE_TYPES.get(path.suffix.lower())
     if media_type is None:
-        raise invalid(f"image {spec!r} is not png, jpeg, gif or webp", "convert it to one of those")
+        raise invalid(f"image {spec[:200]!r} is not png, jpeg, gif or webp", "convert it to one of those")
     try:
         raw = path.read_bytes()
     except OSError:
-        raise invalid(f"image {spec!r} cannot be read", "pass an existing, readable file") from None
+        raise invalid(f"image {spec[:200]!r} cannot be read", "pass an existing, readable file") from None
     if len(raw) > MAX_IMAGE_BYTES:
-        raise invalid(f"image {spec!r} is larger than 5 MB", "resize it")
+        raise invalid(f"image {spec[:200]!r} is larger than 5 MB", "resize it")
     return ImageData(media_type, base64.b64encode(raw).decode("ascii"))
 
 

@@ -188,7 +188,7 @@ def read_config_table(settings: Settings, table: str) -> dict[str, Any]:
 
 @functools.cache
 def _builtin() -> dict[str, Any]:
-    text = resources.files("relay.data").joinpath("api_models.toml").read_text(encoding="utf-8")
+    text = resources.files("relay").joinpath("data", "api_models.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)
 
 
