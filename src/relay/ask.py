@@ -154,7 +154,7 @@ def prepare_ask(settings: Settings, args: AskArgs, threads: Threads, registry: R
     if args.temperature is not None and args.temperature > 1.0 and provider.kind == "anthropic":
         raise invalid(f"temperature {args.temperature} is above 1, the limit for {model.id}", "use 0..1")
     key = require_key(provider, settings)
-    files = tuple(content.check_paths(args.files, "files"))
+    files = tuple(content.check_paths(args.files, "files", settings.allowed_roots))
     image_specs = tuple(args.images)
     loaded = tuple(content.load_image(spec) for spec in image_specs)
     messages, warnings = _messages(model, args, thread, files, loaded)

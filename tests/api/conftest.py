@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from mock_servers import MockServer
 
 from relay.config import Settings, load_settings
-from tests.api.mock_servers import MockServer
 
 ANTHROPIC_KEY = "sk-ant-test-0123456789abcdefghij"
 XAI_KEY = "xai-test-0123456789abcdefghijkl"

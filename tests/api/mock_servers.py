@@ -79,7 +79,8 @@ class MockServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # A short poll interval lets shutdown() return at once at the end of each test.
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -109,15 +110,23 @@ def _sse_anthropic(reply: Reply, model: str) -> Iterator[bytes]:
             },
         },
     )
-    yield event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+    yield event(
+        "content_block_start",
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    )
     for piece in _pieces(reply.text):
         yield event(
-            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
         )
     yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
     yield event(
         "message_delta",
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": out}},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": out},
+        },
     )
     yield event("message_stop", {"type": "message_stop"})
 
@@ -202,7 +211,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, reply: Reply) -> None:
         if self.mock.kind == "anthropic":
-            kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error"}
+            kinds = {
+                401: "authentication_error",
+                403: "permission_error",
+                404: "not_found_error",
+                429: "rate_limit_error",
+            }
             payload: dict[str, Any] = {
                 "type": "error",
                 "error": {"type": kinds.get(reply.status, "api_error"), "message": reply.error_message},

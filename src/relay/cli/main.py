@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a job (kills its process group)")
     cancel.add_argument("job")
 
+    from relay.cli.ask_cmd import add_parser as add_ask_parser
+
+    add_ask_parser(sub)
+
     doctor = sub.add_parser("doctor", help="check every agent CLI: installed, version, credentials")
     doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
     doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
@@ -262,6 +266,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    from relay.cli.ask_cmd import ask_command
+
+    return ask_command(args)
+
+
 COMMANDS = {
     "serve": cmd_serve,
     "run": cmd_run,
@@ -270,6 +280,7 @@ COMMANDS = {
     "tail": cmd_tail,
     "cancel": cmd_cancel,
     "doctor": cmd_doctor,
+    "ask": cmd_ask,
 }
 
 

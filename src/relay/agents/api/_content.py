@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from relay.agents.api._chat import ImageData
-from relay.errors import invalid
+from relay.errors import ErrorCode, RelayError, invalid
 
 # Token estimate used for every budget: UTF-8 bytes / 4.
 BYTES_PER_TOKEN = 4
@@ -18,6 +18,8 @@ BYTES_PER_TOKEN = 4
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 # A directory in `files` contributes at most this many files (sorted, hidden ones skipped).
 MAX_FILES_PER_DIR = 200
+# A file larger than this is not inlined (it would not fit any budget; /dev/zero never ends).
+MAX_FILE_BYTES = 4 * 1024 * 1024
 IMAGE_TYPES = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -42,8 +44,8 @@ class FileBlock:
     tokens: int
 
 
-def check_paths(paths: Iterable[str], what: str) -> list[str]:
-    """Absolute paths of existing files or directories, resolved; INVALID_ARGUMENT otherwise."""
+def check_paths(paths: Iterable[str], what: str, roots: Sequence[Path] = ()) -> list[str]:
+    """Absolute paths of existing regular files or directories inside `roots`, resolved; else an error."""
     out: list[str] = []
     for raw in paths:
         path = Path(raw).expanduser()
@@ -56,6 +58,14 @@ def check_paths(paths: Iterable[str], what: str) -> list[str]:
             resolved = path.resolve(strict=True)
         except (OSError, RuntimeError, ValueError):  # missing, a symlink loop, a NUL byte
             raise invalid(f"{what}: {raw[:200]!r} does not exist", "pass existing files") from None
+        if not (resolved.is_file() or resolved.is_dir()):
+            raise invalid(f"{what}: {raw[:200]!r} is not a regular file or directory", "pass ordinary files")
+        if roots and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+            raise RelayError(
+                ErrorCode.CWD_NOT_ALLOWED,
+                f"{what}: {str(resolved)[:200]!r} is outside the allowed roots",
+                "pass files under the allowed roots, or add the folder to security.allowed_roots in config.toml",
+            )
         out.append(str(resolved))
     return out
 
@@ -78,6 +88,8 @@ def _expand(paths: Iterable[str]) -> list[Path]:
 
 def _numbered(path: Path) -> str | None:
     try:
+        if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+            return None
         data = path.read_bytes()
     except OSError:
         return None
@@ -139,6 +151,8 @@ def load_image(spec: str) -> ImageData:
     if media_type is None:
         raise invalid(f"image {spec[:200]!r} is not png, jpeg, gif or webp", "convert it to one of those")
     try:
+        if not path.is_file() or path.stat().st_size > MAX_IMAGE_BYTES:
+            raise invalid(f"image {spec[:200]!r} is not a regular file under 5 MB", "pass an ordinary image file")
         raw = path.read_bytes()
     except OSError:
         raise invalid(f"image {spec[:200]!r} cannot be read", "pass an existing, readable file") from None

@@ -7,7 +7,6 @@ the store, job files, events, logs or errors.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +14,13 @@ from pathlib import Path
 from relay.agents.api.registry import ProviderInfo
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
+from relay.secrets import REDACTED as REDACTED
+from relay.secrets import redact as redact_text
 
 KEYS_FILE = "api_keys.json"
 # Local servers (ollama, vllm...) ignore the key, but the OpenAI SDK needs one; it must never
 # fall back to OPENAI_API_KEY from the environment and send that to another host.
 LOCAL_PLACEHOLDER_KEY = "relay-local"
-
-# Shapes of vendor keys, redacted from any text even when relay did not know the key.
-_KEY_PATTERNS = re.compile(r"\b(?:sk-[A-Za-z0-9_\-*.]{8,}|xai-[A-Za-z0-9_\-*.]{8,}|AIza[A-Za-z0-9_\-]{20,})")
-# The shortest piece of a known key worth redacting on its own (vendors echo masked prefixes/suffixes).
-_MIN_FRAGMENT = 6
-REDACTED = "[redacted]"
 
 
 @dataclass(frozen=True)
@@ -88,14 +83,4 @@ def require_key(provider: ProviderInfo, settings: Settings) -> str:
 
 def redact(text: str, secrets: Iterable[str]) -> str:
     """Text with every known key, any long fragment of one, and anything shaped like a key removed."""
-    for secret in secrets:
-        if len(secret) < _MIN_FRAGMENT or secret == LOCAL_PLACEHOLDER_KEY:
-            continue
-        text = text.replace(secret, REDACTED)
-        # Vendors echo keys masked ("sk-proj-abc1****wxyz"): drop the visible ends too.
-        head, tail = (
-            secret[: max(_MIN_FRAGMENT, len(secret) // 3)],
-            secret[-max(_MIN_FRAGMENT, len(secret) // 4) :],
-        )
-        text = text.replace(head, REDACTED).replace(tail, REDACTED)
-    return _KEY_PATTERNS.sub(REDACTED, text)
+    return redact_text(text, secrets)
