@@ -12,6 +12,8 @@ SECRET_NAME = re.compile(r"(?:API_KEY|_KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTI
 KEY_SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_\-*.]{8,}|xai-[A-Za-z0-9_\-*.]{8,}|AIza[A-Za-z0-9_\-]{20,}|gh[pousr]_[A-Za-z0-9]{20,})"
 )
+# Every key shape starts with one of these; the regex runs only on text that contains one.
+KEY_PREFIXES = ("sk-", "xai-", "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_")
 # Shorter values are too likely to be ordinary words to replace everywhere.
 MIN_SECRET_LEN = 8
 # The shortest piece of a known key worth redacting on its own (vendors echo masked prefixes/suffixes).
@@ -36,7 +38,9 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         head = secret[: max(MIN_FRAGMENT, len(secret) // 3)]
         tail = secret[-max(MIN_FRAGMENT, len(secret) // 4) :]
         text = text.replace(head, REDACTED).replace(tail, REDACTED)
-    return KEY_SHAPES.sub(REDACTED, text)
+    if any(prefix in text for prefix in KEY_PREFIXES):
+        text = KEY_SHAPES.sub(REDACTED, text)
+    return text
 
 
 def redact_value(value: object, secrets: tuple[str, ...]) -> object:

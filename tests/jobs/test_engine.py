@@ -276,3 +276,24 @@ async def test_known_secrets_never_reach_the_store_or_job_files(
     assert stored
     for path in stored:
         assert key.encode() not in path.read_bytes(), path
+
+
+async def test_files_changed_comes_from_git_when_cwd_is_a_repository(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(workdir)], check=True)
+    (workdir / "kept.txt").write_text("untouched")
+    (workdir / "edited.txt").write_text("before")
+    spawner = Spawner()
+    async with engine_with(make_settings, spawner).running() as engine:
+        job_id = engine.submit(JobRequest(agent="claude", prompt="edit", cwd=str(workdir)))
+        (proc,) = await spawner.wait_for(1)
+        (workdir / "edited.txt").write_text("after")  # the agent's work, unreported in its stream
+        (workdir / "new.txt").write_text("new")
+        proc.write(TEXT_RUN)
+        proc.exit(0)
+        await engine.wait_one(job_id, 5)
+        env = engine.envelope(job_id)
+    assert env["files_changed"] == ["edited.txt", "new.txt"]

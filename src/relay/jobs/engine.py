@@ -6,12 +6,13 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import time
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +45,12 @@ REMOTE_POLL_S = 0.25
 LISTENER_BUFFER = 256
 # Longest a single wait call may block, whatever the caller asks.
 MAX_WAIT_S = 3600.0
+# Events are stored and forwarded in batches bounded in count and in text, so a flood of output
+# never sits in memory at once.
+PUBLISH_BATCH_EVENTS = 200
+PUBLISH_BATCH_CHARS = 1 << 20
+# `git status` of a job's cwd, before and after, must not hold a job up for long.
+GIT_TIMEOUT_S = 5.0
 # How far apart a shim's start time and its pid file's mtime may be and still be the same process.
 PID_FILE_SLACK_S = 2.0
 # Agents whose CLI takes a system prompt / a turn limit as flags.
@@ -88,6 +95,8 @@ class _Live:
     done: anyio.Event = field(default_factory=anyio.Event)
     stop: anyio.Event = field(default_factory=anyio.Event)
     stop_reason: str | None = None
+    # `git status` of the job's cwd before it ran (None: not a git repository).
+    git_before: dict[str, str] | None = None
     listeners: list[MemoryObjectSendStream[tuple[int, Event]]] = field(default_factory=lambda: [])
 
 
@@ -458,6 +467,7 @@ class Engine:
             if prepared is None:
                 prepared = self._prepare(_request_from(rec), job_id)
             files = self.files(job_id)
+            live.git_before = git_status(prepared.invocation.cwd)
             proc = self._spawn(prepared.invocation, files)
         except RelayError as err:
             self._fail(rec, err)
@@ -508,6 +518,7 @@ class Engine:
             while True:
                 exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
                 new_events: list[tuple[int, Event]] = []
+                batch_chars = 0
                 active = False
                 for line in reader.read(final=exited):
                     for event in parser.feed(line):
@@ -515,9 +526,10 @@ class Engine:
                         seq += 1
                         if seq > stored_seq:
                             new_events.append((seq, event))
-                    if len(new_events) >= 200:
+                    batch_chars += len(line)
+                    if len(new_events) >= PUBLISH_BATCH_EVENTS or batch_chars >= PUBLISH_BATCH_CHARS:
                         self._publish(job_id, live, new_events)
-                        new_events = []
+                        new_events, batch_chars = [], 0
                 self._publish(job_id, live, new_events)
                 now = time.time()
                 if active:
@@ -576,6 +588,12 @@ class Engine:
         files = self.files(job_id)
         stop = stop_reason or rec.stop_reason
         result = parser.finish(exit_code, files.stderr_tail())
+        live = self._live.get(job_id)
+        if live is not None and live.git_before is not None and rec.cwd:
+            # Agents do not always report edits (codex's shell writes, sandbox refusals): ask git.
+            after = git_status(rec.cwd) or {}
+            changed = {path for path, state in after.items() if live.git_before.get(path) != state}
+            result = replace(result, files_changed=tuple(sorted(changed | set(result.files_changed))))
         error = result.error
         if stop == "cancelled":
             status = "cancelled"
@@ -763,7 +781,7 @@ class Engine:
                 seq += 1
                 if seq > stored_seq:
                     batch.append((seq, event))
-            if len(batch) >= 200:
+            if len(batch) >= PUBLISH_BATCH_EVENTS:
                 self._publish(rec.id, live, batch)
                 batch = []
         self._publish(rec.id, live, batch)
@@ -938,6 +956,37 @@ class Engine:
 def _request_from(rec: JobRecord) -> JobRequest:
     fields = JobRequest.__dataclass_fields__
     return JobRequest(**{k: v for k, v in rec.request.items() if k in fields})
+
+
+def git_status(cwd: str) -> dict[str, str] | None:
+    """Path -> porcelain status (with size and mtime) of a git work tree (None when cwd is not in one, or git is missing)."""
+    if not shutil.which("git"):
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all", "-z"],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    entries: dict[str, str] = {}
+    for item in out.stdout.decode("utf-8", "replace").split("\0"):
+        if len(item) > 3:
+            path = item[3:]
+            try:
+                st = os.stat(os.path.join(cwd, path))
+                stamp = f"{st.st_size}:{st.st_mtime_ns}"
+            except OSError:
+                stamp = "gone"
+            # Status plus size and mtime: an already-dirty file edited again still counts as changed.
+            entries[path] = f"{item[:2]} {stamp}"
+    return entries
 
 
 def _api_key_values(home: Path) -> list[str]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 # Bytes read per step; bounds memory however much an agent prints.
 READ_CHUNK = 1 << 20
@@ -47,27 +49,65 @@ def file_size(path: Path) -> int:
         return 0
 
 
+# Per file (path, size, mtime): (character, byte) positions at chunk boundaries and the total
+# character count, so paging through a large finished output reads each page, not the whole file.
+_INDEX: dict[tuple[str, int, int], tuple[list[tuple[int, int]], int]] = {}
+_INDEX_MAX = 64
+
+
+def _char_index(path: Path, fh: BinaryIO, size: int, mtime_ns: int) -> tuple[list[tuple[int, int]], int]:
+    key = (str(path), size, mtime_ns)
+    cached = _INDEX.get(key)
+    if cached is not None:
+        return cached
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    checkpoints: list[tuple[int, int]] = [(0, 0)]
+    chars = consumed = 0
+    fh.seek(0)
+    while True:
+        chunk = fh.read(READ_CHUNK)
+        if not chunk:
+            break
+        consumed += len(chunk)
+        chars += len(decoder.decode(chunk))
+        pending = len(decoder.getstate()[0])
+        checkpoints.append((chars, consumed - pending))
+    chars += len(decoder.decode(b"", final=True))
+    if len(_INDEX) >= _INDEX_MAX:
+        _INDEX.pop(next(iter(_INDEX)))
+    _INDEX[key] = (checkpoints, chars)
+    return checkpoints, chars
+
+
 def read_text_page(path: Path, offset: int, limit: int) -> tuple[str, int]:
     """Up to `limit` characters of a UTF-8 file from character `offset`; returns (text, total chars).
 
-    Streams the file so a 20 MB output never sits in memory whole.
+    Streams the file so a 20 MB output never sits in memory whole, and starts each page from the
+    nearest indexed position instead of the top of the file.
     """
-    total = 0
-    parts: list[str] = []
-    wanted_end = offset + limit
     try:
-        fh = path.open("r", encoding="utf-8", errors="replace", newline="")
+        fh = path.open("rb")
     except FileNotFoundError:
         return "", 0
     with fh:
-        while True:
+        stat = os.fstat(fh.fileno())
+        checkpoints, total = _char_index(path, fh, stat.st_size, stat.st_mtime_ns)
+        start_chars, start_bytes = max((c for c in checkpoints if c[0] <= offset), default=(0, 0))
+        fh.seek(start_bytes)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        skip = offset - start_chars
+        parts: list[str] = []
+        wanted = limit
+        while wanted > 0:
             chunk = fh.read(READ_CHUNK)
+            text = decoder.decode(chunk, final=not chunk)
+            if skip:
+                dropped = min(skip, len(text))
+                text, skip = text[dropped:], skip - dropped
+            parts.append(text[:wanted])
+            wanted -= len(parts[-1])
             if not chunk:
                 break
-            start, end = total, total + len(chunk)
-            if end > offset and start < wanted_end:
-                parts.append(chunk[max(0, offset - start) : max(0, min(len(chunk), wanted_end - start))])
-            total = end
     return "".join(parts), total
 
 

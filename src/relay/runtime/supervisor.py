@@ -177,8 +177,8 @@ class _PidfdProcess:
         await _wait_group_gone(self.pid, KILL_CONFIRM_S)
 
     def reap_group(self) -> None:
-        if procinfo.group_members(self.pid):
-            _signal_group(self.pid, signal.SIGKILL)
+        # The group id stays reserved while any member lives, so this reaches only our leftovers.
+        _signal_group(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
         if self._pidfd is not None:

@@ -240,6 +240,7 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
         continue_latest: Annotated[bool, Field(description="continue the newest session in cwd")] = False,
         mode: Literal["auto", "sync", "async"] = "auto",
         timeout_s: Annotated[float | None, Field(description="wall-clock limit for the job")] = None,
+        idle_timeout_s: Annotated[float | None, Field(description="stop if the agent prints nothing this long")] = None,
         permission: Annotated[
             Literal["read-only", "edit", "full"] | None, Field(description="default read-only")
         ] = None,
@@ -259,6 +260,7 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
                 system_prompt=system_prompt,
                 max_turns=max_turns,
                 timeout_s=timeout_s,
+                idle_timeout_s=idle_timeout_s,
             )
             return await run_job(engine, lambda: engine.submit(req), mode, ctx)
 
