@@ -66,12 +66,12 @@ class BenchEnv:
 
 
 @contextlib.contextmanager
-def bench_env(config_extra: str = "") -> Iterator[BenchEnv]:
+def bench_env(config_extra: str = "", command: Path = FAKE_CLAUDE) -> Iterator[BenchEnv]:
     root = Path(tempfile.mkdtemp(prefix="relay-bench-")).resolve()
     home, work = root / "home", root / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(f'[agents.claude]\ncommand = "{FAKE_CLAUDE}"\n' + config_extra, encoding="utf-8")
+    (home / "config.toml").write_text(f'[agents.claude]\ncommand = "{command}"\n' + config_extra, encoding="utf-8")
     try:
         yield BenchEnv(root, home, work)
     finally:

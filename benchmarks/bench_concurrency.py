@@ -5,9 +5,10 @@ at once. 20 `delegate(mode="async")` calls with the prompt `[[fake:sleep=1]]` ar
 through the in-memory SDK client, then one `job_wait(mode="all")`; the wall time runs from the first
 submit to the answer saying all are done. Target: ≤ 1.1 s.
 
-Every job is a fresh python process (the fake), so its start-up is part of each job; the benchmark
-also measures one fake run alone, `--version` start-up alone, and the floor without relay: 20 fakes
-started directly at once (Popen) and waited for.
+Every job runs benchmarks/fake_claude_sh (sleep 1 s, then the recorded stream-json run), so the
+number measures relay's concurrency rather than 20 python start-ups fighting over 2 cores. The
+benchmark also reports the python fake's `--version` start-up, one job run directly, and the floor
+without relay: 20 fakes started directly at once (Popen) and waited for.
 
 Run alone: .venv/bin/python benchmarks/bench_concurrency.py
 """
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -28,6 +30,8 @@ from _common import FAKE_CLAUDE, BenchEnv, Result, bench_env, main_for, median, 
 NAME = "concurrency"
 JOBS = 20
 PROMPT = "[[fake:sleep=1]]"
+# The jobs run a shell fake that sleeps 1 s and replays the recorded stream (see fake_claude_sh).
+FAKE_SH = Path(__file__).resolve().with_name("fake_claude_sh")
 TARGET_S = 1.1
 CONFIG = f"[jobs]\nmax_concurrent = {JOBS}\nmax_concurrent_per_agent = {JOBS}\n"
 
@@ -62,10 +66,10 @@ def run_fakes_directly(benv: BenchEnv, argv: list[str], count: int) -> float:
 async def run() -> list[Result]:
     from relay.server.app import build_server
 
-    with bench_env(CONFIG) as benv:
+    with bench_env(CONFIG, command=FAKE_SH) as benv:
         settings = benv.settings()
         assert settings.max_concurrent >= JOBS and settings.max_concurrent_per_agent >= JOBS
-        fake_argv = [str(FAKE_CLAUDE), "-p", PROMPT, "--output-format", "stream-json", "--verbose"]
+        fake_argv = [str(FAKE_SH), "-p", PROMPT, "--output-format", "stream-json", "--verbose"]
         startup = [run_fakes_directly(benv, [str(FAKE_CLAUDE), "--version"], 1) for _ in range(5)]
         one_job = [run_fakes_directly(benv, fake_argv, 1) for _ in range(3)]
         floor = [run_fakes_directly(benv, fake_argv, JOBS) for _ in range(2)]
