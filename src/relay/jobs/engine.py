@@ -960,7 +960,8 @@ def _request_from(rec: JobRecord) -> JobRequest:
 
 def git_status(cwd: str) -> dict[str, str] | None:
     """Path -> porcelain status (with size and mtime) of a git work tree (None when cwd is not in one, or git is missing)."""
-    if not shutil.which("git"):
+    # Most job folders are not repositories: look for .git before paying for a git process.
+    if not any((folder / ".git").exists() for folder in (Path(cwd), *Path(cwd).parents)) or not shutil.which("git"):
         return None
     try:
         out = subprocess.run(
