@@ -51,6 +51,10 @@ PUBLISH_BATCH_EVENTS = 200
 PUBLISH_BATCH_CHARS = 1 << 20
 # `git status` of a job's cwd, before and after, must not hold a job up for long.
 GIT_TIMEOUT_S = 5.0
+# A file written just before a job's process is spawned, and how long a restarted relay waits for
+# that process's shim to record its pid before concluding the spawn never happened.
+SPAWN_MARKER = "spawning"
+SPAWN_SETTLE_S = 2.0
 # How far apart a shim's start time and its pid file's mtime may be and still be the same process.
 PID_FILE_SLACK_S = 2.0
 # Agents whose CLI takes a system prompt / a turn limit as flags.
@@ -468,6 +472,10 @@ class Engine:
                 prepared = self._prepare(_request_from(rec), job_id)
             files = self.files(job_id)
             live.git_before = git_status(prepared.invocation.cwd)
+            # Mark the spawn before it happens: a relay killed between here and the shim writing
+            # its pid must not run the job a second time after a restart.
+            files.dir.mkdir(parents=True, exist_ok=True)
+            (files.dir / SPAWN_MARKER).touch()
             proc = self._spawn(prepared.invocation, files)
         except RelayError as err:
             self._fail(rec, err)
@@ -723,6 +731,12 @@ class Engine:
         """
         files = self.files(rec.id)
         pid = files.read_pid()
+        if pid is None and (files.dir / SPAWN_MARKER).exists():
+            # Spawned (or about to be) when relay died: give the shim a moment to record its pid.
+            deadline = time.monotonic() + SPAWN_SETTLE_S
+            while pid is None and not files.exit.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+                pid = files.read_pid()
         if pid is None and not files.exit.exists():
             return None
         ticks: int | None = None
