@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult, Event
 
 Permission = Literal["read-only", "edit", "full"]
@@ -119,6 +120,50 @@ def child_env(host: HostContext, allow: tuple[str, ...] = (), prefixes: tuple[st
     if host.job_id:
         env["RELAY_JOB_ID"] = host.job_id
     return env
+
+
+def prompt_via_stdin(prompt: str) -> bool:
+    """A prompt that looks like a flag, or is too long for argv, must go on stdin instead."""
+    return prompt.startswith("-") or len(prompt.encode()) > MAX_ARGV_PROMPT_BYTES
+
+
+UPSTREAM_HINT = "the model API failed; retry later or pick another model"
+
+
+def upstream_failed(detail: str) -> RelayError:
+    """The agent's model API failed (5xx, timeouts, broken streams)."""
+    return RelayError(ErrorCode.UPSTREAM_ERROR, detail, UPSTREAM_HINT)
+
+
+def agent_failed(agent: str, detail: str, exit_code: int | None) -> RelayError:
+    """The fallback when no more specific cause is recognised in the agent's output."""
+    return RelayError(
+        ErrorCode.AGENT_FAILED, detail, f"{agent} exited with code {exit_code}; see job_result(view='stderr')"
+    )
+
+
+class CliAdapter:
+    """An agent CLI backed by its module's pure `build` function and parser class."""
+
+    def __init__(
+        self,
+        name: str,
+        executable: str,
+        install_hint: str,
+        build: Callable[[AgentRequest, HostContext], Invocation],
+        parser: Callable[[], Parser],
+    ) -> None:
+        self.name = name
+        self.executable = executable
+        self.install_hint = install_hint
+        self._build = build
+        self._parser = parser
+
+    def build(self, request: AgentRequest, host: HostContext) -> Invocation:
+        return self._build(request, host)
+
+    def parser(self) -> Parser:
+        return self._parser()
 
 
 def parse_json_line(line: str) -> dict[str, Any] | None:

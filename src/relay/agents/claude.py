@@ -6,16 +6,19 @@ from typing import Any
 
 from relay import events as ev
 from relay.agents.base import (
-    MAX_ARGV_PROMPT_BYTES,
     AgentRequest,
+    CliAdapter,
     HostContext,
     Invocation,
+    agent_failed,
     as_dict,
     as_int,
     as_list,
     child_env,
     parse_json_line,
+    prompt_via_stdin,
     stderr_last_line,
+    upstream_failed,
 )
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event, Usage
@@ -39,7 +42,7 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
         )
     argv: list[str] = [host.command, "-p"]
     # A prompt that looks like a flag, or is too long for argv, goes on stdin (claude reads it there).
-    via_stdin = request.prompt.startswith("-") or len(request.prompt.encode()) > MAX_ARGV_PROMPT_BYTES
+    via_stdin = prompt_via_stdin(request.prompt)
     if not via_stdin:
         argv.append(request.prompt)
     argv += ["--output-format", "stream-json", "--verbose"]
@@ -199,19 +202,10 @@ def _error_from_text(detail: str, status: int | None, exit_code: int | None, std
     if status == 404 or "selected model" in low:
         return RelayError(ErrorCode.MODEL_NOT_FOUND, detail, "pick a model from status or the model list")
     if status is not None or "api error" in low or "timed out" in low:
-        return RelayError(ErrorCode.UPSTREAM_ERROR, detail, "the model API failed; retry later or pick another model")
-    return RelayError(
-        ErrorCode.AGENT_FAILED, detail, f"claude exited with code {exit_code}; see job_result(view='stderr')"
-    )
+        return upstream_failed(detail)
+    return agent_failed(NAME, detail, exit_code)
 
 
-class ClaudeAdapter:
-    name = NAME
-    executable = EXECUTABLE
-    install_hint = INSTALL_HINT
-
-    def build(self, request: AgentRequest, host: HostContext) -> Invocation:
-        return build(request, host)
-
-    def parser(self) -> ClaudeParser:
-        return ClaudeParser()
+class ClaudeAdapter(CliAdapter):
+    def __init__(self) -> None:
+        super().__init__(NAME, EXECUTABLE, INSTALL_HINT, build, ClaudeParser)

@@ -8,16 +8,19 @@ from typing import Any
 
 from relay import events as ev
 from relay.agents.base import (
-    MAX_ARGV_PROMPT_BYTES,
     AgentRequest,
+    CliAdapter,
     HostContext,
     Invocation,
+    agent_failed,
     as_dict,
     as_int,
     as_list,
     child_env,
     parse_json_line,
+    prompt_via_stdin,
     stderr_last_line,
+    upstream_failed,
 )
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event, Usage
@@ -78,7 +81,7 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
     elif request.continue_latest:
         argv += ["resume", "--last"]
     # A prompt that looks like a flag, or is too long for argv, goes on stdin (codex reads `-` from there).
-    via_stdin = request.prompt.startswith("-") or len(request.prompt.encode()) > MAX_ARGV_PROMPT_BYTES
+    via_stdin = prompt_via_stdin(request.prompt)
     argv.append("-" if via_stdin else request.prompt)
     env = child_env(host, ENV_ALLOW, ENV_PREFIXES)
     return Invocation(argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=request.prompt if via_stdin else None)
@@ -267,25 +270,16 @@ def error_from_text(detail: str, exit_code: int | None, stderr_tail: str = "") -
     if _status(low, r"5\d\d") or any(
         s in low for s in ("high demand", "stream disconnected", "reconnecting", "internal server error", "overloaded")
     ):
-        return RelayError(ErrorCode.UPSTREAM_ERROR, detail, "the model API failed; retry later or pick another model")
+        return upstream_failed(detail)
     if "unexpected argument" in low or exit_code == 2:
         return RelayError(
             ErrorCode.CONFIG_INVALID,
             detail,
             "check agents.codex.extra_args and the codex version (relay targets 0.169)",
         )
-    return RelayError(
-        ErrorCode.AGENT_FAILED, detail, f"codex exited with code {exit_code}; see job_result(view='stderr')"
-    )
+    return agent_failed(NAME, detail, exit_code)
 
 
-class CodexAdapter:
-    name = NAME
-    executable = EXECUTABLE
-    install_hint = INSTALL_HINT
-
-    def build(self, request: AgentRequest, host: HostContext) -> Invocation:
-        return build(request, host)
-
-    def parser(self) -> CodexParser:
-        return CodexParser()
+class CodexAdapter(CliAdapter):
+    def __init__(self) -> None:
+        super().__init__(NAME, EXECUTABLE, INSTALL_HINT, build, CodexParser)

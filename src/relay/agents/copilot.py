@@ -9,9 +9,12 @@ from typing import Any
 from relay import events as ev
 from relay.agents.base import (
     MAX_ARGV_PROMPT_BYTES,
+    UPSTREAM_HINT,
     AgentRequest,
+    CliAdapter,
     HostContext,
     Invocation,
+    agent_failed,
     as_dict,
     as_int,
     as_list,
@@ -221,9 +224,7 @@ def _session_error(data: dict[str, Any]) -> RelayError:
             ErrorCode.MODEL_NOT_FOUND, message, "pick a model the provider serves (--model / COPILOT_MODEL)"
         )
     suffix = f" (HTTP {status})" if isinstance(status, int) and f"{status}" not in message else ""
-    return RelayError(
-        ErrorCode.UPSTREAM_ERROR, message + suffix, "the model API failed; retry later or pick another model"
-    )
+    return RelayError(ErrorCode.UPSTREAM_ERROR, message + suffix, UPSTREAM_HINT)
 
 
 def _stderr_error_line(stderr_tail: str) -> str:
@@ -271,18 +272,9 @@ def error_from_stderr(detail: str, exit_code: int | None, stderr_tail: str) -> R
         return RelayError(
             ErrorCode.AUTH_INVALID, detail, "check COPILOT_PROVIDER_API_KEY (or the copilot login) and retry"
         )
-    return RelayError(
-        ErrorCode.AGENT_FAILED, detail, f"copilot exited with code {exit_code}; see job_result(view='stderr')"
-    )
+    return agent_failed(NAME, detail, exit_code)
 
 
-class CopilotAdapter:
-    name = NAME
-    executable = EXECUTABLE
-    install_hint = INSTALL_HINT
-
-    def build(self, request: AgentRequest, host: HostContext) -> Invocation:
-        return build(request, host)
-
-    def parser(self) -> CopilotParser:
-        return CopilotParser()
+class CopilotAdapter(CliAdapter):
+    def __init__(self) -> None:
+        super().__init__(NAME, EXECUTABLE, INSTALL_HINT, build, CopilotParser)

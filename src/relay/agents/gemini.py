@@ -8,15 +8,18 @@ from typing import Any
 
 from relay import events as ev
 from relay.agents.base import (
-    MAX_ARGV_PROMPT_BYTES,
     AgentRequest,
+    CliAdapter,
     HostContext,
     Invocation,
+    agent_failed,
     as_dict,
     as_int,
     child_env,
     parse_json_line,
+    prompt_via_stdin,
     stderr_last_line,
+    upstream_failed,
 )
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event, Usage
@@ -51,7 +54,7 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
     argv: list[str] = [host.command]
     # A prompt that looks like a flag, or is too long for argv, goes on stdin: without -p, gemini
     # reads piped stdin as the prompt and still runs headless.
-    via_stdin = request.prompt.startswith("-") or len(request.prompt.encode()) > MAX_ARGV_PROMPT_BYTES
+    via_stdin = prompt_via_stdin(request.prompt)
     if not via_stdin:
         argv += ["-p", request.prompt]
     argv += ["-m", request.model or DEFAULT_MODEL, "-o", "stream-json"]
@@ -264,19 +267,10 @@ def error_for(message: str, status: int | None, exit_code: int | None, stderr_ta
             "the model API rejected the request: check the model name and the prompt",
         )
     if (status is not None and status >= 500) or "fetch failed" in low or "api error" in low:
-        return RelayError(ErrorCode.UPSTREAM_ERROR, message, "the model API failed; retry later or pick another model")
-    return RelayError(
-        ErrorCode.AGENT_FAILED, message, f"gemini exited with code {exit_code}; see job_result(view='stderr')"
-    )
+        return upstream_failed(message)
+    return agent_failed(NAME, message, exit_code)
 
 
-class GeminiAdapter:
-    name = NAME
-    executable = EXECUTABLE
-    install_hint = INSTALL_HINT
-
-    def build(self, request: AgentRequest, host: HostContext) -> Invocation:
-        return build(request, host)
-
-    def parser(self) -> GeminiParser:
-        return GeminiParser()
+class GeminiAdapter(CliAdapter):
+    def __init__(self) -> None:
+        super().__init__(NAME, EXECUTABLE, INSTALL_HINT, build, GeminiParser)

@@ -10,6 +10,7 @@ from relay.agents.base import (
     AgentRequest,
     HostContext,
     Invocation,
+    agent_failed,
     as_dict,
     child_env,
     parse_json_line,
@@ -146,11 +147,7 @@ class GenericParser:
         if exit_code == 0:
             return AgentResult(ok=True, text=text, session_id=self.session_id, model=self.model)
         detail = self.error or stderr_last_line(stderr_tail) or f"{self.name} exited with code {exit_code}"
-        err = RelayError(
-            ErrorCode.AGENT_FAILED,
-            detail,
-            f"{self.name} exited with code {exit_code}; see job_result(view='stderr')",
-        )
+        err = agent_failed(self.name, detail, exit_code)
         return AgentResult(ok=False, text=text, session_id=self.session_id, model=self.model, error=err)
 
 
