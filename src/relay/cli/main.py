@@ -142,6 +142,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
+    from relay.jobs.envelope import job_title
+
     engine = _engine()
     records = engine.list(statuses=args.status or (), agent=args.agent, limit=args.limit)
     if args.json:
@@ -154,7 +156,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             r.status,
             r.model or "-",
             _ago(r.created_at),
-            " ".join(str(r.request.get("prompt", "")).split())[:50],
+            job_title(r.request, 50),
         ]
         for r in records
     ]

@@ -26,7 +26,7 @@ from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event
-from relay.jobs.envelope import clip_event, envelope, render_event
+from relay.jobs.envelope import clip_event, envelope, job_title, render_event
 from relay.jobs.output import LineReader, read_bytes_page, read_text_page
 from relay.runtime import procinfo, supervisor
 from relay.runtime.supervisor import JobFiles, JobProcess
@@ -666,7 +666,7 @@ class Engine:
             return
         if result.session_id:
             req = rec.request
-            title = " ".join(str(req.get("prompt", "")).split())[:80]
+            title = job_title(req)
             self.store.upsert_session(
                 rec.agent,
                 result.session_id,

@@ -15,6 +15,15 @@ from relay.store import JobRecord
 EVENT_TEXT_LIMIT = 4000
 
 
+# A job's title is the start of its prompt on one line.
+TITLE_CHARS = 80
+
+
+def job_title(request: dict[str, Any], limit: int = TITLE_CHARS) -> str:
+    """The first `limit` characters of the request's prompt, whitespace collapsed."""
+    return " ".join(str(request.get("prompt", "")).split())[:limit]
+
+
 def clip_event(event: Event) -> Event:
     data = dict(event.data)
     clipped = False

@@ -20,6 +20,7 @@ from relay.agents import known_agents
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
+from relay.jobs.envelope import job_title
 from relay.server.models import (
     AgentInfo,
     Envelope,
@@ -333,7 +334,7 @@ def build_server(settings: Settings, engine_factory: Callable[[Settings], Engine
                     status=r.status,
                     model=r.model,
                     created_at=r.created_at,
-                    title=" ".join(str(r.request.get("prompt", "")).split())[:80],
+                    title=job_title(r.request),
                     session_id=r.session_id,
                 )
                 for r in records
