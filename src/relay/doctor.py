@@ -142,9 +142,12 @@ def diagnose(
     return reports
 
 
-def format_table(reports: list[AgentReport]) -> str:
-    headers = ["AGENT", "FOUND", "VERSION", "STATUS", "CREDENTIALS", "SMOKE", "PATH / NOTE"]
-    rows = [
+TABLE_HEADERS = ["AGENT", "FOUND", "VERSION", "STATUS", "CREDENTIALS", "SMOKE", "PATH / NOTE"]
+
+
+def table_rows(reports: list[AgentReport]) -> list[list[str]]:
+    """One row per report, in TABLE_HEADERS order, for the CLI's table."""
+    return [
         [
             r.name,
             "yes" if r.found else "no",
@@ -156,7 +159,3 @@ def format_table(reports: list[AgentReport]) -> str:
         ]
         for r in reports
     ]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(line.rstrip() for line in lines)

@@ -231,7 +231,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import anyio
 
     from relay.config import load_settings
-    from relay.doctor import diagnose, format_table
+    from relay.doctor import TABLE_HEADERS, diagnose, table_rows
     from relay.jobs.engine import Engine, JobRequest
 
     settings = load_settings()
@@ -263,7 +263,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:
-        print(format_table(reports))
+        print(_table(table_rows(reports), TABLE_HEADERS))
     problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
     return 1 if problems else 0
 
