@@ -409,10 +409,7 @@ class Engine:
                     self._store_result(rec, "timed_out", outcome or AgentResult(ok=False, error=err), err, None)
                 elif outcome is not None:
                     self._store_result(rec, "completed" if outcome.ok else "failed", outcome, outcome.error, None)
-            live.done.set()
-            for listener in live.listeners:
-                listener.close()
-            self._notify()
+            self._job_ended(job_id)
 
     def _agent_limit(self, agent: str) -> int:
         return self.settings.agent(agent).max_concurrent or self.settings.max_concurrent_per_agent
@@ -437,15 +434,19 @@ class Engine:
         try:
             await self._run_job_guarded(job_id)
         finally:
-            self._running.pop(job_id, None)
-            live = self._live.get(job_id)
-            if live is not None:
-                live.done.set()
-                for listener in live.listeners:
-                    listener.close()
-            self._notify()
-            if self._tg is not None:
-                self._pump()
+            self._job_ended(job_id)
+
+    def _job_ended(self, job_id: str) -> None:
+        """Free the job's slot, wake its waiters and listeners, and start what was queued behind it."""
+        self._running.pop(job_id, None)
+        live = self._live.get(job_id)
+        if live is not None:
+            live.done.set()
+            for listener in live.listeners:
+                listener.close()
+        self._notify()
+        if self._tg is not None:
+            self._pump()
 
     async def _run_job_guarded(self, job_id: str) -> None:
         """Run one job; a bug here fails this job with INTERNAL instead of taking the server down."""
@@ -464,7 +465,7 @@ class Engine:
         if rec is None or rec.is_final:
             return
         if live.stop_reason:
-            self._finish_without_process(rec, live.stop_reason)
+            self._finish_without_process(rec)
             return
         prepared = self._prepared.pop(job_id, None)
         try:
@@ -525,20 +526,7 @@ class Engine:
         try:
             while True:
                 exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
-                new_events: list[tuple[int, Event]] = []
-                batch_chars = 0
-                active = False
-                for line in reader.read(final=exited):
-                    for event in parser.feed(line):
-                        active = active or event.type not in NOT_ACTIVITY
-                        seq += 1
-                        if seq > stored_seq:
-                            new_events.append((seq, event))
-                    batch_chars += len(line)
-                    if len(new_events) >= PUBLISH_BATCH_EVENTS or batch_chars >= PUBLISH_BATCH_CHARS:
-                        self._publish(job_id, live, new_events)
-                        new_events, batch_chars = [], 0
-                self._publish(job_id, live, new_events)
+                seq, active = self._consume(job_id, live, reader, parser, seq, stored_seq, final=exited)
                 now = time.time()
                 if active:
                     last_output = now
@@ -562,6 +550,29 @@ class Engine:
 
     def _redacted(self, value: dict[str, Any]) -> dict[str, Any]:
         return redact_value(value, self._secrets)  # pyright: ignore[reportReturnType]
+
+    def _consume(
+        self, job_id: str, live: _Live, reader: LineReader, parser: Parser, seq: int, stored_seq: int, *, final: bool
+    ) -> tuple[int, bool]:
+        """Feed new output lines to the parser; store and forward events past `stored_seq` in bounded batches.
+
+        Returns the last event sequence number and whether any event showed activity.
+        """
+        batch: list[tuple[int, Event]] = []
+        batch_chars = 0
+        active = False
+        for line in reader.read(final=final):
+            for event in parser.feed(line):
+                active = active or event.type not in NOT_ACTIVITY
+                seq += 1
+                if seq > stored_seq:
+                    batch.append((seq, event))
+            batch_chars += len(line)
+            if len(batch) >= PUBLISH_BATCH_EVENTS or batch_chars >= PUBLISH_BATCH_CHARS:
+                self._publish(job_id, live, batch)
+                batch, batch_chars = [], 0
+        self._publish(job_id, live, batch)
+        return seq, active
 
     def _publish(self, job_id: str, live: _Live, events: list[tuple[int, Event]]) -> None:
         if not events:
@@ -680,7 +691,7 @@ class Engine:
     def _fail(self, rec: JobRecord, err: RelayError) -> None:
         self._store_result(rec, "failed", AgentResult(ok=False, error=err), err, None)
 
-    def _finish_without_process(self, rec: JobRecord, reason: str) -> None:
+    def _finish_without_process(self, rec: JobRecord) -> None:
         err = RelayError(ErrorCode.CANCELLED, "the job was cancelled before it started", "submit it again if needed")
         self._store_result(rec, "cancelled", AgentResult(ok=False, error=err), err, None)
 
@@ -786,19 +797,8 @@ class Engine:
             return
         # The process ended while no relay watched it: its files hold everything.
         parser = adapter.parser()
-        reader = LineReader(files.stdout)
         stored_seq = self.store.max_event_seq(rec.id)
-        seq, batch = -1, list[tuple[int, Event]]()
-        live = _Live()
-        for line in reader.read(final=True):
-            for event in parser.feed(line):
-                seq += 1
-                if seq > stored_seq:
-                    batch.append((seq, event))
-            if len(batch) >= PUBLISH_BATCH_EVENTS:
-                self._publish(rec.id, live, batch)
-                batch = []
-        self._publish(rec.id, live, batch)
+        self._consume(rec.id, _Live(), LineReader(files.stdout), parser, -1, stored_seq, final=True)
         self._finalize(rec.id, parser, files.read_exit_code(), None)
 
     async def _run_attached(self, rec: JobRecord, proc: JobProcess, parser: Parser, last_output: float) -> None:
@@ -812,11 +812,7 @@ class Engine:
                 last_output=last_output,
             )
         finally:
-            self._running.pop(rec.id, None)
-            live = self._live.get(rec.id)
-            if live is not None:
-                live.done.set()
-            self._notify()
+            self._job_ended(rec.id)
 
     # queries ------------------------------------------------------------------------------
 
@@ -935,9 +931,8 @@ class Engine:
             live.stop.set()
             if rec.id in self._queue:
                 self._queue.remove(rec.id)
-                self._finish_without_process(rec, "cancelled")
-                live.done.set()
-                self._notify()
+                self._finish_without_process(rec)
+                self._job_ended(rec.id)
             with (
                 anyio.CancelScope(shield=True),
                 anyio.move_on_after(self.settings.kill_grace_s + supervisor.KILL_CONFIRM_S + 2),
@@ -958,7 +953,7 @@ class Engine:
 
     def _reattach_or_finalize_stopped(self, rec: JobRecord) -> None:
         if rec.status == "queued":
-            self._finish_without_process(rec, "cancelled")
+            self._finish_without_process(rec)
         else:
             self._reattach_or_finalize(self.get(rec.id))
         self._notify()
@@ -1020,7 +1015,3 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, default=str)

@@ -42,13 +42,6 @@ class LineReader:
             yield tail.decode("utf-8", "replace")
 
 
-def file_size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
 # Per file (path, size, mtime): (character, byte) positions at chunk boundaries and the total
 # character count, so paging through a large finished output reads each page, not the whole file.
 _INDEX: dict[tuple[str, int, int], tuple[list[tuple[int, int]], int]] = {}

@@ -56,16 +56,6 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def rss_bytes(pid: int) -> int:
-    try:
-        for line in (_PROC / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def start_epoch(pid: int) -> float | None:
     """When `pid` started, in Unix time (boot time + start ticks)."""
     ticks = start_ticks(pid)

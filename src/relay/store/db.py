@@ -222,9 +222,6 @@ class Store:
         params.append(limit)
         return [_job(r) for r in self._exec(sql, params).fetchall()]
 
-    def count_active(self) -> int:
-        return int(self._exec("SELECT COUNT(*) FROM jobs WHERE status IN ('queued','running')").fetchone()[0])
-
     # events -----------------------------------------------------------------------------
 
     def add_events(self, job_id: str, first_seq: int, events: Sequence[Event]) -> None:
