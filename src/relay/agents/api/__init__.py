@@ -6,7 +6,8 @@ it first makes a call.
 
 from __future__ import annotations
 
-from relay.agents.api._chat import ChatCall, ChatMessage, ImageData, StreamOutcome, run_chat
+from relay.agents.api._call import ChatCall, ChatMessage, ImageData, StreamOutcome
+from relay.agents.api._chat import run_chat
 from relay.agents.api.keys import find_key, redact, require_key
 from relay.agents.api.registry import ModelInfo, ProviderInfo, Registry, load_registry
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import replace
 
 import anyio
 
+from relay.agents.api._call import ChatCall as ChatCall
+from relay.agents.api._call import ChatMessage as ChatMessage
+from relay.agents.api._call import Emit, StreamFn
+from relay.agents.api._call import ImageData as ImageData
+from relay.agents.api._call import StreamOutcome as StreamOutcome
 from relay.agents.api._translate import Failure, translate
 from relay.agents.api.registry import ModelInfo, ProviderInfo
 from relay.errors import ErrorCode, RelayError
-from relay.events import MESSAGE_DELTA, RETRY, TURN_COMPLETED, WARNING, AgentResult, Event, Usage
+from relay.events import MESSAGE_DELTA, RETRY, TURN_COMPLETED, WARNING, AgentResult, Event
 
 log = logging.getLogger("relay.api")
 
@@ -22,55 +26,8 @@ MAX_ATTEMPTS = 4
 BACKOFF_BASE_S = 1.0
 # Longest relay waits before one retry, whatever retry-after says (a job must not sleep for minutes).
 MAX_RETRY_WAIT_S = 30.0
-# Per-request SDK timeout (connect, and between streamed chunks); the job's own timeout bounds the whole.
-REQUEST_TIMEOUT_S = 600.0
-# Longest we wait to close a connection after a cancel, so the server sees it go away.
-CLOSE_GRACE_S = 2.0
 
-Emit = Callable[[Event], None]
 Sleep = Callable[[float], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class ImageData:
-    """An image to show the model, already base64-encoded."""
-
-    media_type: str
-    data_b64: str
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    role: Literal["user", "assistant"]
-    text: str
-    images: tuple[ImageData, ...] = ()
-
-
-@dataclass(frozen=True)
-class ChatCall:
-    """Everything one provider request needs (the key travels here and nowhere else)."""
-
-    model: ModelInfo
-    provider: ProviderInfo
-    api_key: str = field(repr=False)
-    messages: tuple[ChatMessage, ...]
-    system: str | None = None
-    temperature: float | None = None
-    thinking_mode: str | None = None
-    max_output_tokens: int | None = None
-    timeout_s: float = REQUEST_TIMEOUT_S
-
-
-@dataclass(frozen=True)
-class StreamOutcome:
-    """What a provider's stream produced."""
-
-    text: str
-    usage: Usage
-    reasoning: str = ""
-
-
-StreamFn = Callable[[ChatCall, Emit], Awaitable[StreamOutcome]]
 
 
 async def _dispatch(call: ChatCall, emit: Emit) -> StreamOutcome:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from relay.agents.api._chat import ImageData
+from relay.agents.api._call import ImageData
 from relay.errors import ErrorCode, RelayError, invalid
 
 # Token estimate used for every budget: UTF-8 bytes / 4.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from relay.agents.api._chat import CLOSE_GRACE_S, ChatCall, ChatMessage, Emit, StreamOutcome
+from relay.agents.api._call import CLOSE_GRACE_S, ChatCall, ChatMessage, Emit, StreamOutcome
 from relay.events import MESSAGE_DELTA, REASONING, WARNING, Event, Usage
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from relay.agents.api._chat import CLOSE_GRACE_S, ChatCall, ChatMessage, Emit, StreamOutcome
+from relay.agents.api._call import CLOSE_GRACE_S, ChatCall, ChatMessage, Emit, StreamOutcome
 from relay.agents.api.registry import THINKING_MODES
 from relay.events import MESSAGE_DELTA, REASONING, WARNING, Event, Usage
 
