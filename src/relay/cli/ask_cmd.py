@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from relay.cli._errors import error_line
+
 
 def add_parser(sub: Any) -> None:
     """Declare `relay ask` on the CLI's subparsers (`sub` is argparse's _SubParsersAction)."""
@@ -75,7 +77,7 @@ def ask_command(args: argparse.Namespace) -> int:
             print()
         if env["error"]:
             err = env["error"]
-            print(f"relay: {err['code']}: {err['message']}\nhint: {err['hint']}", file=sys.stderr)
+            print(error_line(err["code"], err["message"], err["hint"] or ""), file=sys.stderr)
         if env.get("continuation_id"):
             cost = f", ${env['cost_usd']:.6f}" if env.get("cost_usd") is not None else ""
             print(

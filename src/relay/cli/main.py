@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay import __version__
+from relay.cli._errors import error_line, report
 from relay.errors import RelayError
 
 # `relay tail -f` checks for new output this often.
@@ -19,6 +20,7 @@ TAIL_POLL_S = 0.2
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relay", description="Delegate work to AI agents as durable jobs (an MCP server).")
     p.add_argument("--version", action="version", version=f"relay {__version__}")
+    p.add_argument("--debug", action="store_true", help="on an error, print the full traceback too")
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the MCP server (stdio by default)")
@@ -63,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
     doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
     doctor.add_argument("--smoke-timeout", type=float, default=60.0, help="seconds per smoke run (default 60)")
+    for command in sub.choices.values():  # `relay CMD ... --debug` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 
@@ -93,6 +97,10 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     from relay.server.run import serve
 
+    if not args.http and sys.stdin.isatty():
+        from relay.cli._serve_banner import stdio_banner
+
+        print(stdio_banner(), file=sys.stderr)
     return serve(http=args.http, host=args.host, port=args.port, token=args.token)
 
 
@@ -137,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"\n[output truncated: relay tail {env['job_id']}]", file=sys.stderr)
         if env["error"]:
             err = env["error"]
-            print(f"relay: {err['code']}: {err['message']}\nhint: {err['hint']}", file=sys.stderr)
+            print(error_line(err["code"], err["message"], err["hint"] or ""), file=sys.stderr)
     return 0 if env["status"] == "completed" else 1
 
 
@@ -290,13 +298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except RelayError as err:
-        print(f"relay: {err.code.value}: {err.message}", file=sys.stderr)
-        if err.hint:
-            print(f"hint: {err.hint}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("relay: interrupted", file=sys.stderr)
+        return 130
+    except (Exception, BaseExceptionGroup) as exc:  # every failure is one line; --debug adds the traceback
+        return report(exc, debug=args.debug)
 
 
 if __name__ == "__main__":
