@@ -112,11 +112,105 @@ def m004_threads(db: sqlite3.Connection) -> None:
     )
 
 
+def m005_mcp_servers(db: sqlite3.Connection) -> None:
+    """Downstream MCP servers (global when scope is '', else a project directory) and their pinned tools."""
+    db.executescript(
+        """
+        CREATE TABLE mcp_servers (
+            scope TEXT NOT NULL,
+            name TEXT NOT NULL,
+            transport TEXT NOT NULL,
+            command TEXT,
+            args TEXT NOT NULL DEFAULT '[]',
+            url TEXT,
+            cwd TEXT,
+            env_keys TEXT NOT NULL DEFAULT '[]',
+            header_keys TEXT NOT NULL DEFAULT '[]',
+            description TEXT NOT NULL DEFAULT '',
+            enabled INTEGER NOT NULL DEFAULT 1,
+            source TEXT NOT NULL DEFAULT 'add',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (scope, name)
+        );
+        CREATE TABLE mcp_tool_pins (
+            scope TEXT NOT NULL,
+            server TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            definition TEXT NOT NULL,
+            pending_sha256 TEXT,
+            pending_definition TEXT,
+            pinned_at REAL NOT NULL,
+            changed_at REAL,
+            PRIMARY KEY (scope, server, tool)
+        );
+        """
+    )
+
+
+def m006_tasks(db: sqlite3.Connection) -> None:
+    """The task tracker: tasks scoped by project, typed dependencies, task-session links."""
+    db.executescript(
+        """
+        CREATE TABLE tasks (
+            project TEXT NOT NULL,
+            id TEXT NOT NULL,
+            project_id TEXT NOT NULL,
+            title TEXT NOT NULL,
+            description TEXT,
+            status TEXT NOT NULL DEFAULT 'open',
+            priority INTEGER NOT NULL DEFAULT 2,
+            task_type TEXT NOT NULL DEFAULT 'task',
+            parent_task_id TEXT,
+            discovered_in_session_id TEXT,
+            assignee TEXT,
+            labels TEXT NOT NULL DEFAULT '[]',
+            closed_reason TEXT,
+            closed_at TEXT,
+            platform_id TEXT,
+            validation_status TEXT,
+            validation_feedback TEXT,
+            original_instruction TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (project, id)
+        );
+        CREATE INDEX tasks_ready ON tasks(project, status, priority, created_at);
+        CREATE INDEX tasks_parent ON tasks(project, parent_task_id);
+        CREATE TABLE task_dependencies (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            project TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            depends_on TEXT NOT NULL,
+            dep_type TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (project, task_id, depends_on, dep_type),
+            FOREIGN KEY (project, task_id) REFERENCES tasks(project, id) ON DELETE CASCADE,
+            FOREIGN KEY (project, depends_on) REFERENCES tasks(project, id) ON DELETE CASCADE
+        );
+        CREATE INDEX task_dependencies_blocker ON task_dependencies(project, depends_on);
+        CREATE TABLE task_sessions (
+            project TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            action TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (project, task_id, session_id, action),
+            FOREIGN KEY (project, task_id) REFERENCES tasks(project, id) ON DELETE CASCADE
+        );
+        CREATE INDEX task_sessions_session ON task_sessions(session_id);
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
     ("m003_sessions", m003_sessions),
     ("m004_threads", m004_threads),
+    ("m005_mcp_servers", m005_mcp_servers),
+    ("m006_tasks", m006_tasks),
 ]
 
 

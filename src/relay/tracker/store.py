@@ -1,0 +1,591 @@
+"""Tasks in relay.db (migration m006_tasks): CRUD, dependencies, ready/blocked work, labels, session links.
+
+Every row is scoped by project (`Project.key`); a task id is unique within its project. Values
+come back as the frozen dataclasses of `model.py`. Each change bumps the task's `updated_at`
+(strictly increasing, so last-write-wins sync can order edits) and calls `on_change(project)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Generator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from relay.config import Settings
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.store.migrations import migrate
+from relay.tracker.graph import find_cycles, find_path
+from relay.tracker.model import (
+    DEFAULT_PRIORITY,
+    DEP_TYPES,
+    DIRECTIONS,
+    LINK_ACTIONS,
+    STATUSES,
+    Dependency,
+    SessionLink,
+    Task,
+    TaskChanges,
+    check_label,
+    check_labels,
+    check_one_of,
+    check_priority,
+    check_task_type,
+    check_text,
+    check_title,
+    format_ts,
+    now_iso,
+    parse_ts,
+)
+from relay.tracker.project import Project
+
+BUSY_TIMEOUT_S = 10.0
+ID_PREFIX = "gt-"
+ID_HEX_CHARS = 6
+ID_RETRIES = 3  # Gobby's: a fourth collision in a row means something is wrong, not bad luck
+MAX_LIST_LIMIT = 1000
+MAX_TREE_DEPTH = 10
+ChangeHook = Callable[[Project], None]
+
+
+def not_found(task_id: str) -> RelayError:
+    return RelayError(
+        ErrorCode.TASK_NOT_FOUND,
+        f"Task {task_id[:100]} not found",
+        "list_tasks shows this project's tasks; tasks are scoped by project (pass project=<repository path>)",
+    )
+
+
+def _task(row: sqlite3.Row) -> Task:
+    d = dict(row)
+    d.pop("project")
+    d["labels"] = tuple(json.loads(d["labels"] or "[]"))
+    return Task(**d)
+
+
+def _dep(row: sqlite3.Row) -> Dependency:
+    return Dependency(
+        id=row["id"],
+        task_id=row["task_id"],
+        depends_on=row["depends_on"],
+        dep_type=row["dep_type"],
+        created_at=row["created_at"],
+    )
+
+
+def _check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise invalid(f"limit {limit} is outside 1..{MAX_LIST_LIMIT}", "omit limit for the default")
+    return limit
+
+
+class TaskStore:
+    """Task storage; safe to share between the event loop and worker threads (one lock, one connection)."""
+
+    def __init__(
+        self,
+        db_path: Path,
+        *,
+        clock: Callable[[], str] = now_iso,
+        entropy: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        self._entropy = entropy
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self.on_change: ChangeHook | None = None
+        with self._lock:
+            migrate(self._db)
+
+    @classmethod
+    def open(cls, settings: Settings) -> TaskStore:
+        return cls(settings.db_path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    @contextmanager
+    def transaction(self) -> Generator[sqlite3.Connection]:
+        """One write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _changed(self, project: Project) -> None:
+        if self.on_change is not None:
+            self.on_change(project)
+
+    def _next_ts(self, previous: str | None = None) -> str:
+        """Now, or one microsecond after `previous` when the clock has not moved past it."""
+        now = self._clock()
+        if previous is not None and parse_ts(now) <= parse_ts(previous):
+            return format_ts(parse_ts(previous) + timedelta(microseconds=1))
+        return now
+
+    def _new_id(self, db: sqlite3.Connection, project: Project) -> str:
+        for _ in range(ID_RETRIES + 1):
+            seed = self._entropy(16) + project.key.encode()
+            candidate = ID_PREFIX + hashlib.sha256(seed).hexdigest()[:ID_HEX_CHARS]
+            if not db.execute("SELECT 1 FROM tasks WHERE project=? AND id=?", (project.key, candidate)).fetchone():
+                return candidate
+        raise RelayError(
+            ErrorCode.INTERNAL,
+            f"Failed to generate unique task ID after {ID_RETRIES} retries",
+            "retry; if it keeps happening the project holds too many tasks for 6-hex-digit ids",
+        )
+
+    # tasks ------------------------------------------------------------------------------
+
+    def find(self, project: Project, task_id: str) -> Task | None:
+        rows = self._rows("SELECT * FROM tasks WHERE project=? AND id=?", (project.key, task_id))
+        return _task(rows[0]) if rows else None
+
+    def get(self, project: Project, task_id: str) -> Task:
+        task = self.find(project, task_id)
+        if task is None:
+            raise not_found(task_id)
+        return task
+
+    def create(
+        self,
+        project: Project,
+        title: str,
+        *,
+        description: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        task_type: str = "task",
+        parent_task_id: str | None = None,
+        labels: Sequence[str] = (),
+        blocks: Sequence[str] = (),
+        session_id: str | None = None,
+        assignee: str | None = None,
+        original_instruction: str | None = None,
+    ) -> Task:
+        """A new open task; `blocks` lists tasks the new one blocks; `session_id` is linked as `discovered`."""
+        title = check_title(title)
+        description = check_text(description, "description")
+        check_priority(priority)
+        task_type = check_task_type(task_type)
+        clean_labels = check_labels(list(labels))
+        with self.transaction() as db:
+            if parent_task_id is not None and not self.find(project, parent_task_id):
+                raise not_found(parent_task_id)
+            for blocked in blocks:
+                if not self.find(project, blocked):
+                    raise not_found(blocked)
+            task_id = self._new_id(db, project)
+            now = self._next_ts()
+            db.execute(
+                "INSERT INTO tasks (project, id, project_id, title, description, status, priority, task_type,"
+                " parent_task_id, discovered_in_session_id, assignee, labels, original_instruction, created_at,"
+                " updated_at) VALUES (?,?,?,?,?,'open',?,?,?,?,?,?,?,?,?)",
+                (
+                    project.key,
+                    task_id,
+                    project.project_id,
+                    title,
+                    description,
+                    priority,
+                    task_type,
+                    parent_task_id,
+                    session_id,
+                    assignee,
+                    json.dumps(list(clean_labels)),
+                    original_instruction,
+                    now,
+                    now,
+                ),
+            )
+            for blocked in dict.fromkeys(blocks):
+                # A new task has no blockers of its own, so it cannot close a cycle.
+                db.execute(
+                    "INSERT INTO task_dependencies (project, task_id, depends_on, dep_type, created_at)"
+                    " VALUES (?,?,?,'blocks',?)",
+                    (project.key, blocked, task_id, now),
+                )
+                self._touch(db, project, blocked)
+            if session_id:
+                db.execute(
+                    "INSERT OR IGNORE INTO task_sessions (project, task_id, session_id, action, created_at)"
+                    " VALUES (?,?,?,'discovered',?)",
+                    (project.key, task_id, session_id, now),
+                )
+        self._changed(project)
+        return self.get(project, task_id)
+
+    def _touch(self, db: sqlite3.Connection, project: Project, task_id: str) -> None:
+        row = db.execute("SELECT updated_at FROM tasks WHERE project=? AND id=?", (project.key, task_id)).fetchone()
+        if row is not None:
+            db.execute(
+                "UPDATE tasks SET updated_at=? WHERE project=? AND id=?",
+                (self._next_ts(row[0]), project.key, task_id),
+            )
+
+    def update(self, project: Project, task_id: str, changes: TaskChanges) -> Task:
+        sets: dict[str, Any] = {}
+        if changes.title is not None:
+            sets["title"] = check_title(changes.title)
+        if changes.description is not None:
+            sets["description"] = check_text(changes.description, "description")
+        if changes.priority is not None:
+            sets["priority"] = check_priority(changes.priority)
+        if changes.assignee is not None:
+            sets["assignee"] = check_text(changes.assignee, "assignee") or None
+        if changes.labels is not None:
+            sets["labels"] = json.dumps(list(check_labels(list(changes.labels))))
+        if changes.task_type is not None:
+            sets["task_type"] = check_task_type(changes.task_type)
+        if changes.validation_status is not None:
+            sets["validation_status"] = changes.validation_status
+        if changes.validation_feedback is not None:
+            sets["validation_feedback"] = changes.validation_feedback
+        if changes.status is not None:
+            sets["status"] = check_one_of(changes.status, STATUSES, "status")
+        with self.transaction() as db:
+            current = self.get(project, task_id)
+            if changes.parent_task_id is not None:
+                self._check_parent(project, task_id, changes.parent_task_id)
+                sets["parent_task_id"] = changes.parent_task_id
+            if "status" in sets and sets["status"] != current.status:
+                closing = sets["status"] == "closed"
+                sets["closed_at"] = self._clock() if closing else None
+                sets["closed_reason"] = (current.closed_reason or "completed") if closing else None
+            sets["updated_at"] = self._next_ts(current.updated_at)
+            assignments = ", ".join(f"{name}=?" for name in sets)
+            db.execute(
+                f"UPDATE tasks SET {assignments} WHERE project=? AND id=?",
+                (*sets.values(), project.key, task_id),
+            )
+        self._changed(project)
+        return self.get(project, task_id)
+
+    def _check_parent(self, project: Project, task_id: str, parent_id: str) -> None:
+        parent = self.get(project, parent_id)
+        seen = {task_id}
+        while parent is not None:
+            if parent.id in seen:
+                raise invalid(f"making {parent_id} the parent of {task_id} would loop", "pick another parent")
+            seen.add(parent.id)
+            parent = self.find(project, parent.parent_task_id) if parent.parent_task_id else None
+
+    def close_task(self, project: Project, task_id: str, reason: str = "completed") -> Task:
+        reason = (check_text(reason, "reason") or "").strip() or "completed"
+        with self.transaction() as db:
+            current = self.get(project, task_id)
+            now = self._next_ts(current.updated_at)
+            db.execute(
+                "UPDATE tasks SET status='closed', closed_reason=?, closed_at=?, updated_at=? WHERE project=? AND id=?",
+                (reason, now, now, project.key, task_id),
+            )
+        self._changed(project)
+        return self.get(project, task_id)
+
+    def delete(self, project: Project, task_id: str, cascade: bool = False) -> list[str]:
+        """Delete a task (and with `cascade` its subtasks, depth first); returns the ids deleted."""
+        with self.transaction() as db:
+            self.get(project, task_id)
+            doomed = [task_id]
+            frontier = [task_id]
+            while frontier:
+                kids = [
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT id FROM tasks WHERE project=? AND parent_task_id IN ({','.join('?' * len(frontier))})",
+                        (project.key, *frontier),
+                    )
+                ]
+                if kids and not cascade:
+                    raise invalid(f"Task {task_id} has children. Use cascade=True to delete.", "pass cascade=true")
+                kids = [k for k in kids if k not in doomed]
+                doomed += kids
+                frontier = kids
+            for victim in reversed(doomed):
+                db.execute("DELETE FROM tasks WHERE project=? AND id=?", (project.key, victim))
+        self._changed(project)
+        return doomed
+
+    def list(
+        self,
+        project: Project,
+        *,
+        status: str | None = None,
+        priority: int | None = None,
+        task_type: str | None = None,
+        assignee: str | None = None,
+        label: str | None = None,
+        parent_task_id: str | None = None,
+        title_like: str | None = None,
+        limit: int = 50,
+    ) -> list[Task]:
+        """Tasks matching every filter given, newest first."""
+        where = ["project=?"]
+        params: list[Any] = [project.key]
+        for column, value in (
+            ("status", status),
+            ("priority", priority),
+            ("task_type", task_type),
+            ("assignee", assignee),
+            ("parent_task_id", parent_task_id),
+        ):
+            if value is not None:
+                where.append(f"{column}=?")
+                params.append(value)
+        if status is not None:
+            check_one_of(status, STATUSES, "status")
+        if label is not None:
+            where.append("EXISTS (SELECT 1 FROM json_each(tasks.labels) WHERE json_each.value=?)")
+            params.append(label)
+        if title_like:
+            escaped = title_like.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append("title LIKE ? ESCAPE '\\'")
+            params.append(f"%{escaped}%")
+        params.append(_check_limit(limit))
+        sql = f"SELECT * FROM tasks WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT ?"
+        return [_task(r) for r in self._rows(sql, params)]
+
+    def all_tasks(self, project: Project) -> list[Task]:
+        return [_task(r) for r in self._rows("SELECT * FROM tasks WHERE project=? ORDER BY id", (project.key,))]
+
+    def set_labels(self, project: Project, task_id: str, add: str | None = None, remove: str | None = None) -> Task:
+        with self.transaction() as db:
+            current = self.get(project, task_id)
+            labels = list(current.labels)
+            if add is not None and check_label(add) not in labels:
+                labels.append(check_label(add))
+            if remove is not None:
+                labels = [x for x in labels if x != remove.strip()]
+            if labels != list(current.labels):
+                db.execute(
+                    "UPDATE tasks SET labels=?, updated_at=? WHERE project=? AND id=?",
+                    (json.dumps(labels), self._next_ts(current.updated_at), project.key, task_id),
+                )
+        self._changed(project)
+        return self.get(project, task_id)
+
+    # dependencies -----------------------------------------------------------------------
+
+    def dependencies(self, project: Project, task_id: str) -> tuple[list[Dependency], list[Dependency]]:
+        """(what `task_id` depends on, what depends on `task_id`)."""
+        on = self._rows(
+            "SELECT * FROM task_dependencies WHERE project=? AND task_id=? ORDER BY id", (project.key, task_id)
+        )
+        by = self._rows(
+            "SELECT * FROM task_dependencies WHERE project=? AND depends_on=? ORDER BY id", (project.key, task_id)
+        )
+        return [_dep(r) for r in on], [_dep(r) for r in by]
+
+    def all_dependencies(self, project: Project) -> list[Dependency]:
+        rows = self._rows("SELECT * FROM task_dependencies WHERE project=? ORDER BY id", (project.key,))
+        return [_dep(r) for r in rows]
+
+    def blocks_graph(self, project: Project) -> dict[str, list[str]]:
+        """task -> the tasks it waits for (`blocks` edges only)."""
+        graph: dict[str, list[str]] = {}
+        for task_id, blocker in self._rows(
+            "SELECT task_id, depends_on FROM task_dependencies WHERE project=? AND dep_type='blocks' ORDER BY id",
+            (project.key,),
+        ):
+            graph.setdefault(task_id, []).append(blocker)
+        return graph
+
+    def add_dependency(self, project: Project, task_id: str, depends_on: str, dep_type: str = "blocks") -> Dependency:
+        """`task_id` depends on `depends_on`; a `blocks` edge that would close a cycle is refused, naming it."""
+        check_one_of(dep_type, DEP_TYPES, "dep_type")
+        if task_id == depends_on:
+            raise invalid(f"Task {task_id} cannot depend on itself", "pass two different task ids")
+        with self.transaction() as db:
+            self.get(project, task_id)
+            self.get(project, depends_on)
+            if dep_type == "blocks":
+                path = find_path(self.blocks_graph(project), depends_on, task_id)
+                if path is not None:
+                    chain = " → ".join([task_id, *path])
+                    raise invalid(
+                        f"Adding dependency {depends_on} blocks {task_id} would create a cycle: {chain}"
+                        " (each task waits for the next)",
+                        "remove one of the dependencies in that chain first, or use dep_type='related'",
+                    )
+            now = self._clock()
+            db.execute(
+                "INSERT OR IGNORE INTO task_dependencies (project, task_id, depends_on, dep_type, created_at)"
+                " VALUES (?,?,?,?,?)",
+                (project.key, task_id, depends_on, dep_type, now),
+            )
+            self._touch(db, project, task_id)
+            row = db.execute(
+                "SELECT * FROM task_dependencies WHERE project=? AND task_id=? AND depends_on=? AND dep_type=?",
+                (project.key, task_id, depends_on, dep_type),
+            ).fetchone()
+        self._changed(project)
+        return _dep(row)
+
+    def remove_dependency(self, project: Project, task_id: str, depends_on: str) -> int:
+        """Remove every dependency of `task_id` on `depends_on`; returns how many there were."""
+        with self.transaction() as db:
+            self.get(project, task_id)
+            cur = db.execute(
+                "DELETE FROM task_dependencies WHERE project=? AND task_id=? AND depends_on=?",
+                (project.key, task_id, depends_on),
+            )
+            if cur.rowcount:
+                self._touch(db, project, task_id)
+        if cur.rowcount:
+            self._changed(project)
+        return cur.rowcount
+
+    def dependency_tree(self, project: Project, task_id: str, direction: str = "both") -> dict[str, Any]:
+        """Nested blockers (what the task waits for) and/or blocking (what waits for it), bounded in depth."""
+        check_one_of(direction, DIRECTIONS, "direction")
+        root = self.get(project, task_id)
+        deps = self.all_dependencies(project)
+        titles = {t.id: t for t in self.all_tasks(project)}
+
+        def grow(
+            node: str, edges: dict[str, list[Dependency]], forward: bool, path: frozenset[str], depth: int
+        ) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            for dep in edges.get(node, []):
+                other = dep.depends_on if forward else dep.task_id
+                task = titles[other]
+                item: dict[str, Any] = {
+                    "id": task.id,
+                    "title": task.title,
+                    "status": task.status,
+                    "dep_type": dep.dep_type,
+                }
+                key = "blockers" if forward else "blocking"
+                if other in path:
+                    item["cycle"] = True
+                elif depth >= MAX_TREE_DEPTH:
+                    item["truncated"] = True
+                else:
+                    item[key] = grow(other, edges, forward, path | {other}, depth + 1)
+                out.append(item)
+            return out
+
+        forward: dict[str, list[Dependency]] = {}
+        backward: dict[str, list[Dependency]] = {}
+        for dep in deps:
+            forward.setdefault(dep.task_id, []).append(dep)
+            backward.setdefault(dep.depends_on, []).append(dep)
+        tree: dict[str, Any] = {"id": root.id, "title": root.title, "status": root.status}
+        if direction in ("blockers", "both"):
+            tree["blockers"] = grow(root.id, forward, True, frozenset({root.id}), 1)
+        if direction in ("blocking", "both"):
+            tree["blocking"] = grow(root.id, backward, False, frozenset({root.id}), 1)
+        return tree
+
+    def cycles(self, project: Project) -> list[list[str]]:
+        return find_cycles(self.blocks_graph(project))
+
+    # ready and blocked work -------------------------------------------------------------
+
+    def ready(
+        self,
+        project: Project,
+        *,
+        priority: int | None = None,
+        task_type: str | None = None,
+        assignee: str | None = None,
+        limit: int = 10,
+    ) -> list[Task]:
+        """Open tasks none of whose `blocks` blockers is still open, by priority then age."""
+        where = ["t.project=?", "t.status='open'"]
+        params: list[Any] = [project.key]
+        for column, value in (("priority", priority), ("task_type", task_type), ("assignee", assignee)):
+            if value is not None:
+                where.append(f"t.{column}=?")
+                params.append(value)
+        params.append(_check_limit(limit))
+        sql = (
+            f"SELECT t.* FROM tasks t WHERE {' AND '.join(where)} AND NOT EXISTS ("
+            " SELECT 1 FROM task_dependencies d JOIN tasks b ON b.project=d.project AND b.id=d.depends_on"
+            " WHERE d.project=t.project AND d.task_id=t.id AND d.dep_type='blocks' AND b.status!='closed')"
+            " ORDER BY t.priority, t.created_at, t.id LIMIT ?"
+        )
+        return [_task(r) for r in self._rows(sql, params)]
+
+    def blocked(self, project: Project, limit: int = 20) -> list[tuple[Task, list[Task]]]:
+        """Unclosed tasks waiting for at least one unclosed blocker, by priority then age, with those blockers."""
+        _check_limit(limit)
+        pairs = self._rows(
+            "SELECT d.task_id, d.depends_on FROM task_dependencies d"
+            " JOIN tasks t ON t.project=d.project AND t.id=d.task_id"
+            " JOIN tasks b ON b.project=d.project AND b.id=d.depends_on"
+            " WHERE d.project=? AND d.dep_type='blocks' AND t.status!='closed' AND b.status!='closed'"
+            " ORDER BY d.id",
+            (project.key,),
+        )
+        blockers: dict[str, list[str]] = {}
+        for task_id, blocker in pairs:
+            blockers.setdefault(task_id, []).append(blocker)
+        if not blockers:
+            return []
+        tasks = {t.id: t for t in self.all_tasks(project)}
+        waiting = sorted((tasks[i] for i in blockers), key=lambda t: (t.priority, t.created_at, t.id))[:limit]
+        return [(t, [tasks[b] for b in blockers[t.id]]) for t in waiting]
+
+    # sessions ---------------------------------------------------------------------------
+
+    def link_session(self, project: Project, task_id: str, session_id: str, action: str = "worked_on") -> SessionLink:
+        check_one_of(action, LINK_ACTIONS, "action")
+        if not session_id.strip() or "\x00" in session_id or len(session_id) > 200:
+            raise invalid("session_id is required", "pass the session id your CLI reported")
+        with self.transaction() as db:
+            self.get(project, task_id)
+            db.execute(
+                "INSERT OR IGNORE INTO task_sessions (project, task_id, session_id, action, created_at)"
+                " VALUES (?,?,?,?,?)",
+                (project.key, task_id, session_id, action, self._clock()),
+            )
+            row = db.execute(
+                "SELECT * FROM task_sessions WHERE project=? AND task_id=? AND session_id=? AND action=?",
+                (project.key, task_id, session_id, action),
+            ).fetchone()
+        return SessionLink(row["task_id"], row["session_id"], row["action"], row["created_at"])
+
+    def session_tasks(self, project: Project, session_id: str) -> list[tuple[Task, str]]:
+        rows = self._rows(
+            "SELECT t.*, s.action AS link_action FROM task_sessions s"
+            " JOIN tasks t ON t.project=s.project AND t.id=s.task_id"
+            " WHERE s.project=? AND s.session_id=? ORDER BY s.created_at, t.id",
+            (project.key, session_id),
+        )
+        out: list[tuple[Task, str]] = []
+        for row in rows:
+            d = dict(row)
+            action = d.pop("link_action")
+            d.pop("project")
+            d["labels"] = tuple(json.loads(d["labels"] or "[]"))
+            out.append((Task(**d), action))
+        return out
+
+    def task_sessions(self, project: Project, task_id: str) -> list[SessionLink]:
+        self.get(project, task_id)
+        rows = self._rows(
+            "SELECT * FROM task_sessions WHERE project=? AND task_id=? ORDER BY created_at, session_id",
+            (project.key, task_id),
+        )
+        return [SessionLink(r["task_id"], r["session_id"], r["action"], r["created_at"]) for r in rows]
