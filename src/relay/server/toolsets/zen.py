@@ -1,0 +1,390 @@
+"""Toolset and profile `zen`: Zen/PAL MCP's nine tools with seed 002's names, parameters and messages.
+
+Each tool validates its arguments and calls one function of `relay.workflows`; the seed's texts
+live in `relay.workflows.messages`. Where seed 002 and Zen's source differ relay follows the
+seed (docs/zen.md lists the points).
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
+
+from mcp.types import CallToolResult
+from pydantic import BaseModel, Field
+
+from relay.errors import RelayError
+from relay.server.results import json_result, run_guarded
+from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.workflows import clink as clink_core
+from relay.workflows import messages as msg
+from relay.workflows.consensus import ConsensusStep, ModelSpec, consensus_step
+from relay.workflows.investigate import run_step
+from relay.workflows.planner import PlanStep, plan_step
+from relay.workflows.simple import ChatRequest, apilookup, challenge, chat
+from relay.workflows.steps import Reply, Step
+
+Model = Annotated[str | None, Field(description="model id or alias (list_models), or 'auto' (default)")]
+Temperature = Annotated[float | None, Field(ge=0, le=1, description="0 focused .. 1 creative")]
+ThinkingMode = Annotated[
+    Literal["minimal", "low", "medium", "high", "max"] | None, Field(description="reasoning depth")
+]
+ContinuationId = Annotated[str | None, Field(description="thread to continue (any tool's continuation_id)")]
+Images = Annotated[list[str] | None, Field(description="absolute image paths or base64 data URLs")]
+FilePaths = Annotated[list[str] | None, Field(description="absolute paths of files to include")]
+StepText = Annotated[str, Field(description="what you do in this step")]
+StepNumber = Annotated[int, Field(ge=1, description="starts at 1")]
+TotalSteps = Annotated[int, Field(ge=1, description="your estimate; may change")]
+NextStep = Annotated[bool, Field(description="true while more steps follow")]
+Findings = Annotated[str, Field(description="what this step found")]
+Paths = Annotated[list[str] | None, Field(description="absolute paths")]
+RelevantContext = Annotated[list[str] | None, Field(description="functions/methods involved")]
+Issues = Annotated[list[dict[str, Any]] | None, Field(description="{severity, description} each")]
+Confidence = Annotated[
+    Literal["exploring", "low", "medium", "high", "very_high", "almost_certain", "certain"] | None,
+    Field(description="default low"),
+]
+Hypothesis = Annotated[str | None, Field(description="current theory")]
+UseAssistant = Annotated[bool, Field(description="call the expert model at the end")]
+
+WORKFLOW_RULES = (
+    " Work in steps: while next_step_required is true you get pause_for_* with required_actions (do them, then "
+    "call again with step_number+1 and the continuation_id returned). The last step (next_step_required=false) "
+    "sends your consolidated findings and relevant_files to the expert model unless skipped."
+)
+
+
+class ConsensusModel(BaseModel):
+    model: str = Field(description="model id/alias, or cli:NAME[/MODEL] for an agent CLI")
+    stance: Literal["for", "against", "neutral"] = "neutral"
+    stance_prompt: str | None = Field(None, description="custom stance instructions")
+
+
+def _paths(value: list[str] | None) -> tuple[str, ...]:
+    return tuple(value or ())
+
+
+def _result(reply: Reply) -> CallToolResult:
+    return json_result(reply.data, is_error=reply.is_error)
+
+
+async def _guard(fn: Callable[[], Awaitable[Reply]]) -> CallToolResult:
+    async def go() -> CallToolResult:
+        return _result(await fn())
+
+    return await run_guarded(go)
+
+
+async def _ready(reply: Reply) -> Reply:
+    return reply
+
+
+def _clink_unknown(tool: str, unknown: list[str], valid: list[str]) -> RelayError:
+    return msg.clink_unknown_arguments(unknown, valid)
+
+
+def build(reg: ToolRegistry, deps: Deps) -> None:
+    settings = deps.settings
+    cli_enum = clink_core.cli_names(settings)
+    role_enum = list(clink_core.roles(settings))
+
+    @reg.tool(
+        "chat",
+        description="Think with another model: a second opinion, brainstorming, validation. Files are embedded; "
+        "a <GENERATED-CODE> block in the reply is saved to working_directory_absolute_path/zen_generated.code. "
+        "Returns continuation_offer.continuation_id to continue with any tool or model.",
+    )
+    async def chat_tool(
+        prompt: Annotated[str, Field(description="your question or idea, with context; large code goes in files")],
+        working_directory_absolute_path: Annotated[str, Field(description="existing absolute project directory")],
+        model: Model = None,
+        temperature: Temperature = None,
+        thinking_mode: ThinkingMode = None,
+        continuation_id: ContinuationId = None,
+        absolute_file_paths: FilePaths = None,
+        images: Images = None,
+    ) -> CallToolResult:
+        req = ChatRequest(
+            prompt,
+            working_directory_absolute_path,
+            model,
+            temperature,
+            thinking_mode,
+            continuation_id,
+            _paths(absolute_file_paths),
+            _paths(images),
+        )
+        return await _guard(lambda: chat(deps.engine(), req))
+
+    @reg.tool(
+        "challenge",
+        description="Make yourself reassess a statement critically instead of agreeing by reflex. No model is "
+        "called: returns challenge_prompt for you to answer.",
+        annotations=READ_ONLY,
+    )
+    async def challenge_tool(
+        prompt: Annotated[str, Field(description="the statement to scrutinize")],
+        model: Model = None,
+        temperature: Temperature = None,
+        thinking_mode: ThinkingMode = None,
+        continuation_id: ContinuationId = None,
+        images: Images = None,
+    ) -> CallToolResult:
+        return await _guard(lambda: _ready(challenge(prompt)))
+
+    @reg.tool(
+        "apilookup",
+        description="Current API/SDK/library documentation: returns web-search instructions for you to run "
+        "(no model is called). Use when versions or signatures may have changed.",
+        annotations=READ_ONLY,
+    )
+    async def apilookup_tool(
+        prompt: Annotated[str, Field(description="the API, SDK, library or version to look up")],
+        model: Model = None,
+        temperature: Temperature = None,
+        thinking_mode: ThinkingMode = None,
+        continuation_id: ContinuationId = None,
+        images: Images = None,
+    ) -> CallToolResult:
+        return await _guard(lambda: _ready(apilookup(prompt)))
+
+    @reg.tool(
+        description="Hand a prompt to an agent CLI (codex, gemini, claude ...) in a role, as a relay job "
+        "(job_result pages long output). No working directory, model, temperature or args parameters.",
+        annotations=READ_ONLY,
+        unknown_argument=_clink_unknown,
+    )
+    async def clink(
+        prompt: Annotated[str, Field(description="non-empty request for the CLI")],
+        cli_name: Annotated[str, Field(description="agent CLI", json_schema_extra={"enum": list(cli_enum)})],
+        role: Annotated[str, Field(description="role prompt", json_schema_extra={"enum": list(role_enum)})] = (
+            "default"
+        ),
+        absolute_file_paths: FilePaths = None,
+        images: Images = None,
+        continuation_id: ContinuationId = None,
+    ) -> CallToolResult:
+        req = clink_core.ClinkRequest(
+            prompt, cli_name, role, _paths(absolute_file_paths), _paths(images), continuation_id
+        )
+        return await _guard(lambda: clink_core.clink(deps.engine(), req))
+
+    @reg.tool(
+        description="Ask several models at once, each with a stance (for/against/neutral), blinded to the others. "
+        "Step 1: step = the exact proposal, findings = your own analysis, models (>= 2, unique model+stance); all "
+        "start in parallel and each step returns the next finished answer (total_steps = number of models). "
+        "Later steps: findings = summary of the last answer. Models: API ids/aliases or cli:codex, cli:claude/o."
+    )
+    async def consensus(
+        step: Annotated[str, Field(description="step 1: the proposal every model sees; later: your notes")],
+        step_number: StepNumber,
+        total_steps: TotalSteps,
+        next_step_required: NextStep,
+        findings: Annotated[str, Field(description="step 1: your analysis; later: the last answer's summary")],
+        models: Annotated[
+            list[ConsensusModel] | None, Field(description="step 1 only", json_schema_extra={"minItems": 2})
+        ] = None,
+        relevant_files: Paths = None,
+        images: Images = None,
+        continuation_id: ContinuationId = None,
+        use_assistant_model: UseAssistant = True,
+        current_model_index: Annotated[int | None, Field(ge=0, description="internal")] = None,
+        model_responses: Annotated[list[dict[str, Any]] | None, Field(description="internal")] = None,
+    ) -> CallToolResult:
+        specs = tuple(ModelSpec(m.model, m.stance, m.stance_prompt) for m in models) if models is not None else None
+        req = ConsensusStep(
+            step,
+            step_number,
+            total_steps,
+            next_step_required,
+            findings,
+            specs,
+            _paths(relevant_files),
+            _paths(images),
+            continuation_id,
+            use_assistant_model,
+            current_model_index,
+            tuple(model_responses or ()),
+        )
+        return await _guard(lambda: consensus_step(deps.engine(), req))
+
+    @reg.tool(
+        description="Build a plan step by step, with revisions (is_step_revision + revises_step_number) and "
+        "branches (is_branch_point + branch_from_step + branch_id). No model is called."
+    )
+    async def planner(
+        step: Annotated[str, Field(description="step 1: the task and scope; later: the next planning step")],
+        step_number: StepNumber,
+        total_steps: TotalSteps,
+        next_step_required: NextStep,
+        is_step_revision: Annotated[bool, Field(description="this step revises an earlier one")] = False,
+        revises_step_number: Annotated[int | None, Field(ge=1, description="required with is_step_revision")] = None,
+        is_branch_point: Annotated[bool, Field(description="this step starts a branch")] = False,
+        branch_from_step: Annotated[int | None, Field(ge=1, description="required with is_branch_point")] = None,
+        branch_id: Annotated[str | None, Field(description="required with is_branch_point")] = None,
+        more_steps_needed: Annotated[bool, Field(description="more steps than total_steps")] = False,
+        continuation_id: ContinuationId = None,
+        model: Model = None,
+        use_assistant_model: Annotated[bool, Field(description="unused: the planner calls no model")] = False,
+    ) -> CallToolResult:
+        req = PlanStep(
+            step,
+            step_number,
+            total_steps,
+            next_step_required,
+            is_step_revision,
+            revises_step_number,
+            is_branch_point,
+            branch_from_step,
+            branch_id,
+            more_steps_needed,
+            continuation_id,
+            model,
+            use_assistant_model,
+        )
+        return await _guard(lambda: _ready(plan_step(deps.engine(), req)))
+
+    @reg.tool(
+        description="Systematic code review (quality, security, performance, architecture). Step 1 needs "
+        "relevant_files. total_steps: 2 with external validation, 1 with internal (no expert call)." + WORKFLOW_RULES
+    )
+    async def codereview(
+        step: StepText,
+        step_number: StepNumber,
+        total_steps: TotalSteps,
+        next_step_required: NextStep,
+        findings: Findings,
+        relevant_files: Annotated[list[str] | None, Field(description="step 1: absolute files/dirs to review")] = None,
+        files_checked: Paths = None,
+        relevant_context: RelevantContext = None,
+        issues_found: Issues = None,
+        hypothesis: Hypothesis = None,
+        images: Images = None,
+        review_type: Literal["full", "security", "performance", "quick"] = "full",
+        focus_on: Annotated[str | None, Field(description="areas to emphasize")] = None,
+        standards: Annotated[str | None, Field(description="coding standards to enforce")] = None,
+        severity_filter: Literal["critical", "high", "medium", "low", "all"] = "all",
+        review_validation_type: Literal["external", "internal"] = "external",
+        continuation_id: ContinuationId = None,
+        model: Model = None,
+        use_assistant_model: UseAssistant = True,
+    ) -> CallToolResult:
+        extra: dict[str, Any] = {
+            "review_type": review_type,
+            "focus_on": focus_on,
+            "standards": standards,
+            "severity_filter": severity_filter,
+            "review_validation_type": review_validation_type,
+        }
+        req = Step(
+            step,
+            step_number,
+            total_steps,
+            next_step_required,
+            findings,
+            _paths(files_checked),
+            _paths(relevant_files),
+            _paths(relevant_context),
+            tuple(issues_found or ()),
+            None,
+            hypothesis,
+            _paths(images),
+            use_assistant_model,
+            continuation_id,
+            model,
+            extra=extra,
+        )
+        return await _guard(lambda: run_step(deps.engine(), "codereview", req))
+
+    @reg.tool(
+        description="Root-cause investigation of a bug. Record hypothesis and confidence each step; "
+        "confidence 'certain' skips the expert (fix directly)." + WORKFLOW_RULES
+    )
+    async def debug(
+        step: StepText,
+        step_number: StepNumber,
+        total_steps: TotalSteps,
+        next_step_required: NextStep,
+        findings: Findings,
+        files_checked: Paths = None,
+        relevant_files: Paths = None,
+        relevant_context: RelevantContext = None,
+        hypothesis: Hypothesis = None,
+        confidence: Confidence = None,
+        images: Images = None,
+        continuation_id: ContinuationId = None,
+        model: Model = None,
+        use_assistant_model: UseAssistant = True,
+    ) -> CallToolResult:
+        req = Step(
+            step,
+            step_number,
+            total_steps,
+            next_step_required,
+            findings,
+            _paths(files_checked),
+            _paths(relevant_files),
+            _paths(relevant_context),
+            (),
+            confidence,
+            hypothesis,
+            _paths(images),
+            use_assistant_model,
+            continuation_id,
+            model,
+        )
+        return await _guard(lambda: run_step(deps.engine(), "debug", req))
+
+    @reg.tool(
+        description="Deep analysis of a hard problem (architecture, trade-offs, risks); confidence 'certain' "
+        "skips the expert." + WORKFLOW_RULES
+    )
+    async def thinkdeep(
+        step: StepText,
+        step_number: StepNumber,
+        total_steps: TotalSteps,
+        next_step_required: NextStep,
+        findings: Findings,
+        files_checked: Paths = None,
+        relevant_files: Paths = None,
+        relevant_context: RelevantContext = None,
+        hypothesis: Hypothesis = None,
+        confidence: Confidence = None,
+        issues_found: Issues = None,
+        problem_context: Annotated[str | None, Field(description="background and constraints")] = None,
+        focus_areas: Annotated[list[str] | None, Field(description="e.g. architecture, performance")] = None,
+        images: Images = None,
+        continuation_id: ContinuationId = None,
+        model: Model = None,
+        temperature: Temperature = None,
+        thinking_mode: ThinkingMode = None,
+        use_assistant_model: UseAssistant = True,
+    ) -> CallToolResult:
+        req = Step(
+            step,
+            step_number,
+            total_steps,
+            next_step_required,
+            findings,
+            _paths(files_checked),
+            _paths(relevant_files),
+            _paths(relevant_context),
+            tuple(issues_found or ()),
+            confidence,
+            hypothesis,
+            _paths(images),
+            use_assistant_model,
+            continuation_id,
+            model,
+            temperature,
+            thinking_mode,
+            extra={"problem_context": problem_context, "focus_areas": focus_areas},
+        )
+        return await _guard(lambda: run_step(deps.engine(), "thinkdeep", req))
+
+
+TOOLSET = Toolset(
+    name="zen",
+    description="Zen/PAL MCP's nine tools (seed 002): chat, challenge, apilookup, clink, consensus, planner, "
+    "codereview, debug, thinkdeep; models through relay's APIs, CLIs as jobs, threads shared and persistent",
+    build=build,
+    aliases=("pal",),
+)

@@ -1,0 +1,243 @@
+"""The step machinery every workflow tool shares: validation, consolidated findings, state in threads.
+
+A workflow's state (its steps so far) is stored in the metadata of the thread turns it adds, so
+a workflow continues with its `continuation_id` after relay restarts, and any other tool or
+model continuing the thread sees the steps as conversation history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from relay.config import Settings
+from relay.errors import invalid
+from relay.threads import NewTurn, Thread, Threads, new_thread_id
+from relay.workflows import messages as msg
+
+STATE_KEY = "workflow"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call of a workflow tool: the common WorkflowRequest fields."""
+
+    step: str
+    step_number: int
+    total_steps: int
+    next_step_required: bool
+    findings: str = ""
+    files_checked: tuple[str, ...] = ()
+    relevant_files: tuple[str, ...] = ()
+    relevant_context: tuple[str, ...] = ()
+    issues_found: tuple[dict[str, Any], ...] = ()
+    confidence: str | None = None
+    hypothesis: str | None = None
+    images: tuple[str, ...] = ()
+    use_assistant_model: bool = True
+    continuation_id: str | None = None
+    model: str | None = None
+    temperature: float | None = None
+    thinking_mode: str | None = None
+    extra: dict[str, Any] = field(default_factory=lambda: {})
+
+    def record(self) -> dict[str, Any]:
+        """What is kept of this step in the workflow's state."""
+        data = asdict(self)
+        for key in ("continuation_id", "model", "temperature", "thinking_mode", "use_assistant_model"):
+            data.pop(key)
+        return data
+
+
+def _is_inline_image(spec: str) -> bool:
+    return spec.startswith("data:") or (len(spec) > 200 and "/" not in spec[:50])
+
+
+def check_absolute(paths: Sequence[str], images: bool = False) -> None:
+    """Zen's rule: every path is a full absolute path ('~' expanded)."""
+    for raw in paths:
+        if images and _is_inline_image(raw):
+            continue
+        if not Path(raw).expanduser().is_absolute():
+            raise msg.absolute_paths_error(raw)
+
+
+def validate(step: Step) -> Step:
+    """Common checks; returns the step with total_steps raised to step_number when it was lower (as Zen does)."""
+    if step.step_number < 1:
+        raise msg.at_least_one("step_number")
+    if step.total_steps < 1:
+        raise msg.at_least_one("total_steps")
+    if len(step.step) > msg.STEP_CHAR_LIMIT:
+        raise msg.step_too_long()
+    check_absolute(step.files_checked)
+    check_absolute(step.relevant_files)
+    check_absolute(step.images, images=True)
+    if step.confidence is not None and step.confidence not in msg.CONFIDENCE_LEVELS:
+        raise invalid(
+            f"confidence {step.confidence!r} is not one of {', '.join(msg.CONFIDENCE_LEVELS)}",
+            "use exploring, low, medium, high, very_high, almost_certain or certain",
+        )
+    if step.total_steps < step.step_number:
+        return replace(step, total_steps=step.step_number)
+    return step
+
+
+@contextmanager
+def thread_store(settings: Settings) -> Generator[Threads]:
+    threads = Threads.open(settings)
+    try:
+        yield threads
+    finally:
+        threads.close()
+
+
+def load_thread(threads: Threads, continuation_id: str | None) -> Thread | None:
+    """The live thread for a continuation id (an error naming what to do when it is gone)."""
+    return threads.get(continuation_id) if continuation_id else None
+
+
+def workflow_state(thread: Thread | None, tool: str) -> dict[str, Any] | None:
+    """The newest state this tool stored in the thread, if any."""
+    if thread is None:
+        return None
+    for turn in reversed(thread.turns):
+        state = turn.metadata.get(STATE_KEY)
+        if isinstance(state, dict) and state.get("tool") == tool:  # pyright: ignore[reportUnknownMemberType]
+            return dict(state)  # pyright: ignore[reportUnknownArgumentType]
+    return None
+
+
+def record(
+    threads: Threads,
+    thread_id: str,
+    tool: str,
+    user_text: str,
+    reply_text: str,
+    state: dict[str, Any],
+    *,
+    files: Sequence[str] = (),
+    images: Sequence[str] = (),
+    model: str | None = None,
+    job_id: str | None = None,
+) -> Thread:
+    """Add one step to the thread: the caller's step and the tool's reply, with the state attached."""
+    provider = model.partition(":")[0] if model and ":" in model else None
+    turns = [
+        NewTurn("user", user_text, files=tuple(files), images=tuple(images)),
+        NewTurn("assistant", reply_text, provider=provider, model=model, job_id=job_id, metadata={STATE_KEY: state}),
+    ]
+    return threads.add_turns(thread_id, turns, tool=tool, title=user_text)
+
+
+def offer(threads: Threads, thread: Thread, note_kind: str = "conversation") -> dict[str, Any] | None:
+    """Zen's `continuation_offer`, or None when the thread has no room for another exchange."""
+    remaining = thread.remaining_turns(threads.config.max_turns)
+    if remaining < 2:
+        return None
+    note = (
+        f"Consensus workflow can continue for {remaining} more exchanges."
+        if note_kind == "consensus"
+        else f"You can continue this conversation for {remaining} more exchanges."
+    )
+    return {"continuation_id": thread.id, "note": note, "remaining_turns": remaining}
+
+
+def thread_id_for(thread: Thread | None) -> str:
+    return thread.id if thread is not None else new_thread_id()
+
+
+@dataclass(frozen=True)
+class Consolidated:
+    """Everything the steps so far found, merged (newest confidence wins)."""
+
+    initial_request: str
+    findings: tuple[str, ...]
+    files_checked: tuple[str, ...]
+    relevant_files: tuple[str, ...]
+    relevant_context: tuple[str, ...]
+    issues_found: tuple[dict[str, Any], ...]
+    hypotheses: tuple[str, ...]
+    images: tuple[str, ...]
+    confidence: str
+
+
+def _union(lists: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(item for items in lists for item in items))
+
+
+def consolidate(history: Sequence[dict[str, Any]]) -> Consolidated:
+    findings = tuple(f"Step {s['step_number']}: {s['findings']}" for s in history if s.get("findings"))
+    issues: list[dict[str, Any]] = []
+    for s in history:
+        for issue in s.get("issues_found", ()):
+            if issue not in issues:
+                issues.append(issue)
+    confidence = next((s["confidence"] for s in reversed(history) if s.get("confidence")), "low")
+    return Consolidated(
+        initial_request=history[0]["step"] if history else "",
+        findings=findings,
+        files_checked=_union([s.get("files_checked", ()) for s in history]),
+        relevant_files=_union([s.get("relevant_files", ()) for s in history]),
+        relevant_context=_union([s.get("relevant_context", ()) for s in history]),
+        issues_found=tuple(issues),
+        hypotheses=tuple(
+            f"Step {s['step_number']} ({s.get('confidence') or 'low'}): {s['hypothesis']}"
+            for s in history
+            if s.get("hypothesis")
+        ),
+        images=_union([s.get("images", ()) for s in history]),
+        confidence=confidence,
+    )
+
+
+def advance(state: dict[str, Any] | None, tool: str, step: Step) -> dict[str, Any]:
+    """The state after this step: step 1 starts over, a repeated step number replaces the earlier one."""
+    history: list[dict[str, Any]] = [] if state is None or step.step_number == 1 else list(state.get("steps", []))
+    history = [s for s in history if s.get("step_number") != step.step_number]
+    history.append(step.record())
+    history.sort(key=lambda s: int(s["step_number"]))
+    base = dict(state) if state is not None and step.step_number != 1 else {}
+    return base | {"tool": tool, "steps": history}
+
+
+def step_summary(tool: str, step: Step) -> str:
+    """The caller's step as one thread turn (what another tool or model sees as history)."""
+    lines = [f"[{tool} step {step.step_number}/{step.total_steps}] {step.step}"]
+    if step.findings:
+        lines.append(f"Findings: {step.findings}")
+    if step.hypothesis:
+        lines.append(f"Hypothesis: {step.hypothesis}")
+    if step.relevant_files:
+        lines.append(f"Relevant files: {', '.join(step.relevant_files)}")
+    return "\n".join(lines)
+
+
+def embeddable(paths: Sequence[str], settings: Settings) -> tuple[list[str], list[str]]:
+    """The paths that exist inside the allowed roots (to embed), and the rest (reported, not fatal)."""
+    ok: list[str] = []
+    skipped: list[str] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        try:
+            resolved = path.resolve(strict=True)
+        except (OSError, RuntimeError, ValueError):
+            skipped.append(raw)
+            continue
+        roots = settings.allowed_roots
+        if roots and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+            skipped.append(raw)
+            continue
+        ok.append(str(resolved))
+    return ok, skipped
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a workflow tool answers: the seed's JSON, and whether it reports a failure."""
+
+    data: dict[str, Any]
+    is_error: bool = False
