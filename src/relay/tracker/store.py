@@ -137,7 +137,7 @@ class TaskStore:
         if self.on_change is not None:
             self.on_change(project)
 
-    def _next_ts(self, previous: str | None = None) -> str:
+    def next_ts(self, previous: str | None = None) -> str:
         """Now, or one microsecond after `previous` when the clock has not moved past it."""
         now = self._clock()
         if previous is not None and parse_ts(now) <= parse_ts(previous):
@@ -196,7 +196,7 @@ class TaskStore:
                 if not self.find(project, blocked):
                     raise not_found(blocked)
             task_id = self._new_id(db, project)
-            now = self._next_ts()
+            now = self.next_ts()
             db.execute(
                 "INSERT INTO tasks (project, id, project_id, title, description, status, priority, task_type,"
                 " parent_task_id, discovered_in_session_id, assignee, labels, original_instruction, created_at,"
@@ -240,7 +240,7 @@ class TaskStore:
         if row is not None:
             db.execute(
                 "UPDATE tasks SET updated_at=? WHERE project=? AND id=?",
-                (self._next_ts(row[0]), project.key, task_id),
+                (self.next_ts(row[0]), project.key, task_id),
             )
 
     def update(self, project: Project, task_id: str, changes: TaskChanges) -> Task:
@@ -272,7 +272,7 @@ class TaskStore:
                 closing = sets["status"] == "closed"
                 sets["closed_at"] = self._clock() if closing else None
                 sets["closed_reason"] = (current.closed_reason or "completed") if closing else None
-            sets["updated_at"] = self._next_ts(current.updated_at)
+            sets["updated_at"] = self.next_ts(current.updated_at)
             assignments = ", ".join(f"{name}=?" for name in sets)
             db.execute(
                 f"UPDATE tasks SET {assignments} WHERE project=? AND id=?",
@@ -294,7 +294,7 @@ class TaskStore:
         reason = (check_text(reason, "reason") or "").strip() or "completed"
         with self.transaction() as db:
             current = self.get(project, task_id)
-            now = self._next_ts(current.updated_at)
+            now = self.next_ts(current.updated_at)
             db.execute(
                 "UPDATE tasks SET status='closed', closed_reason=?, closed_at=?, updated_at=? WHERE project=? AND id=?",
                 (reason, now, now, project.key, task_id),
@@ -379,7 +379,7 @@ class TaskStore:
             if labels != list(current.labels):
                 db.execute(
                     "UPDATE tasks SET labels=?, updated_at=? WHERE project=? AND id=?",
-                    (json.dumps(labels), self._next_ts(current.updated_at), project.key, task_id),
+                    (json.dumps(labels), self.next_ts(current.updated_at), project.key, task_id),
                 )
         self._changed(project)
         return self.get(project, task_id)

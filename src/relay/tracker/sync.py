@@ -282,6 +282,14 @@ def _break_cycles(
                 (project.key, *victim),
             )
             added.discard(victim)
+            # A newer write, so the other clone adopts this resolution instead of re-adding the edge.
+            row = db.execute(
+                "SELECT updated_at FROM tasks WHERE project=? AND id=?", (project.key, victim[0])
+            ).fetchone()
+            db.execute(
+                "UPDATE tasks SET updated_at=? WHERE project=? AND id=?",
+                (store.next_ts(row[0]), project.key, victim[0]),
+            )
             stats.skipped_dependencies.append(f"{victim[0]} blocks {victim[1]}: would close the cycle {cycle}")
             dropped = True
         if not dropped:
