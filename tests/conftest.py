@@ -15,7 +15,6 @@ from relay.runtime import procinfo
 FAKES = Path(__file__).resolve().parent / "fakes"
 FAKE_CLAUDE = FAKES / "claude"
 REPO = Path(__file__).resolve().parents[1]
-GOLDEN = REPO.parent / "shared" / "golden"
 RECORDINGS = FAKES / "recordings"
 
 

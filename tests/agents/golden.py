@@ -11,16 +11,28 @@ from relay.agents.base import Adapter, AgentRequest, HostContext, Parser
 from relay.events import AgentResult, Event
 
 REPO = Path(__file__).resolve().parents[2]
-# The shared captures sit beside the repository (in CI the clone has shared/ next to it).
-GOLDEN = REPO.parent / "shared" / "golden"
+# Captures of the real CLIs, kept in the repository: tests/agents/golden/<agent>/captured/<name>
+# (and the project's own recordings beside them in recorded/, see tests/agents/recorded.py).
+GOLDEN = Path(__file__).resolve().parent / "golden"
 FAKES = REPO / "tests" / "fakes"
 RECORDINGS = FAKES / "recordings"
 
 
+def captured_path(name: str) -> Path:
+    """Where a capture lives: its agent is the name's first word (`codex_exec_json_text.ndjson` → codex)."""
+    return GOLDEN / name.split("_", 1)[0] / "captured" / name
+
+
 def golden(name: str) -> str:
-    """A capture's text: from shared/golden, or its copy in tests/fakes/recordings when shared/ is absent."""
-    path = GOLDEN / name if (GOLDEN / name).is_file() else RECORDINGS / name
-    return path.read_text(encoding="utf-8")
+    """A capture's text; a missing capture is an error, never a skip."""
+    return captured_path(name).read_text(encoding="utf-8")
+
+
+def fake_recordings(agent: str) -> list[Path]:
+    """The recordings a fake CLI replays for `agent` (copies of the captures), at least one."""
+    found = sorted(RECORDINGS.glob(f"{agent}_*"))
+    assert found, f"no recordings for {agent} in {RECORDINGS}"
+    return found
 
 
 def feed(parser: Parser, text: str) -> list[Event]:

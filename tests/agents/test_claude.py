@@ -8,7 +8,7 @@ from relay.agents.base import AgentRequest, HostContext
 from relay.agents.claude import ClaudeParser, build
 from relay.errors import ErrorCode, RelayError
 from relay.events import Usage
-from tests.conftest import RECORDINGS
+from tests.agents.golden import captured_path, fake_recordings, golden
 
 HOST = HostContext(command="/usr/bin/claude", environ={"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "o"})
 
@@ -16,7 +16,7 @@ HOST = HostContext(command="/usr/bin/claude", environ={"PATH": "/bin", "ANTHROPI
 def parse(name: str, exit_code: int = 0, stderr: str = "") -> tuple[ClaudeParser, list[str]]:
     parser = ClaudeParser()
     types: list[str] = []
-    for line in (RECORDINGS / name).read_text().splitlines():
+    for line in golden(name).splitlines():
         types += [e.type for e in parser.feed(line)]
     return parser, types
 
@@ -64,7 +64,7 @@ def test_noise_before_the_json_becomes_log_events_and_does_not_break_parsing() -
     parser = ClaudeParser()
     events = parser.feed("Loading configuration...\n") + parser.feed("{not json")
     assert [e.type for e in events] == ["log", "log"]
-    for line in (RECORDINGS / "claude_stream_text.ndjson").read_text().splitlines():
+    for line in golden("claude_stream_text.ndjson").splitlines():
         parser.feed(line)
     assert parser.finish(0, "").text == "hi from mock"
 
@@ -154,14 +154,6 @@ def test_a_huge_prompt_goes_on_stdin() -> None:
     assert prompt not in inv.argv and inv.stdin_text == prompt
 
 
-def test_recordings_match_the_golden_captures() -> None:
-    from tests.conftest import GOLDEN
-
-    if not GOLDEN.is_dir():
-        pytest.fail(f"shared golden captures missing at {GOLDEN}")
-    for name in (
-        "claude_stream_text.ndjson",
-        "claude_stream_tool_write.ndjson",
-        "claude_stream_error_500.ndjson",
-    ):
-        assert (RECORDINGS / name).read_bytes() == (GOLDEN / name).read_bytes()
+def test_the_fake_claudes_recordings_are_copies_of_the_captures() -> None:
+    for path in fake_recordings("claude"):
+        assert path.read_bytes() == captured_path(path.name).read_bytes(), path.name

@@ -11,7 +11,7 @@ from relay.agents.base import AgentRequest, HostContext
 from relay.agents.codex import CodexAdapter, CodexParser, build
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult, Usage
-from tests.agents.golden import GOLDEN, RECORDINGS, golden, replay, run_fake
+from tests.agents.golden import captured_path, fake_recordings, golden, replay, run_fake
 
 HOST = HostContext(
     command="/usr/bin/codex",
@@ -274,7 +274,5 @@ def test_the_fake_codex_fails_like_the_real_one(tmp_path: Path, directive: str, 
 
 
 def test_the_codex_recordings_are_copies_of_the_golden_captures() -> None:
-    if not GOLDEN.is_dir():
-        pytest.skip(f"shared golden captures not found at {GOLDEN}")
-    for path in RECORDINGS.glob("codex_*"):
-        assert path.read_bytes() == (GOLDEN / path.name).read_bytes(), path.name
+    for path in fake_recordings("codex"):
+        assert path.read_bytes() == captured_path(path.name).read_bytes(), path.name

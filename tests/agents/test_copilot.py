@@ -12,7 +12,7 @@ from relay.agents.base import AgentRequest, HostContext
 from relay.agents.copilot import CopilotAdapter, CopilotParser, build, session_id_for
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult
-from tests.agents.golden import GOLDEN, RECORDINGS, feed, golden, replay, run_fake
+from tests.agents.golden import captured_path, fake_recordings, feed, golden, replay, run_fake
 
 HOST = HostContext(
     command="/usr/bin/copilot",
@@ -286,7 +286,5 @@ def test_the_fake_copilot_fails_like_the_real_one(tmp_path: Path, directive: str
 
 
 def test_the_copilot_recordings_are_copies_of_the_golden_captures() -> None:
-    if not GOLDEN.is_dir():
-        pytest.skip(f"shared golden captures not found at {GOLDEN}")
-    for path in RECORDINGS.glob("copilot_*"):
-        assert path.read_bytes() == (GOLDEN / path.name).read_bytes(), path.name
+    for path in fake_recordings("copilot"):
+        assert path.read_bytes() == captured_path(path.name).read_bytes(), path.name

@@ -11,7 +11,7 @@ from relay.agents.base import AgentRequest, HostContext
 from relay.agents.gemini import DEFAULT_MODEL, GeminiAdapter, GeminiParser, build
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult, Usage
-from tests.agents.golden import GOLDEN, RECORDINGS, feed, golden, replay, run_fake
+from tests.agents.golden import captured_path, fake_recordings, feed, golden, replay, run_fake
 
 HOST = HostContext(
     command="/usr/bin/gemini",
@@ -269,7 +269,5 @@ def test_the_fake_gemini_fails_like_the_real_one(tmp_path: Path, directive: str,
 
 
 def test_the_gemini_recordings_are_copies_of_the_golden_captures() -> None:
-    if not GOLDEN.is_dir():
-        pytest.skip(f"shared golden captures not found at {GOLDEN}")
-    for path in RECORDINGS.glob("gemini_*"):
-        assert path.read_bytes() == (GOLDEN / path.name).read_bytes(), path.name
+    for path in fake_recordings("gemini"):
+        assert path.read_bytes() == captured_path(path.name).read_bytes(), path.name

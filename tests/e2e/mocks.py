@@ -5,7 +5,8 @@ server and points whichever CLI it drives at it. The test scripts the model turn
 text, a tool call that writes a file, an HTTP error with the vendor's error JSON, a stream that
 hangs or trickles) and afterwards reads back every request the CLI sent (`Recorded`).
 
-The shapes follow /work/shared/reference/agent-clis.md, "Mock requirements" of each CLI.
+The shapes follow the "Mock requirements" of each CLI in the project's agent-CLI reference notes
+(reference/agent-clis.md).
 """
 
 from __future__ import annotations

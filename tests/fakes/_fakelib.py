@@ -13,7 +13,7 @@ Common ones (each fake documents its own extras):
   missing_session  fail the way the CLI does when the resumed session does not exist
   pidfile=PATH     write this process's pid to PATH
 Env FAKE_ARGV_LOG: append {"argv", "cwd", "prompt", "env"} as one JSON line to that file.
-Env FAKE_GOLDEN_DIR: where the golden captures are (tests/fakes/recordings is searched first).
+Env FAKE_GOLDEN_DIR: one more folder of recordings, searched after tests/fakes/recordings.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def recording_dirs() -> list[Path]:
-    golden = os.environ.get("FAKE_GOLDEN_DIR") or str(HERE.parents[2] / "shared" / "golden")
-    return [HERE / "recordings", Path(golden)]
+    extra = os.environ.get("FAKE_GOLDEN_DIR")
+    return [HERE / "recordings", *([Path(extra)] if extra else [])]
 
 
 def find_recording(name: str, suffixes: tuple[str, ...]) -> Path:
