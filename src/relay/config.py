@@ -76,6 +76,9 @@ class Settings:
     agents: Mapping[str, AgentConfig] = field(default_factory=lambda: {})
     # The environment relay was started with; children get an allowlisted part of it.
     environ: Mapping[str, str] = field(default_factory=lambda: {})
+    # What the MCP server exposes in tools/list: toolset names (empty: the default), or one profile.
+    toolsets: tuple[str, ...] = ()
+    profile: str | None = None
 
     @property
     def db_path(self) -> Path:
@@ -171,6 +174,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
                 ErrorCode.CONFIG_INVALID, f"{config_path} is not valid TOML: {exc}", "fix or remove the file"
             ) from None
     jobs: dict[str, Any] = raw.get("jobs", {}) if isinstance(raw.get("jobs"), dict) else {}
+    server: dict[str, Any] = raw.get("server", {}) if isinstance(raw.get("server"), dict) else {}
     agents_raw: dict[str, Any] = raw.get("agents", {}) if isinstance(raw.get("agents"), dict) else {}
     agents = {name: _agent_config(name, table) for name, table in agents_raw.items()}
 
@@ -218,4 +222,6 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,
         environ=env,
+        toolsets=_str_tuple(env.get("RELAY_TOOLSETS") or server.get("toolsets"), "server.toolsets"),
+        profile=(env.get("RELAY_PROFILE") or str(server.get("profile") or "")).strip() or None,
     )

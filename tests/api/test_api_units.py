@@ -175,7 +175,7 @@ def test_history_keeps_the_newest_whole_exchanges_that_fit() -> None:
 
 def test_importing_the_server_and_the_ask_core_does_not_import_the_sdks() -> None:
     code = (
-        "import sys, relay.server.app, relay.server.api_tools, relay.ask, relay.cli.ask_cmd, relay.agents.api;"
+        "import sys, relay.server.app, relay.server.toolsets.core, relay.ask, relay.cli.ask_cmd, relay.agents.api;"
         "bad = [m for m in ('anthropic', 'openai') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

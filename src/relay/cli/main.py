@@ -28,6 +28,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     serve.add_argument("--token", default=None, help="bearer token required by HTTP clients (env RELAY_TOKEN)")
+    serve.add_argument(
+        "--toolsets", default=None, help="comma-separated toolsets to expose, e.g. core,zen (env RELAY_TOOLSETS)"
+    )
+    serve.add_argument("--profile", default=None, help="expose exactly one seed system's tools (env RELAY_PROFILE)")
+
+    toolsets = sub.add_parser("toolsets", help="list every toolset and profile with its tools and tools/list cost")
+    toolsets.add_argument("--json", action="store_true", help="print as JSON")
 
     run = sub.add_parser("run", help="run one job in the foreground and print its answer")
     run.add_argument("agent")
@@ -101,7 +108,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from relay.cli._serve_banner import stdio_banner
 
         print(stdio_banner(), file=sys.stderr)
-    return serve(http=args.http, host=args.host, port=args.port, token=args.token)
+    return serve(
+        http=args.http, host=args.host, port=args.port, token=args.token, toolsets=args.toolsets, profile=args.profile
+    )
+
+
+def cmd_toolsets(args: argparse.Namespace) -> int:
+    from relay.cli.toolsets_cmd import toolsets_command
+
+    return toolsets_command(args.json)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -284,6 +299,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "serve": cmd_serve,
+    "toolsets": cmd_toolsets,
     "run": cmd_run,
     "jobs": cmd_jobs,
     "show": cmd_show,

@@ -93,12 +93,96 @@ class AgentInfo(BaseModel):
     path: str | None = None
 
 
+class McpServerState(BaseModel):
+    name: str
+    state: str = Field(description="configured, connecting, connected, failed or disabled")
+    project_id: str | None = None
+    description: str = ""
+    connected: bool = False
+    tools: int | None = None
+    last_error: str | None = None
+
+
 class StatusInfo(BaseModel):
+    status: str = "running"
     version: str
     pid: int
+    port: int | None = None
+    uptime: str = Field(description="e.g. 2h 15m 30s")
     uptime_s: float
+    uptime_seconds: int
     home: str
     agents: list[AgentInfo]
     running_jobs: int
     queued_jobs: int
     models: dict[str, list[str]] = {}
+    toolsets: list[str] = Field(default=[], description="toolsets exposed in tools/list")
+    mcp_servers: list[McpServerState] = []
+    mcp_server_count: int = 0
+    formatted_message: str = ""
+
+
+class AskEnvelope(Envelope):
+    """The job envelope of an ask, plus the thread to continue."""
+
+    continuation_id: str | None = Field(None, description="pass as continuation_id to continue this conversation")
+    remaining_turns: int | None = Field(None, description="turns left in the thread")
+
+
+class TurnInfo(BaseModel):
+    seq: int
+    role: str
+    content: str
+    created_at: float
+    tool: str
+    files: list[str] = []
+    images: list[str] = []
+    provider: str | None = None
+    model: str | None = None
+    job_id: str | None = None
+
+
+class ThreadInfo(BaseModel):
+    continuation_id: str
+    tool: str
+    title: str
+    created_at: float
+    updated_at: float
+    expires_at: float
+    turn_count: int
+    remaining_turns: int
+    total_cost_usd: float
+    turns: list[TurnInfo] = []
+
+
+class ThreadList(BaseModel):
+    threads: list[ThreadInfo]
+
+
+class ModelInfoOut(BaseModel):
+    id: str = Field(description="pass as model (provider:model); aliases work too")
+    provider: str
+    model: str
+    aliases: list[str]
+    context_window: int
+    max_output: int
+    input_per_mtok: float | None = Field(None, description="USD per million input tokens")
+    output_per_mtok: float | None = Field(None, description="USD per million output tokens")
+    cached_per_mtok: float | None = None
+    reasoning: bool = Field(description="accepts thinking_mode")
+    key_source: str | None = Field(None, description="where the key comes from (a variable name, never the key)")
+
+
+class ProviderOut(BaseModel):
+    name: str
+    base_url: str
+    local: bool
+    key_env: list[str]
+    key_source: str | None
+    reachable: bool
+    fallback_model: str | None = None
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfoOut] = Field(description="models that can be asked now")
+    providers: list[ProviderOut] = Field(description="every provider; set one of key_env to enable it")

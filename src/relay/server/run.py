@@ -11,11 +11,23 @@ from relay.errors import ErrorCode, RelayError
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def serve(*, http: bool, host: str, port: int, token: str | None) -> int:
+def serve(
+    *,
+    http: bool,
+    host: str,
+    port: int,
+    token: str | None,
+    toolsets: str | None = None,
+    profile: str | None = None,
+) -> int:
     settings = load_settings()
+    if toolsets is not None or profile is not None:
+        # Flags win over RELAY_TOOLSETS / RELAY_PROFILE and config.toml, as a whole.
+        chosen = tuple(t.strip() for t in (toolsets or "").split(",") if t.strip())
+        settings = settings.with_(toolsets=chosen, profile=profile or None)
     from relay.server.app import build_server
 
-    server = build_server(settings)
+    server = build_server(settings, port=port if http else None)
     if not http:
         server.run("stdio")
         return 0

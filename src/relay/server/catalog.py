@@ -1,0 +1,231 @@
+"""Every toolset relay has, built on first use: what tools/list exposes, and routing a call to any tool.
+
+The catalog is the one place a tool call runs: it refuses unknown argument names (naming the closest
+valid one), turns validation failures into INVALID_ARGUMENT with the nearest enum value, and turns any
+exception a tool lets out into an error result with a code and a hint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel, ValidationError
+
+from relay.errors import ErrorCode, RelayError
+from relay.server.results import error_result, json_result, model_result
+from relay.server.toolsets import BUILTIN, PROFILES, Exposure, load_toolset
+from relay.server.toolsets._registry import (
+    Deps,
+    RegisteredTool,
+    ToolRegistry,
+    closest,
+    did_you_mean,
+    unknown_argument_error,
+)
+
+
+class Catalog:
+    """Toolsets by name, alias and profile; the exposed tools; one guarded call path for all of them."""
+
+    def __init__(self, deps: Deps, exposure: Exposure) -> None:
+        self.deps = deps
+        self.exposure = exposure
+        self._built: dict[str, ToolRegistry] = {}
+        self._aliases: dict[str, str] | None = None
+        self.exposed: dict[str, RegisteredTool] = {}
+        owners: dict[str, str] = {}
+        for toolset, subset in exposure:
+            tools = self.registry(toolset).tools
+            if subset is not None:
+                missing = sorted(subset - set(tools))
+                if missing:
+                    raise RelayError(
+                        ErrorCode.INTERNAL,
+                        f"toolset {toolset} has no tool {', '.join(missing)}",
+                        "report this as a relay bug",
+                    )
+            for name, tool in tools.items():
+                if subset is not None and name not in subset:
+                    continue
+                if name in owners and owners[name] != toolset:
+                    raise RelayError(
+                        ErrorCode.CONFIG_INVALID,
+                        f"toolsets {owners[name]} and {toolset} both define a tool named {name}",
+                        f"expose only one of {owners[name]} and {toolset} (--toolsets / RELAY_TOOLSETS), "
+                        "and reach the other through call_tool",
+                    )
+                owners[name] = toolset
+                self.exposed[name] = tool
+        deps.exposed_toolsets = list(dict.fromkeys(t for t, _ in exposure))
+        deps.set_router(self)
+
+    # -- toolsets by name ---------------------------------------------------------------------------
+
+    def registry(self, toolset: str) -> ToolRegistry:
+        """The built tools of a toolset (by its canonical name), building it on first use."""
+        if toolset not in self._built:
+            ts = load_toolset(toolset)
+            reg = ToolRegistry(ts.name)
+            ts.build(reg, self.deps)
+            self._built[ts.name] = reg
+            self._built[toolset] = reg
+        return self._built[toolset]
+
+    def aliases(self) -> dict[str, str]:
+        if self._aliases is None:
+            self._aliases = {alias: name for name in BUILTIN for alias in load_toolset(name).aliases}
+        return self._aliases
+
+    def server_names(self) -> list[str]:
+        """Every name call_tool answers to internally: toolsets, their aliases, profiles."""
+        return list(dict.fromkeys([*BUILTIN, *self.aliases(), *PROFILES]))
+
+    def canonical(self, server: str) -> str | None:
+        if server in BUILTIN or server in PROFILES:
+            return server
+        return self.aliases().get(server)
+
+    def tools_of(self, server: str) -> list[RegisteredTool]:
+        name = self.canonical(server)
+        if name is None:
+            raise RelayError(
+                ErrorCode.SERVER_NOT_FOUND,
+                f"Server '{server}' not found",
+                f"available: {', '.join(self.server_names())}",
+            )
+        if name in BUILTIN:
+            return list(self.registry(name).tools.values())
+        found: list[RegisteredTool] = []
+        for toolset, subset in PROFILES[name]:
+            found += [t for n, t in self.registry(toolset).tools.items() if subset is None or n in subset]
+        return found
+
+    def find(self, server: str, tool: str) -> RegisteredTool:
+        tools = {t.name: t for t in self.tools_of(server)}
+        if tool not in tools:
+            raise RelayError(
+                ErrorCode.TOOL_NOT_FOUND,
+                f"Tool '{tool}' not found on '{server}'. Available: {', '.join(tools)}",
+                did_you_mean(tool, list(tools)) or f"list_tools(server='{server}') lists them",
+            )
+        return tools[tool]
+
+    def where(self, tool: str) -> list[str]:
+        """The toolsets that define `tool` (loads every toolset: only for error messages)."""
+        return [name for name in BUILTIN if tool in self.registry(name).tools]
+
+    # -- calls ------------------------------------------------------------------------------------------
+
+    async def call(
+        self, server: str, tool: str, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+    ) -> CallToolResult:
+        """Call `tool` of toolset/profile `server` (the path of call_tool)."""
+        try:
+            registered = self.find(server, tool)
+        except RelayError as err:
+            return error_result(err)
+        return await self.run(registered, arguments, ctx)
+
+    async def call_exposed(self, name: str, arguments: dict[str, Any], ctx: Context[Any, Any] | None) -> CallToolResult:
+        """Call a tool by the name tools/list shows (the path of tools/call)."""
+        registered = self.exposed.get(name)
+        if registered is None:
+            return error_result(self.unknown_tool(name))
+        return await self.run(registered, arguments, ctx)
+
+    def unknown_tool(self, name: str) -> RelayError:
+        homes = [t for t in self.where(name)]
+        near = closest(name, list(self.exposed))
+        if homes:
+            home = homes[0]
+            hint = (
+                f"call it through call_tool(server_name='{home}', tool_name='{name}', arguments={{...}}), "
+                f"or serve with --toolsets {','.join([*self.deps.exposed_toolsets, home])}"
+            )
+            return RelayError(ErrorCode.TOOL_NOT_FOUND, f"Unknown tool {name!r}: it is in toolset {home!r}", hint)
+        return RelayError(
+            ErrorCode.TOOL_NOT_FOUND,
+            f"Unknown tool {name!r}" + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""),
+            "list_tools lists every tool relay and its MCP servers have",
+        )
+
+    async def run(
+        self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+    ) -> CallToolResult:
+        valid = registered.valid_arguments()
+        unknown = [k for k in arguments if k not in valid]
+        if unknown:
+            make = registered.unknown_argument or unknown_argument_error
+            return error_result(make(registered.name, unknown, valid))
+        try:
+            value = await registered.tool.run(arguments, ctx if ctx is not None else Context())
+        except ToolError as exc:
+            return error_result(self._translate(registered, exc))
+        return as_result(value)
+
+    def _translate(self, registered: RegisteredTool, exc: ToolError) -> RelayError:
+        cause: BaseException | None = exc.__cause__
+        if isinstance(cause, ValidationError):
+            return invalid_arguments(registered, cause)
+        if isinstance(cause, RelayError):
+            return cause
+        if isinstance(cause, BaseExceptionGroup):
+            inner = _first_relay_error(cause)  # pyright: ignore[reportUnknownArgumentType]
+            if inner is not None:
+                return inner
+        if cause is not None:
+            reason = f"{type(cause).__name__}: {cause!s}"  # pyright: ignore[reportUnknownArgumentType]
+            return RelayError(
+                ErrorCode.INTERNAL,
+                f"{registered.name} failed: {reason}",
+                "report this as a relay bug",
+            )
+        return RelayError(ErrorCode.INTERNAL, f"{registered.name} failed: {exc}", "report this as a relay bug")
+
+
+def _first_relay_error(group: BaseExceptionGroup[Any]) -> RelayError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, RelayError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_relay_error(exc)  # pyright: ignore[reportUnknownArgumentType]
+            if found is not None:
+                return found
+    return None
+
+
+def invalid_arguments(registered: RegisteredTool, cause: ValidationError) -> RelayError:
+    """INVALID_ARGUMENT naming each bad argument, with the nearest allowed value for enums."""
+    props: dict[str, Any] = registered.input_schema.get("properties", {})
+    problems: list[str] = []
+    for e in cause.errors()[:5]:
+        loc = ".".join(str(p) for p in e["loc"]) or "arguments"
+        text = f"{loc}: {e['msg']}"
+        spec: dict[str, Any] = props.get(str(e["loc"][0]), {}) if e["loc"] else {}
+        spec = spec.get("items", spec) if isinstance(spec.get("items"), dict) else spec
+        allowed = [v for v in spec.get("enum", []) if isinstance(v, str)]
+        given = e.get("input")
+        if allowed and isinstance(given, str):
+            suggestion = did_you_mean(given, allowed)
+            if suggestion:
+                text += f" ({suggestion})"
+        problems.append(text)
+    return RelayError(
+        ErrorCode.INVALID_ARGUMENT,
+        f"invalid arguments for {registered.name}: {'; '.join(problems)}",
+        "fix the arguments as the tool's input schema describes (get_tool_schema shows it)",
+    )
+
+
+def as_result(value: Any) -> CallToolResult:
+    """What a tool function returned, as a tool result."""
+    if isinstance(value, CallToolResult):
+        return value
+    if isinstance(value, BaseModel):
+        return model_result(value)
+    if isinstance(value, dict):
+        return json_result({str(k): v for k, v in value.items()})  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    return CallToolResult(content=[TextContent(type="text", text=str(value))])

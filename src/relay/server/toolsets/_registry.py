@@ -1,0 +1,261 @@
+"""The frame every toolset plugs into: a toolset registers tools; the frame shapes and strictly checks them."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import CallToolResult, ToolAnnotations
+
+from relay.config import Settings
+from relay.errors import ErrorCode, RelayError
+from relay.jobs.engine import Engine
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+# The JSON schema of the `error` member every published output schema admits (see `publish_output_schema`).
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "hint": {"type": "string"}},
+    "required": ["code", "message"],
+}
+
+UnknownArgument = Callable[[str, list[str], list[str]], RelayError]
+"""Builds the error for unknown argument names: (tool name, unknown names, valid names) -> RelayError."""
+
+_F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
+_T = TypeVar("_T")
+
+
+class Router(Protocol):
+    """What the discovery tools reach: every toolset (exposed or not) by name, alias or profile."""
+
+    def server_names(self) -> list[str]: ...
+
+    def tools_of(self, server: str) -> list[RegisteredTool]: ...
+
+    def canonical(self, server: str) -> str | None: ...
+
+    async def call(
+        self, server: str, tool: str, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+    ) -> CallToolResult: ...
+
+
+@dataclass
+class RegisteredTool:
+    """One tool of a toolset: the SDK's tool plus what the frame publishes and checks."""
+
+    tool: Tool
+    toolset: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    unknown_argument: UnknownArgument | None = None
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    @property
+    def description(self) -> str:
+        return self.tool.description
+
+    def valid_arguments(self) -> list[str]:
+        return list(self.input_schema.get("properties", {}))
+
+
+class Deps:
+    """What a toolset's tools reach at call time; one per server."""
+
+    def __init__(self, settings: Settings, engine: Callable[[], Engine], started: float) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.started = started
+        self._services: dict[str, Any] = {}
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+        self._router: Router | None = None
+        # Filled in by the server: the HTTP port it serves on (None on stdio) and the toolsets it exposes.
+        self.port: int | None = None
+        self.exposed_toolsets: list[str] = []
+
+    @property
+    def router(self) -> Router:
+        if self._router is None:
+            raise RelayError(ErrorCode.INTERNAL, "relay's tool router is not set up", "restart relay")
+        return self._router
+
+    def set_router(self, router: Router) -> None:
+        self._router = router
+
+    def service(self, key: str, factory: Callable[[], _T]) -> _T:
+        """A per-server singleton (a connection pool, a store), created on first use."""
+        if key not in self._services:
+            self._services[key] = factory()
+        return self._services[key]
+
+    def existing_service(self, key: str) -> Any | None:
+        return self._services.get(key)
+
+    def on_close(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run `fn` when the server shuts down (newest first)."""
+        self._closers.append(fn)
+
+    async def close(self) -> None:
+        while self._closers:
+            fn = self._closers.pop()
+            try:
+                await fn()
+            except Exception:  # one service failing to close must not keep the others open
+                continue
+
+
+class ToolRegistry:
+    """Collects one toolset's tools: `@reg.tool(...)` on an async function, like `MCPServer.tool`."""
+
+    def __init__(self, toolset: str) -> None:
+        self.toolset = toolset
+        self.tools: dict[str, RegisteredTool] = {}
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str,
+        annotations: ToolAnnotations | None = None,
+        publish_output: bool = False,
+        unknown_argument: UnknownArgument | None = None,
+    ) -> Callable[[_F], _F]:
+        def register(fn: _F) -> _F:
+            tool = Tool.from_function(fn, name=name, description=description, annotations=annotations)
+            if tool.name in self.tools:
+                raise ValueError(f"toolset {self.toolset} defines {tool.name} twice")
+            output = tool.output_schema
+            self.tools[tool.name] = RegisteredTool(
+                tool=tool,
+                toolset=self.toolset,
+                input_schema=strict_input_schema(tool.parameters),
+                output_schema=publish_output_schema(output) if publish_output and output else None,
+                unknown_argument=unknown_argument,
+            )
+            return fn
+
+        return register
+
+
+@dataclass(frozen=True)
+class Toolset:
+    """A named group of tools defined in one module; `build` registers them."""
+
+    name: str
+    description: str
+    build: Callable[[ToolRegistry, Deps], None]
+    aliases: tuple[str, ...] = field(default=())
+
+
+def compact_schema(node: Any, output: bool = False) -> Any:
+    """A JSON schema without what costs the calling model tokens and tells it nothing.
+
+    Drops pydantic's generated `title`s and folds `anyOf: [{type: T}, {type: null}]` into
+    `type: [T, "null"]` (adding `null` to an `enum`, so a `null` default stays valid).
+    """
+    if isinstance(node, list):
+        return [compact_schema(v, output) for v in node]  # pyright: ignore[reportUnknownVariableType]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():  # pyright: ignore[reportUnknownVariableType]
+        if key == "title" and isinstance(value, str):
+            continue
+        if output and key in ("default", "description"):
+            continue  # the values the server sends explain themselves; the input schema is what guides a model
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {k: compact_schema(v, output) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
+            continue
+        out[str(key)] = compact_schema(value, output)  # pyright: ignore[reportUnknownArgumentType]
+    variants = out.get("anyOf")
+    if isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants:  # pyright: ignore[reportUnknownArgumentType]
+        others: list[Any] = [v for v in variants if v != {"type": "null"}]  # pyright: ignore[reportUnknownVariableType]
+        other: dict[str, Any] = others[0] if isinstance(others[0], dict) else {}  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(other.get("type"), str) and set(other) <= {"type", "enum", "format", "items"}:
+            del out["anyOf"]
+            out.update(other)  # pyright: ignore[reportUnknownArgumentType]
+            out["type"] = [other["type"], "null"]
+            if isinstance(other.get("enum"), list):
+                out["enum"] = [*other["enum"], None]
+    return out
+
+
+def strict_input_schema(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The published input schema: compact, and closed to arguments it does not name."""
+    schema: dict[str, Any] = compact_schema(parameters)
+    schema["additionalProperties"] = False
+    return schema
+
+
+def publish_output_schema(output: dict[str, Any]) -> dict[str, Any]:
+    """The published output schema: the result's shape, or the error form `{"error": {...}}` every tool may return."""
+    schema: dict[str, Any] = compact_schema(output, output=True)
+    props: dict[str, Any] = schema.setdefault("properties", {})
+    props.setdefault("error", ERROR_SCHEMA)
+    required: list[str] = schema.pop("required", [])
+    if required:
+        schema["anyOf"] = [{"required": required}, {"required": ["error"]}]
+    return schema
+
+
+# Argument names other tools use for the same thing; a caller coming from them gets pointed at relay's name.
+SYNONYMS: tuple[frozenset[str], ...] = (
+    frozenset({"cwd", "working_directory", "workdir", "work_dir", "workfolder", "directory", "dir", "folder", "path"}),
+    frozenset({"prompt", "message", "query", "question", "task", "instructions", "input", "text"}),
+    frozenset({"timeout_s", "timeout", "timeout_ms", "timeout_seconds", "timeout_sec"}),
+    frozenset({"session_id", "session", "resume", "resume_session_id", "thread_id", "conversation_id"}),
+    frozenset({"continuation_id", "thread", "conversation"}),
+    frozenset({"agent", "cli", "cli_name", "provider", "backend"}),
+    frozenset({"system_prompt", "system", "system_message", "instructions"}),
+    frozenset({"permission", "permissions", "sandbox", "approval_policy", "permission_mode"}),
+    frozenset({"job_id", "id", "task_id", "agent_id"}),
+    frozenset({"server_name", "server", "server_id"}),
+    frozenset({"tool_name", "tool", "name"}),
+    frozenset({"arguments", "args", "params", "parameters", "input"}),
+)
+
+
+def closest(name: str, candidates: Sequence[str], n: int = 3) -> list[str]:
+    """The candidates nearest to `name`, best first (synonyms, typos, names that contain one another)."""
+    key = name.lower().replace("-", "_")
+    flat = key.replace("_", "")
+    found = [
+        c for group in SYNONYMS if key in group or flat in group for c in candidates if c.lower() in group and c != name
+    ]
+    found += [c for c in difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.5) if c not in found]
+    lowered = name.lower().replace("-", "_")
+    for cand in candidates:
+        c = cand.lower()
+        if cand not in found and len(lowered) >= 3 and (lowered in c or c in lowered):
+            found.append(cand)
+    if not found:
+        parts = set(lowered.split("_"))
+        found = [c for c in candidates if parts & set(c.lower().split("_"))][:n]
+    return found[:n]
+
+
+def did_you_mean(name: str, candidates: Sequence[str]) -> str:
+    near = closest(name, candidates)
+    return f"did you mean {' or '.join(f'`{c}`' for c in near)}?" if near else ""
+
+
+def unknown_argument_error(tool: str, unknown: list[str], valid: list[str]) -> RelayError:
+    """The default error for argument names a tool does not have, naming the closest valid ones."""
+    first = unknown[0]
+    names = ", ".join(f"`{u}`" for u in unknown)
+    verb = "is not an argument" if len(unknown) == 1 else "are not arguments"
+    suggestion = did_you_mean(first, valid)
+    message = f"{names} {verb} of {tool}" + (f"; {suggestion}" if suggestion else "")
+    return RelayError(
+        ErrorCode.INVALID_ARGUMENT,
+        message,
+        f"{tool} takes: {', '.join(valid) or 'no arguments'}",
+    )
