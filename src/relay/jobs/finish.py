@@ -1,0 +1,117 @@
+"""End of a job: its status, error and result from the parser and the stop reason, recorded once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from relay.agents.base import Parser
+from relay.errors import ErrorCode, RelayError
+from relay.events import AgentResult
+from relay.jobs.envelope import job_title
+from relay.jobs.gitprobe import changed_files
+from relay.jobs.state import JobState
+from relay.secrets import redact
+from relay.store import JobRecord
+
+
+class Finisher:
+    """Writes a job's final row, result file and agent session; a job already final is left alone."""
+
+    def __init__(self, state: JobState) -> None:
+        self._state = state
+
+    def finalize(self, job_id: str, parser: Parser, exit_code: int | None, stop_reason: str | None) -> None:
+        """A CLI job's process has ended: ask the parser for the result and record the outcome."""
+        state = self._state
+        rec = state.store.get_job(job_id)
+        if rec is None or rec.is_final:
+            return
+        files = state.files(job_id)
+        stop = stop_reason or rec.stop_reason
+        result = parser.finish(exit_code, files.stderr_tail())
+        live = state.live.get(job_id)
+        if live is not None and live.git_before is not None and rec.cwd:
+            # Agents do not always report edits (codex's shell writes, sandbox refusals): ask git.
+            changed = changed_files(live.git_before, rec.cwd)
+            result = replace(result, files_changed=tuple(sorted(changed | set(result.files_changed))))
+        error = result.error
+        if stop == "cancelled":
+            status = "cancelled"
+            error = RelayError(ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result")
+        elif stop == "limit:cost":
+            status = "failed"
+            error = RelayError(
+                ErrorCode.LIMIT_REACHED,
+                f"the job's reported cost passed the cap of ${state.settings.max_cost_usd}",
+                "raise jobs.max_cost_usd in config.toml, or give the agent a smaller task",
+            )
+        elif stop and stop.startswith("timed_out"):
+            status = "timed_out"
+            what = "printed nothing for its idle timeout" if stop.endswith("idle") else "ran past its timeout"
+            error = RelayError(
+                ErrorCode.TIMEOUT,
+                f"the job {what} and was stopped",
+                "raise timeout_s / idle_timeout_s, or split the task",
+            )
+        elif result.ok:
+            status, error = "completed", None
+        elif exit_code is None:
+            status = "interrupted"
+            error = error or RelayError(
+                ErrorCode.INTERRUPTED, "the job's process ended without an exit status", "run it again"
+            )
+        else:
+            status = "failed"
+        self.store_result(rec, status, result, error, exit_code)
+
+    def fail(self, rec: JobRecord, err: RelayError) -> None:
+        self.store_result(rec, "failed", AgentResult(ok=False, error=err), err, None)
+
+    def finish_without_process(self, rec: JobRecord) -> None:
+        err = RelayError(ErrorCode.CANCELLED, "the job was cancelled before it started", "submit it again if needed")
+        self.store_result(rec, "cancelled", AgentResult(ok=False, error=err), err, None)
+
+    def store_result(
+        self,
+        rec: JobRecord,
+        status: str,
+        result: AgentResult,
+        error: RelayError | None,
+        exit_code: int | None,
+    ) -> None:
+        state = self._state
+        files = state.files(rec.id)
+        files.result.write_text(redact(result.text, state.secrets), encoding="utf-8")
+        payload = state.redacted(
+            {
+                "usage": result.usage.to_dict(),
+                "cost_usd": result.cost_usd,
+                "num_turns": result.num_turns,
+                "tool_uses": list(result.tool_uses),
+                "permission_denials": list(result.permission_denials),
+                "files_changed": list(result.files_changed),
+            }
+        )
+        if error is not None:
+            error = RelayError(error.code, redact(error.message, state.secrets), redact(error.hint, state.secrets))
+        if not state.store.finish_job(
+            rec.id,
+            status,
+            exit_code=exit_code,
+            result=payload,
+            error=error.to_dict() if error else None,
+            session_id=result.session_id,
+            model=result.model if result.model else None,
+        ):
+            return
+        if result.session_id:
+            req = rec.request
+            state.store.upsert_session(
+                rec.agent,
+                result.session_id,
+                cwd=str(req.get("cwd") or rec.cwd or ""),
+                model=str(req.get("model")) if req.get("model") else result.model,
+                permission=str(req.get("permission") or state.settings.default_permission),
+                title=job_title(req),
+                cost=result.cost_usd or 0.0,
+            )

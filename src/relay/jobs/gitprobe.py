@@ -1,0 +1,49 @@
+"""`files_changed` from git: the porcelain status of a job's cwd before and after it ran."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+# `git status` of a job's cwd, before and after, must not hold a job up for long.
+GIT_TIMEOUT_S = 5.0
+
+
+def git_status(cwd: str) -> dict[str, str] | None:
+    """Path -> porcelain status (with size and mtime) of a git work tree (None when cwd is not in one, or git is missing)."""
+    # Most job folders are not repositories: look for .git before paying for a git process.
+    if not any((folder / ".git").exists() for folder in (Path(cwd), *Path(cwd).parents)) or not shutil.which("git"):
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all", "-z"],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    entries: dict[str, str] = {}
+    for item in out.stdout.decode("utf-8", "replace").split("\0"):
+        if len(item) > 3:
+            path = item[3:]
+            try:
+                st = os.stat(os.path.join(cwd, path))
+                stamp = f"{st.st_size}:{st.st_mtime_ns}"
+            except OSError:
+                stamp = "gone"
+            # Status plus size and mtime: an already-dirty file edited again still counts as changed.
+            entries[path] = f"{item[:2]} {stamp}"
+    return entries
+
+
+def changed_files(before: dict[str, str], cwd: str) -> set[str]:
+    """Paths whose status (or size, or mtime) differs from `before`."""
+    after = git_status(cwd) or {}
+    return {path for path, state in after.items() if before.get(path) != state}

@@ -1,0 +1,270 @@
+"""A job's life in this process: spawn, monitor (parse and publish, deadlines, stop), end of job.
+
+In-process jobs (model API calls) live here too: same statuses, same stop and end of job.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from relay.agents.base import Invocation, Parser
+from relay.errors import ErrorCode, RelayError
+from relay.events import AgentResult, Event
+from relay.jobs.admission import Admission
+from relay.jobs.finish import Finisher
+from relay.jobs.gitprobe import git_status
+from relay.jobs.output import LineReader
+from relay.jobs.publish import Publisher
+from relay.jobs.request import Prepared, prepare, request_from
+from relay.jobs.state import JobState, Live
+from relay.runtime import procinfo, supervisor
+from relay.runtime.supervisor import JobFiles, JobProcess
+from relay.store import JobRecord
+
+SpawnFn = Callable[[Invocation, JobFiles], JobProcess]
+# An in-process job (a model API call): it reports events through `emit` and returns the result.
+TaskFn = Callable[[Callable[[Event], None]], Awaitable[AgentResult]]
+WhichFn = Callable[[str], str | None]
+
+# A file written just before a job's process is spawned (see recovery: a restarted relay must not
+# run a job twice whose spawn it did not see recorded).
+SPAWN_MARKER = "spawning"
+
+
+class Lifecycle:
+    """Starts admitted jobs, watches them to their end, records the end and frees the slot."""
+
+    def __init__(self, state: JobState, admission: Admission, *, spawn: SpawnFn, which: WhichFn) -> None:
+        self._state = state
+        self._admission = admission
+        self._spawn = spawn
+        self.which = which
+        self.publisher = Publisher(state)
+        self.finisher = Finisher(state)
+        # Requests validated at submit, kept until the job starts (prepared again after a restart).
+        self.prepared: dict[str, Prepared] = {}
+
+    # CLI jobs -----------------------------------------------------------------------------
+
+    def start(self, job_id: str) -> None:
+        """Run an admitted job (its slot is already taken) in the engine's task group."""
+        self._state.task_group().start_soon(self._run_job, job_id)
+
+    def pump(self) -> None:
+        self._admission.pump(self.start)
+
+    async def _run_job(self, job_id: str) -> None:
+        try:
+            await self._run_job_guarded(job_id)
+        finally:
+            self.job_ended(job_id)
+
+    def job_ended(self, job_id: str) -> None:
+        """Free the job's slot, wake its waiters and listeners, and start what was queued behind it."""
+        state = self._state
+        state.running.pop(job_id, None)
+        live = state.live.get(job_id)
+        if live is not None:
+            live.done.set()
+            for listener in live.listeners:
+                listener.close()
+        state.notify()
+        if state.tg is not None:
+            self.pump()
+
+    async def _run_job_guarded(self, job_id: str) -> None:
+        """Run one job; a bug here fails this job with INTERNAL instead of taking the server down."""
+        try:
+            await self._start_and_monitor(job_id)
+        except Exception as exc:
+            rec = self._state.store.get_job(job_id)
+            if rec is not None and not rec.is_final:
+                self.finisher.fail(
+                    rec, RelayError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}", "report this as a relay bug")
+                )
+
+    async def _start_and_monitor(self, job_id: str) -> None:
+        state = self._state
+        live = state.live.setdefault(job_id, Live())
+        rec = state.store.get_job(job_id)
+        if rec is None or rec.is_final:
+            return
+        if live.stop_reason:
+            self.finisher.finish_without_process(rec)
+            return
+        prepared = self.prepared.pop(job_id, None)
+        try:
+            if prepared is None:
+                prepared = prepare(state.settings, state.store, self.which, request_from(rec), job_id)
+            files = state.files(job_id)
+            live.git_before = git_status(prepared.invocation.cwd)
+            # Mark the spawn before it happens: a relay killed between here and the shim writing
+            # its pid must not run the job a second time after a restart.
+            files.dir.mkdir(parents=True, exist_ok=True)
+            (files.dir / SPAWN_MARKER).touch()
+            proc = self._spawn(prepared.invocation, files)
+        except RelayError as err:
+            self.finisher.fail(rec, err)
+            return
+        except (OSError, ValueError) as exc:
+            self.finisher.fail(
+                rec,
+                RelayError(
+                    ErrorCode.AGENT_FAILED,
+                    f"could not start {rec.agent}: {exc}",
+                    "check the agent's command in config.toml",
+                ),
+            )
+            return
+        deadline = time.time() + prepared.timeout_s
+        state.store.mark_running(
+            job_id,
+            pid=proc.pid,
+            pid_start_ticks=proc.start_ticks,
+            boot_id=procinfo.boot_id(),
+            owner_pid=state.my_pid,
+            owner_start_ticks=state.my_start,
+            deadline_at=deadline,
+            idle_timeout_s=prepared.idle_timeout_s,
+        )
+        state.notify()
+        await self.monitor(job_id, proc, prepared.adapter.parser(), deadline, prepared.idle_timeout_s)
+
+    async def run_attached(self, rec: JobRecord, proc: JobProcess, parser: Parser, last_output: float) -> None:
+        """Watch a job an earlier relay started (re-attached after a restart) to its end."""
+        settings = self._state.settings
+        try:
+            await self.monitor(
+                rec.id,
+                proc,
+                parser,
+                rec.deadline_at or (time.time() + settings.job_timeout_s),
+                rec.idle_timeout_s or settings.idle_timeout_s,
+                last_output=last_output,
+            )
+        finally:
+            self.job_ended(rec.id)
+
+    async def monitor(
+        self,
+        job_id: str,
+        proc: JobProcess,
+        parser: Parser,
+        deadline: float,
+        idle_timeout_s: float,
+        last_output: float | None = None,
+    ) -> None:
+        """Parse and publish output as it comes, enforce deadlines and stop requests, finalize at exit."""
+        state = self._state
+        files = state.files(job_id)
+        live = state.live.setdefault(job_id, Live())
+        reader = LineReader(files.stdout)
+        stored_seq = state.store.max_event_seq(job_id)
+        seq = -1
+        last_output = last_output or time.time()
+        stop_reason: str | None = None
+        try:
+            while True:
+                exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
+                seq, active = self.publisher.consume(job_id, live, reader, parser, seq, stored_seq, final=exited)
+                now = time.time()
+                if active:
+                    last_output = now
+                if exited:
+                    break
+                if stop_reason is None:
+                    if live.stop.is_set():
+                        stop_reason = live.stop_reason or "cancelled"
+                    elif now >= deadline:
+                        stop_reason = "timed_out:wall"
+                    elif now - last_output >= idle_timeout_s:
+                        stop_reason = "timed_out:idle"
+                    if stop_reason is not None:
+                        state.store.set_stop_reason(job_id, stop_reason)
+                        with anyio.CancelScope(shield=True):
+                            await proc.kill_group(state.settings.kill_grace_s)
+            proc.reap_group()
+            self.finisher.finalize(job_id, parser, proc.exit_code(), stop_reason)
+        finally:
+            proc.close()
+
+    # in-process jobs ----------------------------------------------------------------------
+
+    def start_task(self, job_id: str, task: TaskFn, timeout_s: float) -> None:
+        live = self._state.live[job_id] = Live()
+        self._state.task_group().start_soon(self._run_task, job_id, live, task, timeout_s)
+
+    async def _run_task(self, job_id: str, live: Live, task: TaskFn, timeout_s: float) -> None:
+        state = self._state
+        deadline = time.time() + timeout_s
+        state.store.mark_running(
+            job_id,
+            pid=None,
+            pid_start_ticks=None,
+            boot_id=None,
+            owner_pid=state.my_pid,
+            owner_start_ticks=state.my_start,
+            deadline_at=deadline,
+            idle_timeout_s=None,
+        )
+        state.notify()
+        seq = -1
+        outcome: AgentResult | None = None
+        stop: str | None = None
+        stdout = state.files(job_id).stdout
+
+        def emit(event: Event) -> None:
+            nonlocal seq
+            seq += 1
+            with stdout.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"type": event.type, **event.data}, default=str) + "\n")
+            self.publisher.publish(job_id, live, [(seq, event)])
+
+        try:
+            async with anyio.create_task_group() as inner:
+
+                async def watch_stop() -> None:
+                    await live.stop.wait()
+                    inner.cancel_scope.cancel()
+
+                inner.start_soon(watch_stop)
+                with anyio.move_on_after(timeout_s) as scope:
+                    try:
+                        outcome = await task(emit)
+                    except RelayError as err:
+                        outcome = AgentResult(ok=False, error=err)
+                    except Exception as exc:  # translate at the edge: nothing escapes untranslated
+                        outcome = AgentResult(
+                            ok=False,
+                            error=RelayError(
+                                ErrorCode.INTERNAL,
+                                f"{type(exc).__name__}: {exc}",
+                                "report this as a relay bug",
+                            ),
+                        )
+                if scope.cancelled_caught:
+                    stop = "timed_out:wall"
+                inner.cancel_scope.cancel()
+        finally:
+            if live.stop.is_set():
+                stop = live.stop_reason or "cancelled"
+            rec = state.store.get_job(job_id)
+            if rec is not None and not rec.is_final:
+                finisher = self.finisher
+                if stop == "cancelled":
+                    err = RelayError(
+                        ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result"
+                    )
+                    finisher.store_result(rec, "cancelled", outcome or AgentResult(ok=False, error=err), err, None)
+                elif stop:
+                    err = RelayError(
+                        ErrorCode.TIMEOUT, "the job ran past its timeout and was stopped", "raise timeout_s"
+                    )
+                    finisher.store_result(rec, "timed_out", outcome or AgentResult(ok=False, error=err), err, None)
+                elif outcome is not None:
+                    finisher.store_result(rec, "completed" if outcome.ok else "failed", outcome, outcome.error, None)
+            self.job_ended(job_id)

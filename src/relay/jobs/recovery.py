@@ -1,0 +1,128 @@
+"""Recovery after a restart: re-attach to jobs still running, finalize those that ended, re-queue the rest."""
+
+from __future__ import annotations
+
+import time
+
+from relay.agents import get_adapter
+from relay.errors import ErrorCode, RelayError
+from relay.events import AgentResult
+from relay.jobs.admission import Admission
+from relay.jobs.lifecycle import SPAWN_MARKER, Lifecycle
+from relay.jobs.output import LineReader
+from relay.jobs.state import JobState, Live, mtime
+from relay.runtime import procinfo, supervisor
+from relay.store import JobRecord
+
+# How long a restarted relay waits for a job's shim to record its pid (the spawn marker says a
+# spawn was under way) before concluding the spawn never happened.
+SPAWN_SETTLE_S = 2.0
+# How far apart a shim's start time and its pid file's mtime may be and still be the same process.
+PID_FILE_SLACK_S = 2.0
+
+
+class Recovery:
+    """Adopts jobs whose relay died; also finalizes ended jobs for readers (the CLI) without adopting any."""
+
+    def __init__(self, state: JobState, admission: Admission, lifecycle: Lifecycle) -> None:
+        self._state = state
+        self._admission = admission
+        self._lifecycle = lifecycle
+
+    def recover(self) -> list[str]:
+        """Adopt jobs whose relay died: re-attach live processes, finalize ended ones, re-queue queued ones."""
+        state = self._state
+        adopted: list[str] = []
+        for rec in state.store.list_jobs(statuses=("queued", "running"), limit=100_000):
+            if rec.id in state.live or state.owner_alive(rec):
+                continue
+            adopted.append(rec.id)
+            state.store.set_owner(rec.id, state.my_pid, state.my_start)
+            if rec.kind != "cli":
+                err = RelayError(
+                    ErrorCode.INTERRUPTED, "relay stopped while this job ran in its process", "run it again"
+                )
+                self._lifecycle.finisher.store_result(rec, "interrupted", AgentResult(ok=False, error=err), err, None)
+                continue
+            if rec.status == "queued":
+                started = self._started_before_recorded(rec)
+                if started is None:
+                    self._admission.enqueue(rec.id)
+                    continue
+                rec = started
+            self.reattach_or_finalize(rec)
+        if self._admission.queue:
+            self._lifecycle.pump()
+        return adopted
+
+    def _started_before_recorded(self, rec: JobRecord) -> JobRecord | None:
+        """A `queued` job whose shim already ran (relay died between spawn and recording it).
+
+        Running it again would run the agent twice; record it as running instead, with the pid the
+        shim wrote if that process is still the shim (it started when the pid file was written).
+        """
+        state = self._state
+        files = state.files(rec.id)
+        pid = files.read_pid()
+        if pid is None and (files.dir / SPAWN_MARKER).exists():
+            # Spawned (or about to be) when relay died: give the shim a moment to record its pid.
+            deadline = time.monotonic() + SPAWN_SETTLE_S
+            while pid is None and not files.exit.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+                pid = files.read_pid()
+        if pid is None and not files.exit.exists():
+            return None
+        ticks: int | None = None
+        if pid is not None:
+            started = procinfo.start_epoch(pid)
+            written = mtime(files.pid)
+            if started is not None and abs(started - written) <= PID_FILE_SLACK_S:
+                ticks = procinfo.start_ticks(pid)
+        state.store.mark_running(
+            rec.id,
+            pid=pid if ticks is not None else None,
+            pid_start_ticks=ticks,
+            boot_id=procinfo.boot_id(),
+            owner_pid=state.my_pid,
+            owner_start_ticks=state.my_start,
+            deadline_at=rec.created_at + float(rec.request.get("timeout_s") or state.settings.job_timeout_s),
+            idle_timeout_s=float(rec.request.get("idle_timeout_s") or state.settings.idle_timeout_s),
+        )
+        return state.get(rec.id)
+
+    def reconcile(self) -> list[str]:
+        """Finalize jobs whose relay died and whose process has ended (for CLI readers; adopts nothing alive)."""
+        state = self._state
+        finalized: list[str] = []
+        for rec in state.store.list_jobs(statuses=("running",), limit=100_000):
+            if rec.kind != "cli" or rec.id in state.live or state.owner_alive(rec):
+                continue
+            if rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id):
+                continue
+            self.reattach_or_finalize(rec)
+            finalized.append(rec.id)
+        return finalized
+
+    def reattach_or_finalize(self, rec: JobRecord) -> None:
+        """Watch the job's process again if it is alive (and this engine runs); else finalize it from its files."""
+        state = self._state
+        lifecycle = self._lifecycle
+        files = state.files(rec.id)
+        try:
+            adapter = get_adapter(rec.agent, state.settings)
+        except RelayError as err:
+            lifecycle.finisher.fail(rec, err)
+            return
+        alive = rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id)
+        if alive and rec.pid is not None and state.tg is not None:
+            proc = supervisor.attach(rec.pid, rec.pid_start_ticks, files)
+            state.live[rec.id] = Live()
+            state.running[rec.id] = rec.agent
+            last_output = max(mtime(files.stdout), mtime(files.stderr), rec.started_at or 0.0)
+            state.tg.start_soon(lifecycle.run_attached, rec, proc, adapter.parser(), last_output)
+            return
+        # The process ended while no relay watched it: its files hold everything.
+        parser = adapter.parser()
+        stored_seq = state.store.max_event_seq(rec.id)
+        lifecycle.publisher.consume(rec.id, Live(), LineReader(files.stdout), parser, -1, stored_seq, final=True)
+        lifecycle.finisher.finalize(rec.id, parser, files.read_exit_code(), None)

@@ -1,0 +1,182 @@
+"""A job request and its validation: everything is checked, and the agent's invocation built, before a job exists."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from relay.agents import get_adapter
+from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
+from relay.agents.models import resolve_model
+from relay.config import PERMISSIONS, Settings
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.store import JobRecord, Store
+
+# Agents whose CLI takes a system prompt / a turn limit as flags.
+SYSTEM_PROMPT_AGENTS = ("claude",)
+MAX_TURNS_AGENTS = ("claude",)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A delegation to an agent CLI, as the MCP tools and the CLI submit it."""
+
+    agent: str
+    prompt: str
+    cwd: str | None = None
+    model: str | None = None
+    session_id: str | None = None
+    continue_latest: bool = False
+    permission: str | None = None
+    system_prompt: str | None = None
+    max_turns: int | None = None
+    timeout_s: float | None = None
+    idle_timeout_s: float | None = None
+    reasoning_effort: str | None = None
+
+
+@dataclass
+class Prepared:
+    """A validated request: the adapter, the agent-level request, the command to run, its limits."""
+
+    adapter: Adapter
+    agent_request: AgentRequest
+    invocation: Invocation
+    timeout_s: float
+    idle_timeout_s: float
+
+
+def request_from(rec: JobRecord) -> JobRequest:
+    """The request a stored job was submitted with (to prepare it again after a restart)."""
+    fields = JobRequest.__dataclass_fields__
+    return JobRequest(**{k: v for k, v in rec.request.items() if k in fields})
+
+
+def check_depth(settings: Settings) -> None:
+    if settings.depth >= settings.max_depth:
+        raise RelayError(
+            ErrorCode.LIMIT_REACHED,
+            f"delegation depth {settings.depth} reached the limit of {settings.max_depth}",
+            "do the work yourself instead of delegating further, or raise RELAY_MAX_DEPTH",
+        )
+
+
+def resolve_cwd(settings: Settings, raw: str | None) -> str:
+    path = Path(raw).expanduser() if raw else Path.cwd()
+    if not path.is_absolute():
+        raise invalid(
+            f"cwd must be an absolute path, got {raw!r}",
+            "pass the absolute path of the project directory",
+        )
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        raise invalid(f"cwd {raw!r} does not exist", "pass an existing directory") from None
+    if not resolved.is_dir():
+        raise invalid(f"cwd {raw!r} is not a directory", "pass a directory, not a file")
+    roots = settings.allowed_roots
+    if roots and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+        raise RelayError(
+            ErrorCode.CWD_NOT_ALLOWED,
+            f"cwd {str(resolved)!r} is outside the allowed roots",
+            f"use a directory under {', '.join(map(str, roots))}, or add it to security.allowed_roots in config.toml",
+        )
+    return str(resolved)
+
+
+def prepare(
+    settings: Settings, store: Store, which: Callable[[str], str | None], req: JobRequest, job_id: str
+) -> Prepared:
+    """Validate `req` and build its invocation; raises RelayError(code, message, hint) on bad input."""
+    check_depth(settings)
+    if not req.prompt.strip():
+        raise invalid("prompt is empty", "pass the task to delegate as prompt")
+    for name in ("prompt", "model", "session_id", "system_prompt", "cwd", "agent"):
+        value = getattr(req, name)
+        if isinstance(value, str) and "\x00" in value:
+            raise invalid(f"{name} contains a NUL byte", f"remove the \\x00 character from {name}")
+    adapter = get_adapter(req.agent, settings)
+    cfg = settings.agent(req.agent)
+    model, permission, cwd_raw = req.model, req.permission, req.cwd
+    if req.session_id:
+        session = store.get_session(req.session_id, req.agent)
+        if session is not None:
+            # A CLI resumes only from the cwd that started the session; keep its settings.
+            if cwd_raw and resolve_cwd(settings, cwd_raw) != session.cwd:
+                raise invalid(
+                    f"session {req.session_id} started in {session.cwd}, not {cwd_raw}",
+                    "omit cwd to resume in the session's own directory, or start a new session",
+                )
+            cwd_raw = session.cwd
+            model = model or session.model
+            permission = permission or session.permission
+            cap = settings.max_session_cost_usd
+            if cap is not None and session.total_cost_usd >= cap:
+                raise RelayError(
+                    ErrorCode.LIMIT_REACHED,
+                    f"session {req.session_id} has cost ${session.total_cost_usd:.4f}, at its cap of ${cap:.4f}",
+                    "start a new session, or raise jobs.max_session_cost_usd in config.toml",
+                )
+    permission = permission or settings.default_permission
+    if permission not in PERMISSIONS:
+        raise invalid(
+            f"permission {permission!r} is not one of {', '.join(PERMISSIONS)}",
+            "use read-only, edit or full",
+        )
+    model = resolve_model(req.agent, model or cfg.default_model, cfg.aliases)
+    cwd = resolve_cwd(settings, cwd_raw)
+    if req.max_turns is not None and req.max_turns < 1:
+        raise invalid("max_turns must be at least 1", "omit max_turns or pass a positive number")
+    if req.max_turns is not None and req.agent not in MAX_TURNS_AGENTS:
+        raise invalid(
+            f"{req.agent} has no way to limit its turns",
+            f"omit max_turns for {req.agent}, or use one of: {', '.join(MAX_TURNS_AGENTS)}",
+        )
+    prompt = req.prompt
+    system_prompt = req.system_prompt
+    if system_prompt and req.agent not in SYSTEM_PROMPT_AGENTS:
+        # No flag for it: the instructions travel at the head of the prompt instead.
+        prompt = f"<instructions>\n{system_prompt}\n</instructions>\n\n{prompt}"
+        system_prompt = None
+    for name, value in (("timeout_s", req.timeout_s), ("idle_timeout_s", req.idle_timeout_s)):
+        if value is not None and not (0 < value <= 7 * 86400):
+            raise invalid(f"{name} must be between 0 and 604800 seconds", f"omit {name} for the default")
+    command = cfg.command or adapter.executable
+    resolved = which(command)
+    if resolved is None:
+        raise RelayError(
+            ErrorCode.AGENT_NOT_INSTALLED,
+            f"{req.agent} is not installed ({command!r} not found)",
+            adapter.install_hint,
+        )
+    agent_request = AgentRequest(
+        prompt=prompt,
+        cwd=cwd,
+        model=model,
+        session_id=req.session_id,
+        continue_latest=req.continue_latest,
+        permission=permission,  # pyright: ignore[reportArgumentType]
+        system_prompt=system_prompt,
+        max_turns=req.max_turns,
+        reasoning_effort=req.reasoning_effort,
+        max_budget_usd=settings.max_cost_usd if req.agent == "claude" else None,
+    )
+    host = HostContext(
+        command=resolved,
+        environ=settings.environ,
+        extra_args=cfg.extra_args,
+        agent_env=cfg.env,
+        is_root=os.geteuid() == 0,
+        depth=settings.depth,
+        job_id=job_id,
+    )
+    invocation = adapter.build(agent_request, host)
+    return Prepared(
+        adapter=adapter,
+        agent_request=agent_request,
+        invocation=invocation,
+        timeout_s=req.timeout_s or cfg.timeout_s or settings.job_timeout_s,
+        idle_timeout_s=req.idle_timeout_s or cfg.idle_timeout_s or settings.idle_timeout_s,
+    )

@@ -1,0 +1,125 @@
+"""What every room of the job engine shares: settings, store, the jobs this process runs, change notices."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
+
+from relay.config import Settings
+from relay.errors import ErrorCode, RelayError
+from relay.events import Event
+from relay.runtime import procinfo
+from relay.runtime.supervisor import JobFiles
+from relay.secrets import redact_value, secret_values
+from relay.store import JobRecord, Store
+
+
+@dataclass
+class Live:
+    """In-memory state of a job this process is running."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    stop_reason: str | None = None
+    # `git status` of the job's cwd before it ran (None: not a git repository).
+    git_before: dict[str, str] | None = None
+    listeners: list[MemoryObjectSendStream[tuple[int, Event]]] = field(default_factory=lambda: [])
+
+
+# Job states of running engines in this process: a job recorded as owned by this process is only
+# "owned" if one of them runs it.
+_ACTIVE: weakref.WeakSet[JobState] = weakref.WeakSet()
+
+
+def new_job_id() -> str:
+    return secrets.token_hex(8)
+
+
+class JobState:
+    """The engine's shared state. Rooms read and change it; only `Engine.running()` opens and closes it."""
+
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        self.tg: TaskGroup | None = None
+        # Jobs this process runs (or has queued), and the agent of each one holding a slot.
+        self.live: dict[str, Live] = {}
+        self.running: dict[str, str] = {}
+        self._changed = anyio.Event()
+        self.secrets = secret_values(settings.environ, _api_key_values(settings.home))
+        self.my_pid = os.getpid()
+        self.my_start = procinfo.start_ticks(self.my_pid)
+
+    def open(self, tg: TaskGroup) -> None:
+        self.tg = tg
+        _ACTIVE.add(self)
+
+    def close(self) -> None:
+        self.tg = None
+        _ACTIVE.discard(self)
+
+    def task_group(self) -> TaskGroup:
+        if self.tg is None:
+            raise RelayError(ErrorCode.INTERNAL, "the job engine is not running", "start relay with `relay serve`")
+        return self.tg
+
+    def files(self, job_id: str) -> JobFiles:
+        return JobFiles(self.settings.jobs_dir / job_id)
+
+    @property
+    def changed(self) -> anyio.Event:
+        """Set at the next change of any job of this process (take it before checking, then wait)."""
+        return self._changed
+
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def redacted(self, value: dict[str, Any]) -> dict[str, Any]:
+        return redact_value(value, self.secrets)  # pyright: ignore[reportReturnType]
+
+    def get(self, job_id: str) -> JobRecord:
+        """A job by id, or by a unique prefix of one; JOB_NOT_FOUND otherwise."""
+        rec = self.store.get_job(job_id)
+        if rec is None:
+            plausible = 4 <= len(job_id) <= 32 and all(c in "0123456789abcdef" for c in job_id)
+            matches = self.store.find_jobs(job_id) if plausible else []
+            if len(matches) == 1:
+                return matches[0]
+            raise RelayError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}", "list jobs with job_list (or `relay jobs`)")
+        return rec
+
+    def owner_alive(self, rec: JobRecord) -> bool:
+        """Whether the relay recorded as the job's owner still runs it."""
+        if rec.owner_pid is None:
+            return False
+        if rec.owner_pid == self.my_pid and rec.owner_start_ticks == self.my_start:
+            return any(s.tg is not None and rec.id in s.live for s in list(_ACTIVE))
+        return procinfo.is_alive(rec.owner_pid, rec.owner_start_ticks)
+
+
+def _api_key_values(home: Path) -> list[str]:
+    """Values in RELAY_HOME/api_keys.json, so they are redacted like keys from the environment."""
+    try:
+        data = json.loads((home / "api_keys.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    return [str(v) for v in data.values() if isinstance(v, str)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+
+
+def mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

@@ -1,0 +1,64 @@
+"""Waiting: block until any or all jobs are final, and follow one job's events as they come."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from relay.errors import invalid
+from relay.events import Event
+from relay.jobs.state import JobState
+from relay.store import JobRecord
+
+# How often a waiter re-reads the store for jobs run by another relay process (the CLI, another
+# client's server); jobs of this process wake waiters at once.
+REMOTE_POLL_S = 0.25
+# Buffer of events per progress listener; a slow listener misses events rather than stalling a job.
+LISTENER_BUFFER = 256
+# Longest a single wait call may block, whatever the caller asks.
+MAX_WAIT_S = 3600.0
+
+
+class Waiting:
+    """Waits on jobs of this process through change notices, on others by polling the store."""
+
+    def __init__(self, state: JobState) -> None:
+        self._state = state
+
+    def subscribe(self, job_id: str) -> MemoryObjectReceiveStream[tuple[int, Event]]:
+        send, receive = anyio.create_memory_object_stream[tuple[int, Event]](LISTENER_BUFFER)
+        live = self._state.live.get(job_id)
+        if live is None or live.done.is_set():
+            send.close()
+        else:
+            live.listeners.append(send)
+        return receive
+
+    async def wait(self, job_ids: list[str], mode: Literal["any", "all"], timeout: float) -> list[JobRecord]:
+        state = self._state
+        if not job_ids:
+            raise invalid("job_ids is empty", "pass the ids returned by delegate")
+        if timeout < 0:
+            raise invalid("timeout must be >= 0", "pass seconds to wait, e.g. 30")
+        ids = [state.get(j).id for j in job_ids]
+        with anyio.move_on_after(min(timeout, MAX_WAIT_S)):
+            while True:
+                records = [state.get(j) for j in ids]
+                finals = [r.is_final for r in records]
+                if (mode == "any" and any(finals)) or all(finals):
+                    return records
+                changed = state.changed
+                remote = any(j not in state.live for j in ids)
+                with anyio.move_on_after(REMOTE_POLL_S if remote else MAX_WAIT_S):
+                    await changed.wait()
+        return [state.get(j) for j in ids]
+
+    async def wait_one(self, job_id: str, timeout: float) -> JobRecord:
+        live = self._state.live.get(job_id)
+        if live is not None:
+            with anyio.move_on_after(timeout):
+                await live.done.wait()
+            return self._state.get(job_id)
+        return (await self.wait([job_id], "all", timeout))[0]
