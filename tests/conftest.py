@@ -6,8 +6,11 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp.client.session import ClientSession
+from mcp.types import CallToolResult
 
 from relay.config import Settings, load_settings
 from relay.runtime import procinfo
@@ -21,6 +24,31 @@ RECORDINGS = FAKES / "recordings"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# How many error results were checked against their tool's output schema (the check must be seen to run).
+ERROR_RESULTS_VALIDATED: list[str] = []
+
+
+@pytest.fixture(autouse=True, scope="session")
+def every_result_matches_its_output_schema() -> Iterator[None]:
+    """Every tool result any test receives must be valid against the tool's published output schema.
+
+    The SDK's client checks successful results only; MCP Inspector and other clients check error
+    results too, so this wraps the client session to check those as well.
+    """
+    original = ClientSession.call_tool
+
+    async def checked(self: ClientSession, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = await original(self, name, *args, **kwargs)
+        if isinstance(result, CallToolResult) and result.is_error:
+            await self.validate_tool_result(name, result)
+            ERROR_RESULTS_VALIDATED.append(name)
+        return result
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ClientSession, "call_tool", checked)
+        yield
 
 
 @pytest.fixture(autouse=True)
