@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol
 
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult, Event
+from relay.runtime.invocation import Invocation as Invocation  # adapters build it; the runtime runs it
 
 Permission = Literal["read-only", "edit", "full"]
 
@@ -75,16 +76,6 @@ class HostContext:
     is_root: bool = False
     depth: int = 0
     job_id: str = ""
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """A fully described process launch: argv, env, cwd, and optionally text to feed on stdin."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
-    stdin_text: str | None = None
 
 
 class Parser(Protocol):

@@ -2,14 +2,18 @@
 
 A job runs under a one-line `sh` shim that writes the agent's exit status to a file, so the status
 survives relay being killed; relay re-attaches to a still-running job by pid and start time.
+The shim is a child subreaper (see launcher.py): whatever its agent orphans, even a process that
+left the job's group with setsid(), re-parents to the shim, and nothing outlives the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +21,8 @@ from typing import Protocol
 
 import anyio
 
-from relay.agents.base import Invocation
-from relay.runtime import procinfo
+from relay.runtime.invocation import Invocation
+from relay.runtime import launcher, procinfo
 
 # How often a waiting loop wakes to read new output and check deadlines. Exit itself is seen at
 # once through a pidfd; this only bounds how stale progress and timeout checks can be.
@@ -27,13 +31,23 @@ POLL_INTERVAL_S = 0.1
 KILL_CONFIRM_S = 5.0
 # Step between checks that a signalled group has gone.
 GROUP_CHECK_INTERVAL_S = 0.02
+# Once nothing but the shim is left, how long it may take to finish (it may start a Python to kill
+# and reap what its agent left behind) before it is SIGKILLed too.
+SHIM_FINISH_S = 2.0
 
-# `$1` is the job's folder, the rest is the agent's argv. The shim first records its pid (so a
-# relay killed right after spawning still knows the job started), then runs the agent, then
-# writes the agent's exit status, whoever is watching; `exit $e` makes its own status the agent's.
+# `$1` is the job's folder, `$2 $3` the Python and the reaper script, the rest is the agent's argv.
+# The shim records its pid (so a relay killed right after spawning still knows the job started),
+# runs the agent, and writes the agent's exit status whoever is watching. It traps SIGTERM (its
+# agent does not inherit that) so a signal meant for the job never ends the shim before its agent.
+# If processes are left under it (the kernel's children list is not empty) it execs the reaper,
+# which kills them all; `exit $e` / the reaper's exit status make its own status the agent's.
 SHIM = (
-    'd=$1; shift; echo $$ > "$d/pid"; "$@"; e=$?; echo "$e" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; exit "$e"'
+    'd=$1; p=$2; r=$3; shift 3; trap : TERM; echo $$ > "$d/pid"; "$@"; e=$?; '
+    'echo "$e" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; '
+    "k=; read -r k < /proc/$$/task/$$/children 2>/dev/null || [ -e /proc/$$/task/$$/children ] || k=unknown; "
+    '[ -z "$k" ] || exec "$p" -I -S "$r" "$e"; exit "$e"'
 )
+REAPER = Path(__file__).with_name("_reaper.py")
 
 
 @dataclass(frozen=True)
@@ -168,13 +182,31 @@ class _PidfdProcess:
     def exit_code(self) -> int | None:
         return self.files.read_exit_code()
 
+    def _signal_job(self, sig: int) -> bool:
+        """Signal every process of the job but the shim (its descendants and group); False if there were none.
+
+        The shim is spared so it stays alive as the subreaper that collects what its agent orphans;
+        it exits by itself once its agent has ended and nothing is left under it.
+        """
+        shim_alive = procinfo.is_alive(self.pid, self.start_ticks)
+        pids = procinfo.job_processes(self.pid, descendants=shim_alive)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return bool(pids)
+
     async def kill_group(self, grace: float) -> None:
-        if not _signal_group(self.pid, signal.SIGTERM):
-            return
+        self._signal_job(signal.SIGTERM)
         if await _wait_group_gone(self.pid, grace):
             return
-        _signal_group(self.pid, signal.SIGKILL)
-        await _wait_group_gone(self.pid, KILL_CONFIRM_S)
+        now = time.monotonic()
+        deadline, shim_deadline = now + KILL_CONFIRM_S, now + SHIM_FINISH_S
+        while procinfo.group_members(self.pid):
+            if not self._signal_job(signal.SIGKILL) and time.monotonic() >= shim_deadline:
+                _signal_group(self.pid, signal.SIGKILL)  # only the shim is left, and it is stuck
+            if time.monotonic() >= deadline:
+                return
+            await anyio.sleep(GROUP_CHECK_INTERVAL_S)
 
     def reap_group(self) -> None:
         # The group id stays reserved while any member lives, so this reaches only our leftovers.
@@ -187,20 +219,21 @@ class _PidfdProcess:
 
 
 class SpawnedProcess(_PidfdProcess):
-    """A job process relay started itself (so it can also reap it and read its wait status)."""
+    """A job process this relay started: its child when spawned directly (`popen`), else the helper's."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], files: JobFiles) -> None:
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None, files: JobFiles) -> None:
         self.popen = popen
-        super().__init__(popen.pid, procinfo.start_ticks(popen.pid), files)
+        super().__init__(pid, procinfo.start_ticks(pid), files)
         self._returncode: int | None = None
 
     def _on_exit(self) -> None:
-        # Reap the shim so it does not linger as a zombie; the group may still hold grandchildren.
-        self._returncode = self.popen.poll()
+        # Reap the shim so it does not linger as a zombie (the spawn helper reaps its own).
+        if self.popen is not None:
+            self._returncode = self.popen.poll()
 
     def exit_code(self) -> int | None:
         code = self.files.read_exit_code()
-        if code is not None:
+        if code is not None or self.popen is None:
             return code
         rc = self._returncode if self._returncode is not None else self.popen.poll()
         if rc is None:
@@ -209,10 +242,12 @@ class SpawnedProcess(_PidfdProcess):
 
     async def kill_group(self, grace: float) -> None:
         await super().kill_group(grace)
-        self.popen.poll()
+        if self.popen is not None:
+            self.popen.poll()
 
     def close(self) -> None:
-        self.popen.poll()
+        if self.popen is not None:
+            self.popen.poll()
         super().close()
 
 
@@ -221,30 +256,21 @@ class AttachedProcess(_PidfdProcess):
 
 
 def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
-    """Start the invocation in a new session (its own process group), stdout/stderr to files."""
+    """Start the invocation in a new session (its own process group) under a subreaper shim, output to files."""
     files.dir.mkdir(parents=True, exist_ok=True)
-    stdin: int | object = subprocess.DEVNULL
-    stdin_fh = None
     if invocation.stdin_text is not None:
         files.stdin.write_text(invocation.stdin_text, encoding="utf-8")
-        stdin_fh = files.stdin.open("rb")
-        stdin = stdin_fh
-    with files.stdout.open("ab") as out, files.stderr.open("ab") as err:
-        try:
-            popen = subprocess.Popen(
-                ["/bin/sh", "-c", SHIM, "relay-job", str(files.dir), *invocation.argv],
-                stdin=stdin,  # pyright: ignore[reportArgumentType]
-                stdout=out,
-                stderr=err,
-                cwd=invocation.cwd,
-                env=dict(invocation.env),
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            if stdin_fh is not None:
-                stdin_fh.close()
-    return SpawnedProcess(popen, files)
+    pid, popen = launcher.spawn(
+        launcher.Launch(
+            argv=["/bin/sh", "-c", SHIM, "relay-job", str(files.dir), sys.executable, str(REAPER), *invocation.argv],
+            env=invocation.env,
+            cwd=invocation.cwd,
+            stdin=files.stdin if invocation.stdin_text is not None else None,
+            stdout=files.stdout,
+            stderr=files.stderr,
+        )
+    )
+    return SpawnedProcess(pid, popen, files)
 
 
 def attach(pid: int, start_ticks: int | None, files: JobFiles) -> AttachedProcess:
