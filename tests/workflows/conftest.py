@@ -32,8 +32,10 @@ class SlowMock(MockServer):
     def __init__(self, kind: Any, delay_s: float = 0.0) -> None:
         super().__init__(kind)
         self.delay_s = delay_s
+        self.arrivals: list[float] = []  # time.monotonic() of each request
 
     def _next(self, body: Recorded) -> Reply:
+        self.arrivals.append(time.monotonic())
         reply = super()._next(body)
         if self.delay_s:
             time.sleep(self.delay_s)

@@ -159,9 +159,25 @@ def start_model_job(engine: Engine, args: AskArgs, *, record: bool) -> str:
     return job_id
 
 
-def start_cli_job(engine: Engine, target: CliTarget, prompt: str, system_prompt: str | None) -> str:
-    """Start an agent CLI as a job, read-only unless config says otherwise, in relay's directory."""
-    return engine.submit(JobRequest(agent=target.agent, prompt=prompt, model=target.model, system_prompt=system_prompt))
+def default_cwd(settings: Settings) -> str | None:
+    """Where a CLI runs when the tool names no directory: the first allowed root (relay's start directory)."""
+    return str(settings.allowed_roots[0]) if settings.allowed_roots else None
+
+
+def start_cli_job(
+    engine: Engine, target: CliTarget, prompt: str, system_prompt: str | None, permission: str | None = None
+) -> str:
+    """Start an agent CLI as a job (read-only unless config says otherwise) in relay's directory."""
+    return engine.submit(
+        JobRequest(
+            agent=target.agent,
+            prompt=prompt,
+            cwd=default_cwd(engine.settings),
+            model=target.model,
+            system_prompt=system_prompt,
+            permission=permission,
+        )
+    )
 
 
 async def wait_job(engine: Engine, job_id: str) -> None:
