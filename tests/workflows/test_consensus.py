@@ -42,7 +42,7 @@ async def test_three_slow_models_answer_in_about_the_time_of_one(
         {"model": "gpt5", "stance": "neutral"},
     ]
     # The vendor SDKs load on first use; load them first so the clock measures the models, not the imports.
-    import anthropic
+    import anthropic  # noqa: F401
     import openai  # noqa: F401
 
     async with zen_client(zen_settings()) as client:
