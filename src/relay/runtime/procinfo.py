@@ -56,6 +56,46 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def job_processes(leader: int, *, descendants: bool = True) -> list[int]:
+    """Live processes of a job other than its leader: its group's members and (if asked) the leader's descendants.
+
+    A descendant that called setsid() has left the group but stays under the leader (a child
+    subreaper), so one walk over /proc finds it. Ask for descendants only while the leader is
+    known to be alive: a reused pid's children are not the job's.
+    """
+    parent: dict[int, int] = {}
+    in_group: list[int] = []
+    try:
+        entries = os.listdir(_PROC)
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if not fields or len(fields) <= 2 or fields[0] in ("Z", "X"):
+            continue
+        pid = int(name)
+        parent[pid] = int(fields[1])
+        if int(fields[2]) == leader:
+            in_group.append(pid)
+    found = {pid for pid in in_group if pid != leader}
+    if not descendants:
+        return sorted(found)
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    seen = {leader}
+    stack = list(children.get(leader, ()))
+    while stack:
+        pid = stack.pop()
+        if pid not in seen:
+            seen.add(pid)
+            found.add(pid)
+            stack.extend(children.get(pid, ()))
+    return sorted(found)
+
+
 def start_epoch(pid: int) -> float | None:
     """When `pid` started, in Unix time (boot time + start ticks)."""
     ticks = start_ticks(pid)

@@ -21,8 +21,8 @@ from typing import Protocol
 
 import anyio
 
-from relay.runtime.invocation import Invocation
 from relay.runtime import launcher, procinfo
+from relay.runtime.invocation import Invocation
 
 # How often a waiting loop wakes to read new output and check deadlines. Exit itself is seen at
 # once through a pidfd; this only bounds how stale progress and timeout checks can be.

@@ -1,0 +1,91 @@
+"""Job shims start as child subreapers, through the spawn helper and directly alike."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from relay.runtime import launcher, procinfo
+
+pytestmark = pytest.mark.anyio
+
+# Forks a child that forks a grandchild and exits at once; the orphaned grandchild writes its new
+# parent's pid, which is the launched process only if that process is a child subreaper.
+ORPHAN_REPORTS_ITS_PARENT = """
+import os, sys, time
+if os.fork() == 0:
+    if os.fork() == 0:
+        time.sleep(0.3)  # let the middle process exit first
+        with open(sys.argv[1], "w") as fh:
+            fh.write(str(os.getppid()))
+        os._exit(0)
+    os._exit(0)
+time.sleep(30)
+"""
+# Bound on the helper answering or a process starting (generous: the test machine is shared).
+BOUND_S = 30
+
+
+def launch_of(tmp_path: Path, report: Path) -> launcher.Launch:
+    return launcher.Launch(
+        argv=[sys.executable, "-c", ORPHAN_REPORTS_ITS_PARENT, str(report)],
+        env={"PATH": os.environ.get("PATH", "")},
+        cwd=str(tmp_path),
+        stdin=None,
+        stdout=tmp_path / "out",
+        stderr=tmp_path / "err",
+    )
+
+
+async def new_parent_of_the_orphan(pid: int, report: Path) -> int:
+    try:
+        with anyio.fail_after(BOUND_S):
+            while not report.exists() or not report.read_text():
+                await anyio.sleep(0.02)
+        return int(report.read_text())
+    finally:
+        os.killpg(pid, 9)
+
+
+async def test_a_directly_spawned_shim_adopts_what_its_children_orphan(tmp_path: Path) -> None:
+    report = tmp_path / "ppid"
+    popen = launcher.spawn_direct(launch_of(tmp_path, report))
+    assert os.getsid(popen.pid) == popen.pid
+    assert await new_parent_of_the_orphan(popen.pid, report) == popen.pid
+    popen.wait(BOUND_S)
+
+
+async def test_a_shim_from_the_spawn_helper_adopts_what_its_children_orphan(tmp_path: Path) -> None:
+    with anyio.fail_after(BOUND_S):
+        while True:  # the first spawns go direct while the helper starts
+            report = tmp_path / "ppid"
+            report.unlink(missing_ok=True)
+            pid, popen = launcher.spawn(launch_of(tmp_path, report))
+            if popen is None:
+                break
+            os.killpg(pid, 9)
+            popen.wait(BOUND_S)
+            await anyio.sleep(0.05)
+    assert procinfo.is_alive(pid, None) and os.getsid(pid) == pid
+    assert await new_parent_of_the_orphan(pid, report) == pid
+
+
+async def test_the_spawn_helper_reports_a_missing_cwd_as_the_oserror_a_direct_spawn_raises(tmp_path: Path) -> None:
+    def launch(cwd: Path) -> launcher.Launch:
+        return launcher.Launch(
+            argv=["/bin/true"], env={}, cwd=str(cwd), stdin=None, stdout=tmp_path / "o", stderr=tmp_path / "e"
+        )
+
+    missing = launch(tmp_path / "gone")
+    with pytest.raises(FileNotFoundError):
+        launcher.spawn_direct(missing)
+    with anyio.fail_after(BOUND_S):
+        while launcher.spawn(launch(tmp_path))[1] is not None:  # until the helper answers
+            await anyio.sleep(0.05)
+    with pytest.raises(FileNotFoundError):
+        launcher.spawn(missing)
+    assert launcher.spawn(launch(tmp_path))[1] is None  # and the helper still serves
