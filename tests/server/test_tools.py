@@ -224,3 +224,13 @@ async def test_the_tool_schemas_match_the_snapshot(make_settings: SettingsFactor
         snapshot.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
     expected = json.loads(snapshot.read_text())
     assert current == expected, "if the change is intended: RELAY_UPDATE_SNAPSHOT=1 pytest tests/server/test_tools.py"
+
+
+async def test_a_claude_that_exits_non_zero_after_its_answer_completes_with_a_warning(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
+    async with client(make_settings) as c:
+        failed, env = await call(c, "delegate", {"prompt": "x [[fake:exit=3]]", "cwd": str(workdir), "mode": "sync"})
+    assert not failed
+    assert env["status"] == "completed" and env["exit_code"] == 3 and env["error"] is None
+    assert len(env["warnings"]) == 1 and "exited with code 3" in env["warnings"][0]

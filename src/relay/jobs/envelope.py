@@ -93,4 +93,16 @@ def envelope(rec: JobRecord, files: JobFiles, limit: int) -> dict[str, Any]:
         "permission_denials": result.get("permission_denials", []),
         "tool_uses": len(result.get("tool_uses", [])),
         "error": rec.error,
+        "warnings": warnings(rec),
     }
+
+
+def warnings(rec: JobRecord) -> list[str]:
+    """What a caller should know about a job that did not fail (e.g. a CLI that exits non-zero after its answer)."""
+    found: list[str] = []
+    if rec.status == "completed" and rec.exit_code not in (None, 0):
+        found.append(
+            f"{rec.agent} exited with code {rec.exit_code} after a successful result: the answer is complete, "
+            f"but the CLI reported a problem (job_result view=stderr shows it)"
+        )
+    return found

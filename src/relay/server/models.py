@@ -39,6 +39,7 @@ class Envelope(BaseModel):
     permission_denials: list[dict[str, Any]] = []
     tool_uses: int = 0
     error: ErrorInfo | None = None
+    warnings: list[str] = Field([], description="what to know about a job that did not fail")
 
 
 class JobSummary(BaseModel):
