@@ -38,6 +38,7 @@ __all__ = [
 BUILTIN: dict[str, str] = {
     "core": "relay.server.toolsets.core",
     "gateway": "relay.server.toolsets.gateway",
+    "tasks": "relay.server.toolsets.tasks",
 }
 
 Exposure = tuple[tuple[str, frozenset[str] | None], ...]
