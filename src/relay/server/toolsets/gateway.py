@@ -2,68 +2,98 @@
 
 The discovery tools `list_tools`, `get_tool_schema` and `call_tool` answer in seed 003's shapes
 (`{success, ...}`); they route a name to relay's own toolsets (and their aliases and profiles) first,
-then to the downstream servers the gateway manages.
+then to the downstream servers the gateway (`relay.gateway`) manages. The management tools
+(`list_mcp_servers`, `add_mcp_server`, `remove_mcp_server`, `import_mcp_server`,
+`read_mcp_resource`) and `recommend_tools` are thin calls into the same core.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Protocol, cast
+from pathlib import Path
+from typing import Annotated, Any, Literal, cast
 
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from relay.errors import RelayError
+from relay.errors import ErrorCode, RelayError
+from relay.gateway import Gateway, ServerRegistry, make_config, project_of
+from relay.gateway.discover import DEFAULT_REGISTRY_URL
+from relay.gateway.imports import import_servers
+from relay.gateway.manager import scope_for
 from relay.server.results import json_result
 from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
 
 # list_tools shows this much of each tool's description (seed 003's "brief").
 BRIEF_CHARS = 100
+# Seed 003 names the exception class; relay's codes that have a seed equivalent use it.
+SEED_ERROR_TYPES = {ErrorCode.TIMEOUT: "TimeoutError", ErrorCode.INVALID_ARGUMENT: "ValueError"}
 
 
-class Downstream(Protocol):
-    """The downstream MCP servers, as the discovery tools reach them."""
+def gateway_service(deps: Deps) -> Gateway:
+    """The gateway of this relay process: one per server, closed (with every downstream server) at shutdown."""
 
-    def names(self) -> list[str]: ...
+    def make() -> Gateway:
+        settings = deps.settings
+        registry = ServerRegistry(settings.db_path, settings.home)
+        gateway = Gateway(registry, settings.home, project_of(Path.cwd()))
 
-    async def list_tools(self, server: str) -> list[dict[str, Any]]:
-        """`[{name, description, inputSchema}]`; raises RelayError for an unknown or unavailable server."""
-        ...
+        async def close() -> None:
+            try:
+                await gateway.aclose()
+            finally:
+                registry.close()
 
-    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The downstream CallToolResult as sent on the wire; raises RelayError on failure."""
-        ...
+        deps.on_close(close)
+        return gateway
 
-
-def downstream(deps: Deps) -> Downstream | None:
-    """The gateway's downstream servers (none configured yet: None)."""
-    del deps
-    return None
+    return deps.service("gateway", make)
 
 
-def _brief(description: str) -> str:
-    return description.strip()[:BRIEF_CHARS]
+def _brief(description: str | None) -> str:
+    return (description or "").strip()[:BRIEF_CHARS]
 
 
 def _failure(error: RelayError, **extra: Any) -> CallToolResult:
     return json_result(
-        {"success": False, **extra, "error": error.message, "error_type": error.code.value, "hint": error.hint},
+        {
+            "success": False,
+            **extra,
+            "error": error.message,
+            "error_type": SEED_ERROR_TYPES.get(error.code, error.code.value),
+            "hint": error.hint,
+        },
         is_error=True,
     )
 
 
+def _wire(model: Any) -> dict[str, Any]:
+    """A downstream result as it came on the wire (camelCase, nothing added)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _not_found(server: str, available: list[str]) -> CallToolResult:
+    return json_result(
+        {"success": False, "error": f"Server '{server}' not found", "available_servers": available}, is_error=True
+    )
+
+
 def build(reg: ToolRegistry, deps: Deps) -> None:
+    def remote_names() -> list[str]:
+        return gateway_service(deps).names()
+
+    def all_names() -> list[str]:
+        return [*deps.router.server_names(), *remote_names()]
+
     @reg.tool(
-        description="List tools (name + brief) of one server, or of every server: relay's toolsets (core, zen, "
-        "tasks...) and its downstream MCP servers. Then get_tool_schema, then call_tool.",
+        description="Tools (name, brief) of one server or of all: relay's toolsets (zen, tasks...) and downstream "
+        "MCP servers. Then get_tool_schema, call_tool.",
         annotations=READ_ONLY,
     )
     async def list_tools(
         server: Annotated[str | None, Field(description="server or toolset name; omit for all")] = None,
     ) -> CallToolResult:
         router = deps.router
-        remote = downstream(deps)
-        remote_names = remote.names() if remote else []
         if server is None:
             servers: list[dict[str, Any]] = [
                 {
@@ -72,42 +102,34 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 }
                 for name in router.server_names()
             ]
-            for name in remote_names:
-                try:
-                    tools = await remote.list_tools(name) if remote else []
-                except RelayError as err:
-                    servers.append({"name": name, "tools": [], "error": err.message})
-                    continue
-                servers.append(
-                    {
-                        "name": name,
-                        "tools": [{"name": t["name"], "brief": _brief(t.get("description") or "")} for t in tools],
-                    }
-                )
+            for listed in await gateway_service(deps).list_tools():
+                entry: dict[str, Any] = {
+                    "name": listed.name,
+                    "tools": [{"name": t.name, "brief": _brief(t.description)} for t in listed.tools],
+                }
+                if listed.error:
+                    entry.update(state=listed.state, error=listed.error)
+                servers.append(entry)
             return json_result({"success": True, "servers": servers})
         if router.canonical(server) is not None:
             tools_out = [{"name": t.name, "brief": _brief(t.description)} for t in router.tools_of(server)]
             return json_result({"success": True, "server": server, "tools": tools_out})
-        if remote is not None and server in remote_names:
-            try:
-                tools = await remote.list_tools(server)
-            except RelayError as err:
-                return _failure(err, server=server)
-            briefs = [
-                {"name": t["name"], "brief": _brief(t.get("description") or "No description available")} for t in tools
-            ]
-            return json_result({"success": True, "server": server, "tools": briefs})
-        return json_result(
-            {
-                "success": False,
-                "error": f"Server '{server}' not found",
-                "available_servers": [*router.server_names(), *remote_names],
-            },
-            is_error=True,
-        )
+        if server not in remote_names():
+            return _not_found(server, all_names())
+        try:
+            [listed] = await gateway_service(deps).list_tools(server)
+        except RelayError as err:
+            return _failure(err, server=server)
+        if listed.error:
+            return _failure(RelayError(ErrorCode.UPSTREAM_ERROR, listed.error, "see list_mcp_servers"), server=server)
+        briefs = [{"name": t.name, "brief": _brief(t.description) or "No description available"} for t in listed.tools]
+        out: dict[str, Any] = {"success": True, "server": server, "tools": briefs}
+        if listed.changed:
+            out["changed_tools"] = sorted(listed.changed)
+        return json_result(out)
 
     @reg.tool(
-        description="The full input schema of one tool of a server or toolset (from list_tools).",
+        description="A tool's full input schema (server and tool from list_tools).",
         annotations=READ_ONLY,
     )
     async def get_tool_schema(
@@ -115,14 +137,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         tool_name: Annotated[str, Field(description="tool name")],
     ) -> CallToolResult:
         router = deps.router
-        remote = downstream(deps)
         if router.canonical(server_name) is not None:
-            try:
-                tool = next((t for t in router.tools_of(server_name) if t.name == tool_name), None)
-            except RelayError as err:
-                return _failure(err, server=server_name)
+            tools = router.tools_of(server_name)
+            tool = next((t for t in tools if t.name == tool_name), None)
             if tool is None:
-                available = [t.name for t in router.tools_of(server_name)]
+                available = [t.name for t in tools]
                 return json_result(
                     {
                         "success": False,
@@ -134,41 +153,28 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 )
             out = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
             return json_result({"success": True, "server": server_name, "tool": out})
-        if remote is not None and server_name in remote.names():
-            try:
-                tools = await remote.list_tools(server_name)
-            except RelayError as err:
-                return _failure(err, server=server_name)
-            found = next((t for t in tools if t["name"] == tool_name), None)
-            if found is None:
-                available = [str(t["name"]) for t in tools]
-                return json_result(
-                    {
-                        "success": False,
-                        "server": server_name,
-                        "error": f"Tool '{tool_name}' not found on '{server_name}'. Available: {', '.join(available)}",
-                        "available_tools": available,
-                    },
-                    is_error=True,
-                )
-            out = {
-                "name": found["name"],
-                "description": found.get("description", ""),
-                "inputSchema": found.get("inputSchema", {}),
-            }
-            return json_result({"success": True, "server": server_name, "tool": out})
-        return json_result(
-            {
-                "success": False,
-                "error": f"Server '{server_name}' not found",
-                "available_servers": [*router.server_names(), *(remote.names() if remote else [])],
-            },
-            is_error=True,
-        )
+        if server_name not in remote_names():
+            return _not_found(server_name, all_names())
+        gateway = gateway_service(deps)
+        try:
+            found = await gateway.tool(server_name, tool_name)
+        except RelayError as err:
+            extra: dict[str, Any] = {"server": server_name}
+            if err.code is ErrorCode.TOOL_NOT_FOUND:
+                extra["available_tools"] = [t.name for t in gateway.connection(server_name).tools]
+            return _failure(err, **extra)
+        described: dict[str, Any] = {
+            "name": found.name,
+            "description": found.description or "",
+            "inputSchema": found.input_schema,
+        }
+        reply: dict[str, Any] = {"success": True, "server": server_name, "tool": described}
+        if tool_name in gateway.changed(server_name):
+            reply["definition_changed"] = True
+        return json_result(reply)
 
     @reg.tool(
-        description="Call a tool of any relay toolset (zen, tasks/gobby-tasks, profiles...) or downstream MCP server "
-        "by name: returns {success, result}.",
+        description="Call a tool of any relay toolset or downstream MCP server: returns {success, result}.",
     )
     async def call_tool(
         ctx: Context[Any, Any],
@@ -177,7 +183,6 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         arguments: Annotated[dict[str, Any] | None, Field(description="the tool's arguments")] = None,
     ) -> CallToolResult:
         router = deps.router
-        remote = downstream(deps)
         args = arguments or {}
         if router.canonical(server_name) is not None:
             result = await router.call(server_name, tool_name, args, ctx)
@@ -201,25 +206,172 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                     out["result"] = structured
                 return json_result(out, is_error=True)
             return json_result({"success": True, "result": payload})
-        if remote is not None and server_name in remote.names():
-            try:
-                downstream_result = await remote.call_tool(server_name, tool_name, args)
-            except RelayError as err:
-                return _failure(err, server=server_name, tool=tool_name)
-            return json_result({"success": True, "result": downstream_result})
-        return json_result(
-            {
-                "success": False,
-                "server": server_name,
-                "error": f"Server '{server_name}' not found",
-                "available_servers": [*router.server_names(), *(remote.names() if remote else [])],
-            },
-            is_error=True,
-        )
+        if server_name not in remote_names():
+            return json_result(
+                {
+                    "success": False,
+                    "server": server_name,
+                    "error": f"Server '{server_name}' not found",
+                    "available_servers": all_names(),
+                },
+                is_error=True,
+            )
+        gateway = gateway_service(deps)
+        try:
+            downstream = await gateway.call_tool(server_name, tool_name, args)
+        except RelayError as err:
+            extra: dict[str, Any] = {"server": server_name, "tool": tool_name}
+            if err.code is ErrorCode.TOOL_NOT_FOUND:
+                extra["available_tools"] = [t.name for t in gateway.connection(server_name).tools]
+            return _failure(err, **extra)
+        wire = _wire(downstream)
+        if downstream.is_error:
+            text = " ".join(getattr(c, "text", "") for c in downstream.content).strip()
+            return json_result(
+                {
+                    "success": False,
+                    "server": server_name,
+                    "tool": tool_name,
+                    "error": text or f"{tool_name} failed",
+                    "error_type": "ToolError",
+                    "result": wire,
+                },
+                is_error=True,
+            )
+        return json_result({"success": True, "result": wire})
+
+    @reg.tool(
+        description="List the configured downstream MCP servers with their connection state.", annotations=READ_ONLY
+    )
+    async def list_mcp_servers() -> CallToolResult:
+        return json_result({"servers": gateway_service(deps).statuses()})
+
+    @reg.tool(description="Read a resource (by URI) from a downstream MCP server.", annotations=READ_ONLY)
+    async def read_mcp_resource(
+        server_name: Annotated[str, Field(description="downstream server name")],
+        resource_uri: Annotated[str, Field(description="URI of the resource")],
+    ) -> CallToolResult:
+        if server_name not in remote_names():
+            return _not_found(server_name, remote_names())
+        try:
+            read = await gateway_service(deps).read_resource(server_name, resource_uri)
+        except RelayError as err:
+            return _failure(err, server=server_name, uri=resource_uri)
+        return json_result({"success": True, "server": server_name, "uri": resource_uri, "result": _wire(read)})
+
+    @reg.tool(
+        description="Add (or replace) a downstream MCP server for the current project (scope 'global': for all). "
+        "stdio needs command (+args, env); http (Streamable HTTP, SSE fallback) needs url (+headers). "
+        "env/header values are stored privately and shown as ***. Re-adding approves changed tool definitions."
+    )
+    async def add_mcp_server(
+        name: Annotated[str, Field(description="unique server name")],
+        transport: Annotated[Literal["stdio", "http", "websocket"], Field(description="stdio, http or websocket")],
+        url: Annotated[str | None, Field(description="server URL, for http/websocket")] = None,
+        headers: Annotated[dict[str, str] | None, Field(description="HTTP headers (stored privately)")] = None,
+        command: Annotated[str | None, Field(description="command to run, for stdio")] = None,
+        args: Annotated[list[str] | None, Field(description="command arguments")] = None,
+        env: Annotated[dict[str, str] | None, Field(description="environment variables (stored privately)")] = None,
+        enabled: Annotated[bool, Field(description="whether enabled")] = True,
+        scope: Annotated[Literal["project", "global"], Field(description="this project (default) or all")] = "project",
+    ) -> CallToolResult:
+        if deps.router.canonical(name) is not None:
+            return _failure(
+                RelayError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"'{name}' is the name of one of relay's own toolsets",
+                    "choose another name for the downstream server",
+                )
+            )
+        gateway = gateway_service(deps)
+        try:
+            config = make_config(
+                name=name,
+                transport=transport,
+                scope=scope_for(gateway.project, scope),
+                url=url,
+                headers=headers,
+                command=command,
+                args=args,
+                env=env,
+                enabled=enabled,
+            )
+            await gateway.add(config)
+        except RelayError as err:
+            return _failure(err, server=name)
+        reply: dict[str, Any] = {"success": True, "server": config.public()}
+        if enabled:
+            [listed] = await gateway.list_tools(name)
+            reply.update(state=listed.state, tools=[t.name for t in listed.tools])
+            if listed.error:
+                reply["error"] = listed.error
+        return json_result(reply)
+
+    @reg.tool(description="Remove a downstream MCP server (the project's own, else the global one of that name).")
+    async def remove_mcp_server(
+        name: Annotated[str, Field(description="server name to remove")],
+    ) -> CallToolResult:
+        gateway = gateway_service(deps)
+        if name not in gateway.names():
+            return _not_found(name, gateway.names())
+        try:
+            removed = await gateway.remove(name)
+        except RelayError as err:
+            return _failure(err, server=name)
+        return json_result({"success": True, "removed": name, "project_id": removed.scope or None})
+
+    @reg.tool(
+        description="Import MCP servers: from_project (a project directory: its .mcp.json, .cursor, .vscode, .gemini, "
+        ".codex configs and relay's records), github_url (derive the launch command), or query (an MCP registry). "
+        "Missing secrets come back as needs_configuration: fill them in and call add_mcp_server."
+    )
+    async def import_mcp_server(
+        from_project: Annotated[
+            str | None, Field(description="source project directory (or known project name)")
+        ] = None,
+        servers: Annotated[list[str] | None, Field(description="server names to import; all if omitted")] = None,
+        github_url: Annotated[str | None, Field(description="git repository URL of an MCP server")] = None,
+        query: Annotated[str | None, Field(description="what to search the MCP registry for")] = None,
+    ) -> CallToolResult:
+        gateway = gateway_service(deps)
+        environ = deps.settings.environ
+        try:
+            result = await import_servers(
+                gateway,
+                from_project=from_project,
+                servers=servers,
+                github_url=github_url,
+                query=query,
+                cwd=Path.cwd(),
+                environ=environ,
+                registry_url=environ.get("RELAY_MCP_REGISTRY_URL") or DEFAULT_REGISTRY_URL,
+            )
+        except RelayError as err:
+            return _failure(err)
+        if result.needs is not None:
+            config = result.needs.config.public()
+            config["env"] = {k: "" if k in result.needs.missing else "***" for k in result.needs.config.env}
+            if result.needs.config.headers:
+                config["headers"] = {k: "" if k in result.needs.missing else "***" for k in result.needs.config.headers}
+            reply: dict[str, Any] = {
+                "status": "needs_configuration",
+                "config": config,
+                "missing": list(result.needs.missing),
+            }
+            if result.imported:
+                reply["imported"] = result.imported
+        else:
+            reply = {"success": True, "imported": result.imported}
+        if result.skipped:
+            reply["skipped"] = result.skipped
+        if result.candidates:
+            reply["candidates"] = result.candidates
+        return json_result(reply)
 
 
 TOOLSET = Toolset(
     name="gateway",
-    description="one entry to every relay toolset and downstream MCP server: list, inspect and call their tools",
+    description="one entry to every relay toolset and downstream MCP server: list, inspect and call their tools; "
+    "add, import and remove downstream servers",
     build=build,
 )
