@@ -30,11 +30,19 @@ def argv_log(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def fakes_config(argv_log: Path) -> str:
+def recordings(tmp_path: Path) -> Path:
+    """A folder the fakes also replay from (after tests/fakes/recordings): a test's own agent replies."""
+    path = tmp_path / "recordings"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def fakes_config(argv_log: Path, recordings: Path) -> str:
     """Every agent CLI is its fake from tests/fakes, logging its argv (make_settings declares claude's command)."""
-    blocks = [f'[agents.claude.env]\nFAKE_ARGV_LOG = "{argv_log}"\n'] + [
-        f'[agents.{name}]\ncommand = "{FAKES / name}"\n[agents.{name}.env]\nFAKE_ARGV_LOG = "{argv_log}"\n'
-        for name in ("codex", "gemini")
+    env = f'FAKE_ARGV_LOG = "{argv_log}"\nFAKE_GOLDEN_DIR = "{recordings}"\n'
+    blocks = [f"[agents.claude.env]\n{env}"] + [
+        f'[agents.{name}]\ncommand = "{FAKES / name}"\n[agents.{name}.env]\n{env}' for name in ("codex", "gemini")
     ]
     return "\n".join(blocks)
 
@@ -101,19 +109,3 @@ async def stdio_tool_names(profile: str, relay_home: Path, workdir: Path) -> lis
 async def schemas(c: Client) -> dict[str, dict[str, Any]]:
     """Tool name -> its published input schema."""
     return {t.name: t.input_schema for t in (await c.list_tools()).tools}
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:  # pyright: ignore[reportUnusedFunction]
-    # TEMPORARY until the frame commit lands: register the profiles here.
-    from relay.server import toolsets
-
-    for name, module in {
-        "surreal": "relay.server.toolsets.surreal",
-        "call-cc": "relay.server.toolsets.call_cc",
-        "claude-code-mcp": "relay.server.toolsets.claude_code_mcp",
-        "gemini-mcp": "relay.server.toolsets.gemini_mcp",
-        "codex-mcp": "relay.server.toolsets.codex_mcp",
-    }.items():
-        monkeypatch.setitem(toolsets.BUILTIN, name, module)
-        monkeypatch.setitem(toolsets.PROFILES, name, ((name, None),))

@@ -38,6 +38,11 @@ __all__ = [
 BUILTIN: dict[str, str] = {
     "core": "relay.server.toolsets.core",
     "gateway": "relay.server.toolsets.gateway",
+    "surreal": "relay.server.toolsets.surreal",
+    "call-cc": "relay.server.toolsets.call_cc",
+    "claude-code-mcp": "relay.server.toolsets.claude_code_mcp",
+    "gemini-mcp": "relay.server.toolsets.gemini_mcp",
+    "codex-mcp": "relay.server.toolsets.codex_mcp",
     "tasks": "relay.server.toolsets.tasks",
 }
 
@@ -50,7 +55,13 @@ DISCOVERY = frozenset({"list_tools", "get_tool_schema", "call_tool"})
 DEFAULT_EXPOSURE: Exposure = (("core", None), ("gateway", DISCOVERY))
 
 # Profile name -> exactly the tools of one seed system.
-PROFILES: dict[str, Exposure] = {}
+PROFILES: dict[str, Exposure] = {
+    "surreal": (("surreal", None),),
+    "call-cc": (("call-cc", None),),
+    "claude-code-mcp": (("claude-code-mcp", None),),
+    "gemini-mcp": (("gemini-mcp", None),),
+    "codex-mcp": (("codex-mcp", None),),
+}
 
 
 def load_toolset(name: str) -> Toolset:

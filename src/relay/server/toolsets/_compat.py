@@ -268,4 +268,11 @@ async def cli_output(settings: Settings, agent: str, args: list[str]) -> str:
         done = await anyio.run_process(
             [command, *args], stdin=subprocess.DEVNULL, env=env, cwd=str(settings.home), check=False
         )
-    return done.stdout.decode("utf-8", "replace") or done.stderr.decode("utf-8", "replace")
+    out, err = done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
+    if done.returncode != 0:
+        raise RelayError(
+            ErrorCode.AGENT_FAILED,
+            f"`{agent} {' '.join(args)}` exited with {done.returncode}: {(err or out).strip()[:500]}",
+            f"check that {command} is the {agent} CLI",
+        )
+    return out or err

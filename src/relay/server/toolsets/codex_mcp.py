@@ -31,6 +31,7 @@ SANDBOXES = {"read-only": "read-only", "workspace-write": "edit", "danger-full-a
 TEXTS = {
     "codex_failed": "Failed to execute codex command: {error}",
     "review_failed": "Failed to execute code review: {error}",
+    "help_failed": "Failed to execute help command: {error}",
     "websearch_failed": "Failed to execute web search: {error}",
     "no_output": "No output from Codex",
     "no_review": "No review output from Codex",
@@ -174,7 +175,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         try:
             return _text(await compat.cli_output(deps.settings, "codex", ["--help"]) or TEXTS["no_help"])
         except RelayError as err:
-            return error_result(err)
+            return error_result(RelayError(err.code, TEXTS["help_failed"].format(error=err.message), err.hint))
 
     @reg.tool(description="Search the web with Codex and return the most relevant results")
     async def websearch(
