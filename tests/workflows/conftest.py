@@ -122,12 +122,3 @@ def logged(argv_log: Path) -> list[dict[str, Any]]:
 def request_text(rec: Recorded) -> str:
     """Everything a model was sent (system prompt and messages) as one string."""
     return json.dumps(rec.body)
-
-
-@pytest.fixture(autouse=True)
-def _zen_registered_tmp(monkeypatch: pytest.MonkeyPatch) -> None:  # TEMP until the frame registers zen
-    from relay.server import toolsets
-
-    if "zen" not in toolsets.BUILTIN:
-        monkeypatch.setitem(toolsets.BUILTIN, "zen", "relay.server.toolsets.zen")
-        monkeypatch.setitem(toolsets.PROFILES, "zen", (("zen", None),))

@@ -44,6 +44,7 @@ BUILTIN: dict[str, str] = {
     "gemini-mcp": "relay.server.toolsets.gemini_mcp",
     "codex-mcp": "relay.server.toolsets.codex_mcp",
     "tasks": "relay.server.toolsets.tasks",
+    "zen": "relay.server.toolsets.zen",
 }
 
 Exposure = tuple[tuple[str, frozenset[str] | None], ...]
@@ -61,6 +62,7 @@ PROFILES: dict[str, Exposure] = {
     "claude-code-mcp": (("claude-code-mcp", None),),
     "gemini-mcp": (("gemini-mcp", None),),
     "codex-mcp": (("codex-mcp", None),),
+    "zen": (("zen", None),),
 }
 
 

@@ -1,0 +1,53 @@
+"""`relay serve --profile zen` over stdio, as an MCP client launches it, and zen through the discovery tools."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.workflows.conftest import SettingsFactory, call, zen_client
+
+pytestmark = pytest.mark.anyio
+
+RELAY = str(Path(sys.executable).with_name("relay"))
+ZEN_TOOLS = ["apilookup", "challenge", "chat", "clink", "codereview", "consensus", "debug", "planner", "thinkdeep"]
+
+
+async def test_relay_serve_profile_zen_over_stdio_lists_exactly_the_nine_tools(
+    zen_settings: SettingsFactory, relay_home: Path, workdir: Path
+) -> None:
+    zen_settings()  # writes config.toml with the fake CLIs
+    env = {k: v for k, v in os.environ.items() if k not in ("RELAY_PROFILE", "RELAY_TOOLSETS")}
+    params = StdioServerParameters(
+        command=RELAY, args=["serve", "--profile", "zen"], env=env | {"RELAY_HOME": str(relay_home)}, cwd=str(workdir)
+    )
+    with anyio.fail_after(60):
+        async with Client(params) as client:
+            tools = await client.list_tools()
+            result = await client.call_tool("challenge", {"prompt": "It works on my machine"})
+    assert sorted(t.name for t in tools.tools) == ZEN_TOOLS
+    assert result.structured_content is not None
+    assert result.structured_content["status"] == "challenge_accepted"
+
+
+async def test_the_default_server_reaches_zen_through_the_discovery_tools(zen_settings: SettingsFactory) -> None:
+    async with zen_client(zen_settings(RELAY_PROFILE="")) as client:
+        _, listing = await call(client, "list_tools", {"server": "zen"})
+        failed, out = await call(
+            client,
+            "call_tool",
+            {"server_name": "zen", "tool_name": "apilookup", "arguments": {"prompt": "pydantic v3"}},
+        )
+        refused, bad = await call(
+            client,
+            "call_tool",
+            {"server_name": "zen", "tool_name": "clink", "arguments": {"prompt": "x", "cli_name": "codex", "cwd": "/"}},
+        )
+    assert not failed and out["result"]["status"] == "web_lookup_needed"
+    assert refused and "Unknown parameter(s) for clink: cwd" in str(bad)
+    assert sorted(t["name"] for t in listing["tools"]) == ZEN_TOOLS
