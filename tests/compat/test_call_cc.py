@@ -115,6 +115,16 @@ async def test_an_empty_prompt_and_unknown_jobs_are_structured_errors(profile_cl
     assert empty.is_error and unknown.is_error and blank.is_error
 
 
+async def test_an_unknown_argument_is_refused_as_the_rust_original_words_it(profile_client: ProfileClient) -> None:
+    async with profile_client("call-cc") as c:
+        result = await call(c, "call_cc", prompt="hi", cwd="/tmp")
+    assert result.is_error
+    assert data(result)["error"]["message"] == (
+        "Invalid parameters: unknown field `cwd`, expected one of `prompt`, `working_directory`, `model`, "
+        "`session_id`, `mode`, `timeout_ms`, `brainstorm`"
+    )
+
+
 async def test_async_returns_the_job_id_and_status_returns_the_full_output(
     profile_client: ProfileClient, workdir: Path
 ) -> None:

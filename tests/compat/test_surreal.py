@@ -133,6 +133,11 @@ async def test_observe_mode_runs_read_only_and_says_so(
             {"prompt": "hi", "cwd": "/tmp", "model": "gpt-4"},
             "model must be one of claude-sonnet-4-5, claude-haiku-4-5, claude-opus-4-5",
         ),
+        (
+            "call_cc",
+            {"prompt": "hi", "cwd": "/tmp", "fire_and_forget": True},
+            "Invalid parameters: unknown field `fire_and_forget`, expected one of `prompt`, `cwd`, `model`,",
+        ),
         ("call_codex", {"prompt": "hi"}, "cwd is required and cannot be empty"),
         ("call_codex", {"prompt": " ", "cwd": "/tmp"}, "prompt cannot be empty"),
         ("call_gem", {"prompt": ""}, "prompt cannot be empty"),

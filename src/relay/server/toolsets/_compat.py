@@ -276,3 +276,13 @@ async def cli_output(settings: Settings, agent: str, args: list[str]) -> str:
             f"check that {command} is the {agent} CLI",
         )
     return out or err
+
+
+def serde_unknown_field(tool: str, unknown: list[str], valid: list[str]) -> RelayError:
+    """Unknown arguments as the Rust originals (serde) word them: "unknown field `x`, expected one of ..."."""
+    expected = ", ".join(f"`{name}`" for name in valid)
+    return RelayError(
+        ErrorCode.INVALID_ARGUMENT,
+        f"Invalid parameters: unknown field `{unknown[0]}`, expected one of {expected}",
+        f"{tool} takes: {', '.join(valid)}",
+    )

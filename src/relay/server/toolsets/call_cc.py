@@ -43,7 +43,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         description=(
             "Delegate a task to Claude Code. Sync by default: returns the output. "
             "mode='async' returns a job_id at once; call_cc_status(job_id) returns status and output."
-        )
+        ),
+        unknown_argument=compat.serde_unknown_field,
     )
     async def call_cc(
         ctx: Context[Any, Any],
@@ -100,7 +101,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             }
         )
 
-    @reg.tool(description="A call_cc job's status plus its full output.", annotations=READ_ONLY)
+    @reg.tool(
+        description="A call_cc job's status plus its full output.",
+        annotations=READ_ONLY,
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_cc_status(job_id: Annotated[str, Field(description="Job id returned by call_cc")]) -> CallToolResult:
         engine = deps.engine()
         found = _job(engine, job_id)
@@ -108,7 +113,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             return found
         return json_result(_job_view(engine, found, with_output=True))
 
-    @reg.tool(description="List recent call_cc jobs, newest first.", annotations=READ_ONLY)
+    @reg.tool(
+        description="List recent call_cc jobs, newest first.",
+        annotations=READ_ONLY,
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_cc_jobs(
         limit: Annotated[int, Field(ge=1, le=500, description="How many jobs (default 20)")] = DEFAULT_LIMIT,
         status_filter: Annotated[
@@ -121,7 +130,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         jobs = [_job_view(engine, rec, with_output=False) for rec, _ in found]
         return json_result({"jobs": jobs, "total": len(jobs)})
 
-    @reg.tool(description="List Claude Code sessions call_cc can continue with session_id.", annotations=READ_ONLY)
+    @reg.tool(
+        description="List Claude Code sessions call_cc can continue with session_id.",
+        annotations=READ_ONLY,
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_cc_sessions(
         limit: Annotated[int, Field(ge=1, le=500, description="How many sessions (default 20)")] = DEFAULT_LIMIT,
     ) -> CallToolResult:
@@ -140,7 +153,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ]
         return json_result({"sessions": rows, "total": len(rows)})
 
-    @reg.tool(description="Cancel a queued or running call_cc job (kills its process group).")
+    @reg.tool(
+        description="Cancel a queued or running call_cc job (kills its process group).",
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_cc_cancel(job_id: Annotated[str, Field(description="Job id to cancel")]) -> CallToolResult:
         engine = deps.engine()
         found = _job(engine, job_id)

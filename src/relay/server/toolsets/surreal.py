@@ -123,7 +123,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     # call_gem's model is a free string (seed 000); GEMINI_MODELS only names the usual ones.
     gemini_model_text = "Gemini model" + (f", e.g. {', '.join(gemini_models)}" if gemini_models else "")
 
-    @reg.tool(description="Delegate a task to Claude Code CLI (synchronous; returns the response).")
+    @reg.tool(
+        description="Delegate a task to Claude Code CLI (synchronous; returns the response).",
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_cc(
         ctx: Context[Any, Any],
         prompt: Prompt = None,
@@ -146,7 +149,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         )  # fmt: skip
         return await _run(deps, BACKENDS["call_cc"], call, ctx, cwd_required=True)
 
-    @reg.tool(description="Delegate a task to Gemini CLI with full context and tracking")
+    @reg.tool(
+        description="Delegate a task to Gemini CLI with full context and tracking",
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_gem(
         ctx: Context[Any, Any],
         prompt: Prompt = None,
@@ -168,7 +174,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         )  # fmt: skip
         return await _run(deps, BACKENDS["call_gem"], call, ctx, cwd_required=False)
 
-    @reg.tool(description="Delegate a task to Codex CLI with full context and tracking")
+    @reg.tool(
+        description="Delegate a task to Codex CLI with full context and tracking",
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_codex(
         ctx: Context[Any, Any],
         prompt: Prompt = None,
@@ -190,7 +199,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         )  # fmt: skip
         return await _run(deps, BACKENDS["call_codex"], call, ctx, cwd_required=True)
 
-    @reg.tool(description="A delegated job's status, timing and response.", annotations=READ_ONLY)
+    @reg.tool(
+        description="A delegated job's status, timing and response.",
+        annotations=READ_ONLY,
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_status(
         job_id: Annotated[str, Field(description="Job id from call_gem/call_codex")],
     ) -> CallToolResult:
@@ -200,7 +213,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             return found
         return json_result(_status_view(engine, found))
 
-    @reg.tool(description="List recent delegated jobs, newest first.", annotations=READ_ONLY)
+    @reg.tool(
+        description="List recent delegated jobs, newest first.",
+        annotations=READ_ONLY,
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_jobs(
         limit: Annotated[int, Field(ge=1, le=100, description="How many jobs (1-100)")] = 20,
         status_filter: Annotated[
@@ -220,7 +237,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         jobs = [_job_row(rec, org.tool) for rec, org in found]
         return json_result({"jobs": jobs, "total": len(jobs)})
 
-    @reg.tool(description="Cancel a queued or running job (kills its process group).")
+    @reg.tool(
+        description="Cancel a queued or running job (kills its process group).",
+        unknown_argument=compat.serde_unknown_field,
+    )
     async def call_cancel(job_id: Annotated[str, Field(description="Job id to cancel")]) -> CallToolResult:
         engine = deps.engine()
         found = _job(engine, job_id)
