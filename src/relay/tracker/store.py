@@ -63,8 +63,11 @@ def not_found(task_id: str) -> RelayError:
 
 
 def _task(row: sqlite3.Row) -> Task:
-    d = dict(row)
-    d.pop("project")
+    return _task_from(dict(row))
+
+
+def _task_from(d: dict[str, Any]) -> Task:
+    d.pop("project", None)
     d["labels"] = tuple(json.loads(d["labels"] or "[]"))
     return Task(**d)
 
@@ -529,23 +532,33 @@ class TaskStore:
 
     def blocked(self, project: Project, limit: int = 20) -> list[tuple[Task, list[Task]]]:
         """Unclosed tasks waiting for at least one unclosed blocker, by priority then age, with those blockers."""
-        _check_limit(limit)
-        pairs = self._rows(
-            "SELECT d.task_id, d.depends_on FROM task_dependencies d"
-            " JOIN tasks t ON t.project=d.project AND t.id=d.task_id"
-            " JOIN tasks b ON b.project=d.project AND b.id=d.depends_on"
-            " WHERE d.project=? AND d.dep_type='blocks' AND t.status!='closed' AND b.status!='closed'"
-            " ORDER BY d.id",
-            (project.key,),
+        open_blocker = (
+            "SELECT 1 FROM task_dependencies d JOIN tasks b ON b.project=d.project AND b.id=d.depends_on"
+            " WHERE d.project=t.project AND d.task_id=t.id AND d.dep_type='blocks' AND b.status!='closed'"
         )
-        blockers: dict[str, list[str]] = {}
-        for task_id, blocker in pairs:
-            blockers.setdefault(task_id, []).append(blocker)
-        if not blockers:
+        waiting = [
+            _task(r)
+            for r in self._rows(
+                f"SELECT t.* FROM tasks t WHERE t.project=? AND t.status!='closed' AND EXISTS ({open_blocker})"
+                " ORDER BY t.priority, t.created_at, t.id LIMIT ?",
+                (project.key, _check_limit(limit)),
+            )
+        ]
+        if not waiting:
             return []
-        tasks = {t.id: t for t in self.all_tasks(project)}
-        waiting = sorted((tasks[i] for i in blockers), key=lambda t: (t.priority, t.created_at, t.id))[:limit]
-        return [(t, [tasks[b] for b in blockers[t.id]]) for t in waiting]
+        marks = ",".join("?" * len(waiting))
+        rows = self._rows(
+            "SELECT d.task_id AS waiting_id, b.* FROM task_dependencies d"
+            " JOIN tasks b ON b.project=d.project AND b.id=d.depends_on"
+            f" WHERE d.project=? AND d.dep_type='blocks' AND b.status!='closed' AND d.task_id IN ({marks})"
+            " ORDER BY d.id",
+            (project.key, *(t.id for t in waiting)),
+        )
+        blockers: dict[str, list[Task]] = {}
+        for row in rows:
+            d = dict(row)
+            blockers.setdefault(d.pop("waiting_id"), []).append(_task_from(d))
+        return [(t, blockers.get(t.id, [])) for t in waiting]
 
     # sessions ---------------------------------------------------------------------------
 
@@ -577,9 +590,7 @@ class TaskStore:
         for row in rows:
             d = dict(row)
             action = d.pop("link_action")
-            d.pop("project")
-            d["labels"] = tuple(json.loads(d["labels"] or "[]"))
-            out.append((Task(**d), action))
+            out.append((_task_from(d), action))
         return out
 
     def task_sessions(self, project: Project, task_id: str) -> list[SessionLink]:
