@@ -261,3 +261,21 @@ async def test_a_fire_and_forget_job_survives_a_relay_restart(profile_client: Pr
         listed = data(await call(c, "job_list"))
     assert (status["status"], status["response"]) == ("completed", "hi from gemini mock")
     assert queued["job_id"] in [j["job_id"] for j in listed["jobs"]]
+
+
+async def test_call_jobs_filters_by_tool_name(profile_client: ProfileClient, workdir: Path) -> None:
+    async with profile_client("surreal") as c:
+        await call(c, "call_gem", prompt="hi", cwd=str(workdir))
+        await call(c, "call_codex", prompt="hi", cwd=str(workdir))
+        gem = data(await call(c, "call_jobs", tool_name="call_gem"))
+        every = data(await call(c, "call_jobs", limit=1))
+    assert [j["tool_name"] for j in gem["jobs"]] == ["call_gem"]
+    assert (every["total"], every["jobs"][0]["tool_name"]) == (1, "call_codex")
+
+
+async def test_the_profile_is_reachable_through_relays_discovery_tools(profile_client: ProfileClient) -> None:
+    async with profile_client() as c:  # relay's default tools: core plus discovery
+        listed = await call(c, "get_tool_schema", server_name="surreal", tool_name="call_cc")
+        jobs = await call(c, "call_tool", server_name="surreal", tool_name="call_jobs", arguments={})
+    assert not listed.is_error and "cwd" in str(data(listed))
+    assert data(jobs) == {"success": True, "result": {"jobs": [], "total": 0}}
