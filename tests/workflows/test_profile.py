@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -51,3 +52,16 @@ async def test_the_default_server_reaches_zen_through_the_discovery_tools(zen_se
     assert not failed and out["result"]["status"] == "web_lookup_needed"
     assert refused and "Unknown parameter(s) for clink: cwd" in str(bad)
     assert sorted(t["name"] for t in listing["tools"]) == ZEN_TOOLS
+
+
+# Zen's own server lists 18 tools in 12,563 tokens (about 700 a tool); relay's nine must stay within this.
+ZEN_TOOLS_LIST_TOKEN_BUDGET = 3500
+
+
+async def test_the_zen_tools_list_fits_its_token_budget(zen_settings: SettingsFactory) -> None:
+    async with zen_client(zen_settings()) as client:
+        listed = (await client.list_tools()).tools
+    tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed]
+    tokens = len(json.dumps(tools, separators=(",", ":")).encode("utf-8")) / 4  # as benchmarks/bench_tools_list.py
+    assert sorted(t["name"] for t in tools) == ZEN_TOOLS
+    assert tokens <= ZEN_TOOLS_LIST_TOKEN_BUDGET, f"{tokens:.0f} tokens"

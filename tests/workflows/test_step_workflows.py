@@ -305,8 +305,8 @@ async def test_the_workflow_schemas_expose_exactly_the_seeds_parameters(zen_sett
     assert tools["planner"]["properties"]["use_assistant_model"]["default"] is False
     assert not {"findings", "images", "temperature", "relevant_files"} & set(tools["planner"]["properties"])
     assert tools["chat"]["required"] == ["prompt", "working_directory_absolute_path"]
-    temperature = tools["chat"]["properties"]["temperature"]["anyOf"][0]
-    assert (temperature["minimum"], temperature["maximum"]) == (0, 1)
+    temperature = tools["chat"]["properties"]["temperature"]
+    assert (temperature["minimum"], temperature["maximum"], temperature["type"]) == (0, 1, ["number", "null"])
     assert tools["debug"]["properties"]["confidence"]["enum"][:7] == [
         "exploring", "low", "medium", "high", "very_high", "almost_certain", "certain"
     ]  # fmt: skip

@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from mcp.types import CallToolResult
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
+from pydantic.config import JsonDict
 
 from relay.errors import RelayError
 from relay.server.results import json_result, run_guarded
@@ -22,40 +23,63 @@ from relay.workflows.planner import PlanStep, plan_step
 from relay.workflows.simple import ChatRequest, apilookup, challenge, chat
 from relay.workflows.steps import Reply, Step
 
-Model = Annotated[str | None, Field(description="model id or alias (list_models), or 'auto' (default)")]
-Temperature = Annotated[float | None, Field(ge=0, le=1, description="0 focused .. 1 creative")]
-ThinkingMode = Annotated[
-    Literal["minimal", "low", "medium", "high", "max"] | None, Field(description="reasoning depth")
-]
-ContinuationId = Annotated[str | None, Field(description="thread to continue (any tool's continuation_id)")]
-Images = Annotated[list[str] | None, Field(description="absolute image paths or base64 data URLs")]
-FilePaths = Annotated[list[str] | None, Field(description="absolute paths of files to include")]
-StepText = Annotated[str, Field(description="what you do in this step")]
-StepNumber = Annotated[int, Field(ge=1, description="starts at 1")]
-TotalSteps = Annotated[int, Field(ge=1, description="your estimate; may change")]
-NextStep = Annotated[bool, Field(description="true while more steps follow")]
+
+def _optional(schema: JsonDict) -> None:
+    """A `null` default tells the calling model nothing; dropping it keeps tools/list small, and so does
+    writing `anyOf: [{type: T, minimum...}, {type: null}]` as `type: [T, null], minimum...` (same meaning)."""
+    if "default" in schema and schema["default"] is None:
+        del schema["default"]
+    variants = schema.get("anyOf")
+    if isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants:
+        other = next(v for v in variants if v != {"type": "null"})
+        if isinstance(other, dict) and isinstance(other.get("type"), str):
+            del schema["anyOf"]
+            schema.update(other)
+            schema["type"] = [other["type"], "null"]
+            enum = schema.get("enum")
+            if isinstance(enum, list) and None not in enum:
+                schema["enum"] = [*enum, None]
+
+
+def _opt(description: str, **extra: JsonValue) -> Any:
+    def shape(schema: JsonDict) -> None:
+        _optional(schema)
+        schema.update(extra)
+
+    return Field(description=description, json_schema_extra=shape)
+
+
+Model = Annotated[str | None, _opt("id/alias (list_models) or auto")]
+Temperature = Annotated[float | None, Field(ge=0, le=1, description="0..1", json_schema_extra=_optional)]
+ThinkingMode = Annotated[Literal["minimal", "low", "medium", "high", "max"] | None, _opt("reasoning depth")]
+ContinuationId = Annotated[str | None, _opt("thread id from any tool")]
+Images = Annotated[list[str] | None, _opt("image paths or data URLs")]
+FilePaths = Annotated[list[str] | None, _opt("absolute file paths")]
+StepText = Annotated[str, Field(description="this step's work")]
+StepNumber = Annotated[int, Field(ge=1)]
+TotalSteps = Annotated[int, Field(ge=1, description="estimate")]
+NextStep = Annotated[bool, Field(description="more steps follow")]
 Findings = Annotated[str, Field(description="what this step found")]
-Paths = Annotated[list[str] | None, Field(description="absolute paths")]
-RelevantContext = Annotated[list[str] | None, Field(description="functions/methods involved")]
-Issues = Annotated[list[dict[str, Any]] | None, Field(description="{severity, description} each")]
+Paths = Annotated[list[str] | None, _opt("absolute paths")]
+RelevantContext = Annotated[list[str] | None, _opt("functions/methods involved")]
+Issues = Annotated[list[dict[str, Any]] | None, _opt("{severity, description}")]
 Confidence = Annotated[
     Literal["exploring", "low", "medium", "high", "very_high", "almost_certain", "certain"] | None,
-    Field(description="default low"),
+    _opt("default low"),
 ]
-Hypothesis = Annotated[str | None, Field(description="current theory")]
-UseAssistant = Annotated[bool, Field(description="call the expert model at the end")]
+Hypothesis = Annotated[str | None, _opt("current theory")]
+UseAssistant = Annotated[bool, Field(description="expert model at the end")]
 
 WORKFLOW_RULES = (
-    " Work in steps: while next_step_required is true you get pause_for_* with required_actions (do them, then "
-    "call again with step_number+1 and the continuation_id returned). The last step (next_step_required=false) "
-    "sends your consolidated findings and relevant_files to the expert model unless skipped."
+    " Steps: while next_step_required, do the returned required_actions, then call again with step_number+1 and "
+    "continuation_id. The last step sends all findings and relevant_files to the expert model unless skipped."
 )
 
 
 class ConsensusModel(BaseModel):
     model: str = Field(description="model id/alias, or cli:NAME[/MODEL] for an agent CLI")
     stance: Literal["for", "against", "neutral"] = "neutral"
-    stance_prompt: str | None = Field(None, description="custom stance instructions")
+    stance_prompt: str | None = Field(None, description="custom stance instructions", json_schema_extra=_optional)
 
 
 def _paths(value: list[str] | None) -> tuple[str, ...]:
@@ -179,15 +203,15 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         total_steps: TotalSteps,
         next_step_required: NextStep,
         findings: Annotated[str, Field(description="step 1: your analysis; later: the last answer's summary")],
-        models: Annotated[
-            list[ConsensusModel] | None, Field(description="step 1 only", json_schema_extra={"minItems": 2})
-        ] = None,
+        models: Annotated[list[ConsensusModel] | None, _opt("step 1 only", minItems=2)] = None,
         relevant_files: Paths = None,
         images: Images = None,
         continuation_id: ContinuationId = None,
         use_assistant_model: UseAssistant = True,
-        current_model_index: Annotated[int | None, Field(ge=0, description="internal")] = None,
-        model_responses: Annotated[list[dict[str, Any]] | None, Field(description="internal")] = None,
+        current_model_index: Annotated[
+            int | None, Field(ge=0, description="internal", json_schema_extra=_optional)
+        ] = None,
+        model_responses: Annotated[list[dict[str, Any]] | None, _opt("internal")] = None,
     ) -> CallToolResult:
         specs = tuple(ModelSpec(m.model, m.stance, m.stance_prompt) for m in models) if models is not None else None
         req = ConsensusStep(
@@ -216,10 +240,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         total_steps: TotalSteps,
         next_step_required: NextStep,
         is_step_revision: Annotated[bool, Field(description="this step revises an earlier one")] = False,
-        revises_step_number: Annotated[int | None, Field(ge=1, description="required with is_step_revision")] = None,
+        revises_step_number: Annotated[
+            int | None, Field(ge=1, description="required with is_step_revision", json_schema_extra=_optional)
+        ] = None,
         is_branch_point: Annotated[bool, Field(description="this step starts a branch")] = False,
-        branch_from_step: Annotated[int | None, Field(ge=1, description="required with is_branch_point")] = None,
-        branch_id: Annotated[str | None, Field(description="required with is_branch_point")] = None,
+        branch_from_step: Annotated[
+            int | None, Field(ge=1, description="required with is_branch_point", json_schema_extra=_optional)
+        ] = None,
+        branch_id: Annotated[str | None, _opt("required with is_branch_point")] = None,
         more_steps_needed: Annotated[bool, Field(description="more steps than total_steps")] = False,
         continuation_id: ContinuationId = None,
         model: Model = None,
@@ -252,15 +280,15 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         total_steps: TotalSteps,
         next_step_required: NextStep,
         findings: Findings,
-        relevant_files: Annotated[list[str] | None, Field(description="step 1: absolute files/dirs to review")] = None,
+        relevant_files: Annotated[list[str] | None, _opt("step 1: absolute files/dirs to review")] = None,
         files_checked: Paths = None,
         relevant_context: RelevantContext = None,
         issues_found: Issues = None,
         hypothesis: Hypothesis = None,
         images: Images = None,
         review_type: Literal["full", "security", "performance", "quick"] = "full",
-        focus_on: Annotated[str | None, Field(description="areas to emphasize")] = None,
-        standards: Annotated[str | None, Field(description="coding standards to enforce")] = None,
+        focus_on: Annotated[str | None, _opt("areas to emphasize")] = None,
+        standards: Annotated[str | None, _opt("coding standards to enforce")] = None,
         severity_filter: Literal["critical", "high", "medium", "low", "all"] = "all",
         review_validation_type: Literal["external", "internal"] = "external",
         continuation_id: ContinuationId = None,
@@ -349,8 +377,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         hypothesis: Hypothesis = None,
         confidence: Confidence = None,
         issues_found: Issues = None,
-        problem_context: Annotated[str | None, Field(description="background and constraints")] = None,
-        focus_areas: Annotated[list[str] | None, Field(description="e.g. architecture, performance")] = None,
+        problem_context: Annotated[str | None, _opt("background and constraints")] = None,
+        focus_areas: Annotated[list[str] | None, _opt("e.g. architecture, performance")] = None,
         images: Images = None,
         continuation_id: ContinuationId = None,
         model: Model = None,
