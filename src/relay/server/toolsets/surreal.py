@@ -131,7 +131,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ctx: Context[Any, Any],
         prompt: Prompt = None,
         cwd: Annotated[str | None, Field(description="Working directory (required)")] = None,
-        model: Annotated[str, Field(description="Claude model", json_schema_extra=claude_schema)] = (claude_default),
+        model: Annotated[str, Field(description="Claude model", json_schema_extra=claude_schema)] = claude_default,
         resume_session_id: ResumeId = None,
         continue_latest: ContinueLatest = False,
         timeout_ms: TimeoutMs = DEFAULT_TIMEOUT_MS,
@@ -144,9 +144,19 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         if model not in claude_enum and model.lower() not in MODEL_ALIASES:
             return _invalid(f"model must be one of {', '.join(claude_enum)}")
         call = _Call(
-            prompt, cwd, MODEL_ALIASES.get(model.lower(), model), resume_session_id, continue_latest,
-            timeout_ms, tool_timeout_ms, expose_stream, False, task_name, mode, max_response_chars,
-        )  # fmt: skip
+            prompt=prompt,
+            cwd=cwd,
+            model=MODEL_ALIASES.get(model.lower(), model),
+            resume_session_id=resume_session_id,
+            continue_latest=continue_latest,
+            timeout_ms=timeout_ms,
+            tool_timeout_ms=tool_timeout_ms,
+            expose_stream=expose_stream,
+            fire_and_forget=False,  # seed 001: call_cc is synchronous only
+            task_name=task_name,
+            mode=mode,
+            max_response_chars=max_response_chars,
+        )
         return await _run(deps, BACKENDS["call_cc"], call, ctx, cwd_required=True)
 
     @reg.tool(
@@ -169,9 +179,19 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         max_response_chars: MaxChars = DEFAULT_MAX_RESPONSE_CHARS,
     ) -> CallToolResult:
         call = _Call(
-            prompt, cwd, model, resume_session_id, continue_latest, timeout_ms, tool_timeout_ms,
-            expose_stream, fire_and_forget, task_name, mode, max_response_chars,
-        )  # fmt: skip
+            prompt=prompt,
+            cwd=cwd,
+            model=model,
+            resume_session_id=resume_session_id,
+            continue_latest=continue_latest,
+            timeout_ms=timeout_ms,
+            tool_timeout_ms=tool_timeout_ms,
+            expose_stream=expose_stream,
+            fire_and_forget=fire_and_forget,
+            task_name=task_name,
+            mode=mode,
+            max_response_chars=max_response_chars,
+        )
         return await _run(deps, BACKENDS["call_gem"], call, ctx, cwd_required=False)
 
     @reg.tool(
@@ -194,9 +214,19 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         max_response_chars: MaxChars = DEFAULT_MAX_RESPONSE_CHARS,
     ) -> CallToolResult:
         call = _Call(
-            prompt, cwd, model, resume_session_id, continue_latest, timeout_ms, tool_timeout_ms,
-            expose_stream, fire_and_forget, task_name, mode, max_response_chars,
-        )  # fmt: skip
+            prompt=prompt,
+            cwd=cwd,
+            model=model,
+            resume_session_id=resume_session_id,
+            continue_latest=continue_latest,
+            timeout_ms=timeout_ms,
+            tool_timeout_ms=tool_timeout_ms,
+            expose_stream=expose_stream,
+            fire_and_forget=fire_and_forget,
+            task_name=task_name,
+            mode=mode,
+            max_response_chars=max_response_chars,
+        )
         return await _run(deps, BACKENDS["call_codex"], call, ctx, cwd_required=True)
 
     @reg.tool(
