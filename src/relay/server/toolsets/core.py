@@ -364,9 +364,21 @@ def status_info(deps: Deps) -> StatusInfo:
 
 
 def mcp_server_states(deps: Deps) -> list[McpServerState]:
-    """The downstream MCP servers the gateway knows, as status shows them (none until the gateway is used)."""
-    del deps
-    return []
+    """The downstream MCP servers the gateway knows (global and this project's), with their connection state."""
+    from relay.server.toolsets.gateway import gateway_service
+
+    return [
+        McpServerState(
+            name=s["name"],
+            state=s["state"],
+            project_id=s["project_id"],
+            description=s["description"],
+            connected=s["connected"],
+            tools=s["tool_count"],
+            last_error=s["last_error"],
+        )
+        for s in gateway_service(deps).statuses()
+    ]
 
 
 TOOLSET = Toolset(

@@ -82,6 +82,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     def remote_names() -> list[str]:
         return gateway_service(deps).names()
 
+    def known(name: str) -> bool:
+        return gateway_service(deps).has(name)
+
     def all_names() -> list[str]:
         return [*deps.router.server_names(), *remote_names()]
 
@@ -114,7 +117,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         if router.canonical(server) is not None:
             tools_out = [{"name": t.name, "brief": _brief(t.description)} for t in router.tools_of(server)]
             return json_result({"success": True, "server": server, "tools": tools_out})
-        if server not in remote_names():
+        if not known(server):
             return _not_found(server, all_names())
         try:
             [listed] = await gateway_service(deps).list_tools(server)
@@ -153,7 +156,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 )
             out = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
             return json_result({"success": True, "server": server_name, "tool": out})
-        if server_name not in remote_names():
+        if not known(server_name):
             return _not_found(server_name, all_names())
         gateway = gateway_service(deps)
         try:
@@ -206,7 +209,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                     out["result"] = structured
                 return json_result(out, is_error=True)
             return json_result({"success": True, "result": payload})
-        if server_name not in remote_names():
+        if not known(server_name):
             return json_result(
                 {
                     "success": False,
@@ -251,7 +254,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         server_name: Annotated[str, Field(description="downstream server name")],
         resource_uri: Annotated[str, Field(description="URI of the resource")],
     ) -> CallToolResult:
-        if server_name not in remote_names():
+        if not known(server_name):
             return _not_found(server_name, remote_names())
         try:
             read = await gateway_service(deps).read_resource(server_name, resource_uri)

@@ -1,0 +1,83 @@
+"""import_mcp_server's core: from a project's configs, a git repository, or a registry query."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relay.errors import invalid
+from relay.gateway import discover
+from relay.gateway.importer import Candidate, from_project_files, resolve_project
+from relay.gateway.manager import Gateway
+
+
+@dataclass
+class ImportResult:
+    """What was recorded, what still needs values (the first such server), and what was left out and why."""
+
+    imported: list[str] = field(default_factory=lambda: [])
+    needs: Candidate | None = None
+    skipped: dict[str, str] = field(default_factory=lambda: {})
+    candidates: list[str] = field(default_factory=lambda: [])
+
+
+async def import_servers(
+    gateway: Gateway,
+    *,
+    from_project: str | None = None,
+    servers: list[str] | None = None,
+    github_url: str | None = None,
+    query: str | None = None,
+    cwd: Path,
+    environ: Mapping[str, str],
+    registry_url: str = discover.DEFAULT_REGISTRY_URL,
+) -> ImportResult:
+    """The first of from_project, github_url, query that is given wins (seed 003); `servers` filters from_project."""
+    scope = gateway.project
+    result = ImportResult()
+    if from_project:
+        directory = resolve_project(from_project, cwd, gateway.registry.scopes())
+        found = from_project_files(directory, scope, environ)
+        candidates = found.candidates
+        result.skipped.update(found.skipped)
+        names = {c.config.name for c in candidates}
+        # relay's own records for that project come last: a client file naming the same server wins.
+        for config in gateway.registry.in_scope(str(directory)):
+            if config.name not in names and str(directory) != scope:
+                candidates.append(Candidate(config=config.with_(scope=scope), source=f"relay:{directory}"))
+        if servers:
+            unknown = [s for s in servers if s not in {c.config.name for c in candidates}]
+            if unknown:
+                available = sorted({c.config.name for c in candidates})
+                raise invalid(
+                    f"{', '.join(unknown)} not found in {directory}",
+                    f"available there: {', '.join(available) or 'none'}",
+                )
+            candidates = [c for c in candidates if c.config.name in servers]
+    elif github_url:
+        candidates = [await discover.from_git(github_url, scope, environ)]
+    elif query:
+        candidates = await discover.from_registry(registry_url, query, scope, environ)
+        result.candidates = [c.config.name for c in candidates]
+        candidates = candidates[:1]
+        if not candidates:
+            raise invalid(f"the MCP registry has no server relay can launch for {query!r}", "try other words")
+    else:
+        raise invalid(
+            "Must provide one of: from_project, github_url, or query",
+            "pass from_project (a project directory), github_url, or query",
+        )
+    for cand in candidates:
+        if cand.missing:
+            if result.needs is None:
+                result.needs = cand
+            else:
+                result.skipped[cand.config.name] = f"needs {', '.join(cand.missing)}"
+            continue
+        if cand.config.transport == "websocket":
+            result.skipped[cand.config.name] = "websocket servers cannot be reached"
+            continue
+        await gateway.add(cand.config.with_(source=cand.source or cand.config.source))
+        result.imported.append(cand.config.name)
+    return result
