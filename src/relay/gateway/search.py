@@ -39,6 +39,7 @@ __all__ = [
 _W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS = 3.0, 2.5, 1.5, 1.0, 0.3
 _SYNONYM_WEIGHT = 0.6
 _COORD = 0.0
+_PREFIX_MIN, _PREFIX_WEIGHT = 4, 0.5
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,8 @@ def _variants(word: str, weight: float) -> dict[str, float]:
     for syn in _SYNONYMS.get(_light_stem(word), frozenset()):
         if syn != word and _light_stem(syn) != _light_stem(word):
             group.setdefault(syn, weight * _SYNONYM_WEIGHT)
+    if len(word) >= _PREFIX_MIN:  # "mongo" finds "mongodb", "screen" finds "screenshot"
+        group.setdefault(word + "*", weight * _PREFIX_WEIGHT)
     return group
 
 
@@ -365,7 +368,8 @@ class ToolIndex:
         cached = self._term_cache.get(term)
         if cached is not None:
             return cached
-        phrase = '"' + term.replace('"', "") + '"'
+        prefix = term.endswith("*")
+        phrase = '"' + term.rstrip("*").replace('"', "") + '"' + ("*" if prefix else "")
         try:
             rows = self._db.execute(
                 "SELECT rowid, bm25(tools, ?, ?, ?, ?, ?) FROM tools WHERE tools MATCH ?",
