@@ -79,6 +79,8 @@ def test_a_subdirectory_of_a_repository_is_the_same_project(tmp_path: Path) -> N
     assert resolve_project(root / "src" / "deep") == resolve_project(root)
     assert resolve_project(tmp_path, project="proj/src") == resolve_project(root)
     assert resolve_project(root).is_git
+    # relay started in a subdirectory (its allowed root) still works on the whole repository
+    assert resolve_project(root / "src", allowed_roots=[root / "src"]) == resolve_project(root)
 
 
 def test_a_project_outside_the_allowed_roots_or_missing_is_refused(tmp_path: Path) -> None:

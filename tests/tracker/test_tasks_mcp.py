@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from relay.server.app import build_server
 from relay.tracker.model import BRIEF_FIELDS
@@ -223,3 +225,27 @@ async def test_expand_and_validate_without_a_model_key_say_which_key_to_set(
         assert (out["success"], out["error_type"]) == (False, "AUTH_MISSING")
         assert out["error"].startswith(f"{name} needs a model")
         assert "ANTHROPIC_API_KEY" in out["hint"]
+
+
+async def test_relay_serve_toolsets_tasks_over_stdio_scopes_by_its_cwd_and_exports_at_shutdown(
+    relay_home: Path, workdir: Path
+) -> None:
+    repo = init_repo(workdir / "proj")
+    (repo / "src").mkdir()
+    params = StdioServerParameters(
+        command=str(Path(sys.executable).with_name("relay")),
+        args=["serve", "--toolsets", "tasks"],
+        env={**os.environ, "RELAY_HOME": str(relay_home)},
+        cwd=str(repo / "src"),  # a subdirectory: the project is still the repository
+    )
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        async with Client(params) as c:
+            names = {t.name for t in (await c.list_tools()).tools}
+            made = (await c.call_tool("create_task", {"title": "over stdio", "session_id": "s"})).structured_content
+            ready = (await c.call_tool("list_ready_tasks", {})).structured_content
+    assert names == SEED_TOOLS | GOBBY_EXTRAS
+    assert made is not None and ready is not None
+    assert "tasks" in ready, (made, ready)
+    assert [t["id"] for t in ready["tasks"]] == [made["id"]]
+    exported = [json.loads(line) for line in (repo / ".gobby" / "tasks.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["title"], r["project_id"]) for r in exported] == [(made["id"], "over stdio", "proj")]

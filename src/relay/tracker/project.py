@@ -49,12 +49,13 @@ def resolve_project(cwd: Path, project: str | None = None, allowed_roots: Sequen
         ) from None
     if not folder.is_dir():
         raise invalid(f"project {str(folder)[:200]!r} is not a directory", "pass the repository's folder")
-    repo = find_repo_root(folder)
-    root = repo or folder
-    if allowed_roots and not any(root == r or root.is_relative_to(r) for r in allowed_roots):
+    # The folder named must be allowed; the repository around it is then the project, even when
+    # relay was started in a subdirectory of it.
+    if allowed_roots and not any(folder == r or folder.is_relative_to(r) for r in allowed_roots):
         raise RelayError(
             ErrorCode.CWD_NOT_ALLOWED,
-            f"project {str(root)[:200]!r} is outside the allowed roots",
+            f"project {str(folder)[:200]!r} is outside the allowed roots",
             "use a repository under the allowed roots, or add it to security.allowed_roots in config.toml",
         )
-    return Project(root=root, is_git=repo is not None)
+    repo = find_repo_root(folder)
+    return Project(root=repo or folder, is_git=repo is not None)
