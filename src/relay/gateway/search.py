@@ -40,6 +40,7 @@ _W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS = 3.0, 2.5, 1.5, 1.0, 0.3
 _SYNONYM_WEIGHT = 0.6
 _COORD = 0.0
 _PREFIX_MIN, _PREFIX_WEIGHT = 4, 0.5
+_FRAME_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ def _doc_words(text: str) -> str:
     for raw in _IDENT_SEP.split(text):
         if not raw:
             continue
+        if raw.isalpha() and raw[1:].islower():  # plain prose ("Create", "file"): nothing to split
+            out.append(raw.lower())
+            continue
         parts = [w.lower() for w in _CAMEL.findall(raw)]
         whole = raw.lower()
         if len(parts) != 1 or parts[0] != whole:
@@ -102,7 +106,8 @@ _STOP_WORDS = """a about above after again all also am an and any are as at be b
     will with would you your yours yourself thing things something anything everything someone
     want wanted wants need needs needed help like would'd i'd i'm i've we're we've it's that's
     let's kind sort way bit lot really actually quickly currently also maybe sure ok okay
-    tell give go going get got gets getting know see make sure able possible using use"""
+    tell give go going get got gets getting know see make sure able possible using use
+    don doesn didn isn aren wasn weren won wouldn shouldn couldn haven hasn ll ve re"""
 _STOP = frozenset(_STOP_WORDS.split())
 # "get", "use", "make" are stop words in a request ("can you get me ...") but the words of tools
 # that do getting are kept in tool names; the query loses nothing because the object carries it.
@@ -304,15 +309,17 @@ def query_terms(query: str) -> list[dict[str, float]]:
         if "_" in token or "-" in token:
             words += split_identifier(token)
         else:
-            words.append(token.lower().replace("’", "'"))
+            words.append(re.split("['’]", token.lower())[0])  # what's → what, don't → don
     words = [w for w in words if not w.isdigit()]  # a number is a value, not what the task is about
+    # "show me ..." frames a request; the verb says little about which tool, so it counts for less.
+    framed = {left for left, right in itertools.pairwise(words) if right in ("me", "us")}
     kept = [w for w in words if w not in _STOP] or ([] if kinds else words)
     seen: set[str] = set()
     groups: list[dict[str, float]] = []
     for word in kept:
         if word not in seen:
             seen.add(word)
-            groups.append(_variants(word, 1.0))
+            groups.append(_variants(word, _FRAME_WEIGHT if word in framed else 1.0))
     for kind in kinds:
         if kind not in seen:
             seen.add(kind)
