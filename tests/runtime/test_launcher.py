@@ -89,3 +89,22 @@ async def test_the_spawn_helper_reports_a_missing_cwd_as_the_oserror_a_direct_sp
     with pytest.raises(FileNotFoundError):
         launcher.spawn(missing)
     assert launcher.spawn(launch(tmp_path))[1] is None  # and the helper still serves
+
+
+async def test_a_spawn_helper_that_died_is_replaced_and_no_spawn_fails_meanwhile(tmp_path: Path) -> None:
+    def launch() -> launcher.Launch:
+        return launcher.Launch(
+            argv=["/bin/true"], env={}, cwd=str(tmp_path), stdin=None, stdout=tmp_path / "o", stderr=tmp_path / "e"
+        )
+
+    with anyio.fail_after(BOUND_S):
+        while launcher.spawn(launch())[1] is not None:  # until the helper answers
+            await anyio.sleep(0.05)
+    helper = launcher._zygote._proc  # pyright: ignore[reportPrivateUsage]
+    assert helper is not None
+    helper.kill()
+    helper.wait(BOUND_S)
+    with anyio.fail_after(BOUND_S):
+        while launcher.spawn(launch())[1] is not None:  # direct spawns until a new helper answers
+            await anyio.sleep(0.05)
+    assert launcher._zygote._proc is not helper  # pyright: ignore[reportPrivateUsage]

@@ -26,6 +26,10 @@ PR_SET_CHILD_SUBREAPER = 36
 ZYGOTE = Path(__file__).with_name("_zygote.py")
 # How long relay waits for the helper's reply to a spawn request before giving up on the helper.
 ZYGOTE_REPLY_S = 10.0
+# A helper that keeps dying is not restarted past this many starts: relay then always spawns directly.
+ZYGOTE_MAX_STARTS = 3
+# How long to wait for a discarded helper to go after SIGKILL.
+ZYGOTE_KILL_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -73,9 +77,11 @@ class _Zygote:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False
+        self._starts = 0
         self._broken = not sys.executable or not ZYGOTE.exists()
 
     def _start(self) -> None:
+        self._starts += 1
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(ZYGOTE)],
             stdin=subprocess.PIPE,
@@ -101,7 +107,8 @@ class _Zygote:
         if proc is not None:
             with contextlib.suppress(OSError):
                 proc.kill()
-            proc.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(ZYGOTE_KILL_WAIT_S)
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
                     stream.close()
@@ -124,6 +131,9 @@ class _Zygote:
         if self._proc is not None and self._proc.poll() is not None:
             self._discard()
         if self._proc is None:
+            if self._starts >= ZYGOTE_MAX_STARTS:
+                self._broken = True
+                return None
             self._start()
             return None  # starting takes a Python startup: this spawn goes direct, the next ones here
         if not self._ready:
