@@ -25,7 +25,14 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, ReadResourceResult, Tool, ToolListChangedNotification
+from mcp.types import (
+    CallToolRequest,
+    CallToolRequestParams,
+    CallToolResult,
+    ReadResourceResult,
+    Tool,
+    ToolListChangedNotification,
+)
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway._host import TaskHost
@@ -395,7 +402,7 @@ class Connection:
         """Call a tool; a server found dead is started again first, and a read-only call it broke is repeated."""
         client = await self.ensure()
         try:
-            return await self._request(lambda: client.call_tool(name, arguments), timeout_s)
+            return await self._request(lambda: _call(client, name, arguments), timeout_s)
         except _Lost as lost:
             detail = self._lost(lost.__cause__ or lost)
             tool = self._by_name.get(name)
@@ -410,7 +417,7 @@ class Connection:
                 ) from None
             client = await self.ensure()
             try:
-                return await self._request(lambda: client.call_tool(name, arguments), timeout_s)
+                return await self._request(lambda: _call(client, name, arguments), timeout_s)
             except _Lost as again:
                 raise self._died(name, again) from None
 
@@ -459,6 +466,16 @@ class Connection:
                 redact(f"{self.config.name}: {_describe(exc)}", self.config.secret_values()),
                 "",
             ) from None
+
+
+async def _call(client: Client, name: str, arguments: dict[str, Any]) -> CallToolResult:
+    """tools/call with the result passed on as the server sent it.
+
+    A gateway forwards, it does not judge: `Client.call_tool` would turn a result that does not
+    match the tool's output schema into an exception, so the request goes out one level down.
+    """
+    request = CallToolRequest(params=CallToolRequestParams(name=name, arguments=arguments))
+    return await client.session.send_request(request, CallToolResult)
 
 
 def _sse_urls(url: str) -> list[str]:
