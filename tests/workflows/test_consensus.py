@@ -148,3 +148,22 @@ async def test_the_consensus_schema_carries_the_seeds_limits(zen_settings: Setti
     assert props["models"]["minItems"] == 2 and props["step_number"]["minimum"] == 1
     assert not {"temperature", "thinking_mode", "files_checked", "relevant_context", "issues_found"} & set(props)
     assert not {"hypothesis", "confidence", "model"} & set(props)
+
+
+async def test_the_seeds_models_example_consults_both_gemini_models_with_their_stance_prompts(
+    zen_settings: SettingsFactory, openai_mock: SlowMock
+) -> None:
+    models = [
+        {"model": "gemini-2.5-pro", "stance": "for", "stance_prompt": "Argue for GraphQL migration..."},
+        {"model": "gemini-2.0-flash", "stance": "against", "stance_prompt": "Argue against migration..."},
+    ]
+    async with zen_client(zen_settings()) as client:
+        failed, first = await call(client, "consensus", step(1, 2, models=models) | {"step": "Evaluate API migration"})
+        _, last = await call(client, "consensus", step(2, 2, continuation_id=first["continuation_id"]))
+    assert not failed, first
+    assert first["total_steps"] == 2 and last["status"] == "consensus_workflow_complete"
+    sent = {r.body["model"]: request_text(r) for r in openai_mock.requests}
+    assert set(sent) == {"gemini-2.5-pro", "gemini-2.0-flash"}
+    assert "Argue for GraphQL migration..." in sent["gemini-2.5-pro"]
+    assert "Argue against migration..." in sent["gemini-2.0-flash"]
+    assert all("Evaluate API migration" in text for text in sent.values())

@@ -165,3 +165,13 @@ async def test_apilookup_returns_search_instructions_without_calling_a_model(
     assert out["status"] == "web_lookup_needed" and out["user_prompt"] == "latest httpx AsyncClient timeout API"
     assert "Do not call apilookup again" in out["instructions"]
     assert anthropic_mock.requests == [] and openai_mock.requests == []
+
+
+async def test_a_continuation_id_relay_never_issued_is_refused_with_what_to_do(
+    zen_settings: SettingsFactory, workdir: Path
+) -> None:
+    args = {"prompt": "hi", "working_directory_absolute_path": str(workdir), "continuation_id": "conv-123"}
+    async with zen_client(zen_settings()) as client:
+        failed, out = await call(client, "chat", args)
+    assert failed and out["error"]["code"] == "SESSION_NOT_FOUND"
+    assert "without continuation_id" in out["error"]["hint"]

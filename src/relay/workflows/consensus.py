@@ -129,9 +129,11 @@ async def _next_finished(engine: Engine, entries: list[dict[str, Any]], reported
     for i in pending:
         if entries[i]["job_id"] is None:
             return i
-    records = await engine.wait([entries[i]["job_id"] for i in pending], "any", float("inf"))
-    finished = [(r.finished_at or 0.0, i) for i, r in zip(pending, records, strict=True) if r.is_final]
-    return min(finished)[1]
+    while True:  # the engine bounds each wait; the job's own timeout bounds the whole
+        records = await engine.wait([entries[i]["job_id"] for i in pending], "any", float("inf"))
+        finished = [(r.finished_at or 0.0, i) for i, r in zip(pending, records, strict=True) if r.is_final]
+        if finished:
+            return min(finished)[1]
 
 
 def _response(engine: Engine, entry: dict[str, Any]) -> dict[str, Any]:

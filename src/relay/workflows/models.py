@@ -183,7 +183,8 @@ def start_cli_job(
 async def wait_job(engine: Engine, job_id: str) -> None:
     """Wait for a job to end; a caller that goes away cancels it."""
     try:
-        await engine.wait_one(job_id, float("inf"))
+        while not (await engine.wait_one(job_id, float("inf"))).is_final:
+            pass  # the engine bounds each wait; the job's own timeout bounds the whole
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
             await engine.cancel(job_id)
