@@ -34,6 +34,11 @@ def _answer(fn: Callable[[], dict[str, Any]]) -> CallToolResult:
         return error_result(err)
 
 
+async def _run(fn: Callable[[], dict[str, Any]]) -> CallToolResult:
+    """Run a tool body in a worker thread: SQLite and file I/O never hold up the event loop."""
+    return await anyio.to_thread.run_sync(_answer, fn)
+
+
 def _listed(tasks: list[Task]) -> dict[str, Any]:
     return {"tasks": [t.brief() for t in tasks], "count": len(tasks)}
 
@@ -94,11 +99,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             )
             return task.to_dict()
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Get task details with dependencies (the full record).", annotations=READ_ONLY)
     async def get_task(task_id: TaskId, project: ProjectArg = None) -> CallToolResult:
-        return _answer(lambda: full(*scope(project), task_id))
+        return await _run(lambda: full(*scope(project), task_id))
 
     @reg.tool(description="Update task fields; only the fields given change. Returns the task.")
     async def update_task(
@@ -124,7 +129,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             t, p = scope(project)
             return t.store.update(p, task_id, changes).to_dict()
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Close a task with a reason (completed, wont_fix, duplicate...). Returns the task.")
     async def close_task(
@@ -136,7 +141,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             t, p = scope(project)
             return t.store.close_task(p, task_id, reason).to_dict()
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Delete a task; cascade=true also deletes its subtasks.")
     async def delete_task(
@@ -149,7 +154,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             deleted = t.store.delete(p, task_id, cascade)
             return {"success": True, "message": f"Task {task_id} deleted", "deleted": deleted}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="List tasks with optional filters, newest first (brief format).", annotations=READ_ONLY)
     async def list_tasks(
@@ -178,7 +183,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             )
             return _listed(found)
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Add a dependency: task_id depends on depends_on (blocks refuses cycles, naming them).")
     async def add_dependency(
@@ -193,7 +198,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             message = f"Task {task_id} {_VERBS[dep_type]} {depends_on}"
             return {"success": True, "message": message, "dependency": dep.to_dict()}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Remove a dependency of task_id on depends_on.")
     async def remove_dependency(
@@ -207,7 +212,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             message = "Dependency removed" if removed else f"Task {task_id} did not depend on {depends_on}"
             return {"success": True, "message": message, "removed": removed}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Get blockers/blocking tasks of a task as a tree.", annotations=READ_ONLY)
     async def get_dependency_tree(
@@ -221,7 +226,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             t, p = scope(project)
             return t.store.dependency_tree(p, task_id, direction)
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(
         description="Detect circular dependencies among the project's blocks dependencies.", annotations=READ_ONLY
@@ -232,7 +237,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             cycles = t.store.cycles(p)
             return {"has_cycles": True, "cycles": cycles} if cycles else {"has_cycles": False}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(
         description="List unblocked tasks: open, no open blocker; by priority then age (brief format).",
@@ -249,7 +254,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             t, p = scope(project)
             return _listed(t.store.ready(p, priority=priority, task_type=task_type, assignee=assignee, limit=limit))
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="List blocked tasks with their open blockers (brief format).", annotations=READ_ONLY)
     async def list_blocked_tasks(
@@ -262,7 +267,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             items = [{**task.brief(), "blocked_by": [b.brief() for b in blockers]} for task, blockers in blocked]
             return {"blocked_tasks": items, "count": len(items)}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Link a task to a session (worked_on, discovered, mentioned, closed).")
     async def link_task_to_session(
@@ -280,7 +285,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             link = t.store.link_session(p, task_id, session_id, action)
             return {"success": True, "message": f"Task {task_id} linked to session {session_id} ({link.action})"}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(
         description="Get the tasks a session touched (brief format plus the link's action).", annotations=READ_ONLY
@@ -293,7 +298,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             tasks = [{**task.brief(), "action": action} for task, action in t.store.session_tasks(p, session_id)]
             return {"session_id": session_id, "tasks": tasks}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Get the sessions that touched a task.", annotations=READ_ONLY)
     async def get_task_sessions(task_id: TaskId, project: ProjectArg = None) -> CallToolResult:
@@ -302,7 +307,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             links = t.store.task_sessions(p, task_id)
             return {"task_id": task_id, "sessions": [link.to_dict() for link in links]}
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Import/export tasks to .gobby/tasks.jsonl in the repository (git sync).")
     async def sync_tasks(
@@ -313,7 +318,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             t, p = scope(project)
             return t.sync.sync(p, direction)
 
-        return await anyio.to_thread.run_sync(_answer, go)
+        return await _run(go)
 
     @reg.tool(
         description="Get sync status of .gobby/tasks.jsonl: no_file, no_meta, available or error.",
@@ -326,7 +331,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             problem = t.export_error(p)
             return {**status, "status": "error", "error": problem} if problem else status
 
-        return await anyio.to_thread.run_sync(_answer, go)
+        return await _run(go)
 
     @reg.tool(description="Split a task into subtasks with dependencies, written by a configured model.")
     async def expand_task(
@@ -335,7 +340,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         project: ProjectArg = None,
     ) -> CallToolResult:
         try:
-            t, p = scope(project)
+            t, p = await anyio.to_thread.run_sync(scope, project)
             asker = ai.engine_asker(deps.engine(), "expand_task")
             return json_result(await ai.expand_task(t.store, p, task_id, asker, context))
         except RelayError as err:
@@ -349,7 +354,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         project: ProjectArg = None,
     ) -> CallToolResult:
         try:
-            t, p = scope(project)
+            t, p = await anyio.to_thread.run_sync(scope, project)
             asker = ai.engine_asker(deps.engine(), "validate_task")
             return json_result(await ai.validate_task(t.store, p, task_id, changes_summary, asker, context))
         except RelayError as err:
@@ -363,7 +368,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             t, p = scope(project)
             return t.store.set_labels(p, task_id, add=label).to_dict()
 
-        return _answer(go)
+        return await _run(go)
 
     @reg.tool(description="Remove a label from a task. Returns the task.")
     async def remove_label(
@@ -373,7 +378,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             t, p = scope(project)
             return t.store.set_labels(p, task_id, remove=label).to_dict()
 
-        return _answer(go)
+        return await _run(go)
 
 
 TOOLSET = Toolset(
