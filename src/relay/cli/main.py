@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_ask_parser(sub)
 
+    from relay.cli.mcp_cmd import add_parser as add_mcp_parser
+
+    add_mcp_parser(sub)
+
     doctor = sub.add_parser("doctor", help="check every agent CLI: installed, version, credentials")
     doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
     doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
@@ -291,6 +295,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from relay.cli.mcp_cmd import mcp_command
+
+    return mcp_command(args)
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from relay.cli.ask_cmd import ask_command
 
@@ -307,6 +317,7 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "doctor": cmd_doctor,
     "ask": cmd_ask,
+    "mcp": cmd_mcp,
 }
 
 
