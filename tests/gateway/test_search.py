@@ -83,6 +83,29 @@ def test_a_synonym_finds_a_tool_that_uses_another_word() -> None:
     assert names(rank("file a ticket", DOCS, 1)) == ["github/create_issue"]
 
 
+def test_a_tool_whose_name_the_query_covers_beats_one_that_only_mentions_the_words() -> None:
+    extra = [
+        ToolDoc(
+            "x", "search", "Search documents, issues, merge requests and list anything in the workspace", ["query"]
+        ),
+        ToolDoc(
+            "y", "list_merge_requests", "Returns the open ones for a project, newest first, with labels", ["project"]
+        ),
+    ]
+    # By BM25 alone "search" wins (its description has every word); the name makes the difference.
+    assert names(rank("list merge requests", [*DOCS, *extra], 2))[0] == "y/list_merge_requests"
+
+
+def test_naming_a_server_prefers_its_tools() -> None:
+    docs = [
+        *DOCS,
+        ToolDoc("gitlab", "create_issue", "Create a new issue", []),
+        ToolDoc("github", "create_issue", "Create a new issue", []),
+    ]
+    assert names(rank("create an issue on github", docs, 2)) == ["github/create_issue", "github/create_issue"]
+    assert names(rank("create an issue on gitlab", docs, 1)) == ["gitlab/create_issue"]
+
+
 def test_parameter_names_are_searched() -> None:
     assert names(rank("timezone", DOCS, 1)) == ["time/convert_time"]
 

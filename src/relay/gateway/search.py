@@ -8,6 +8,8 @@ word is looked up together with a few general-language synonyms ("delete" also f
 a synonym counts for less than the word itself and only the best variant of each word scores, so
 a tool that says both "delete" and "remove" is not counted twice. BM25 is a sum over query terms,
 so scoring each term on its own and adding the results is BM25 with the synonym weighting on top.
+Two boosts follow: the share of the tool name's words the query covers, and whether the query
+names the tool's server.
 
 The index is rebuilt when the set of tools changes; building one for a few hundred tools takes
 milliseconds.
@@ -38,7 +40,10 @@ __all__ = [
 # Column weights for bm25(): a word in the tool's name says more than one in a long description.
 _W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS = 3.0, 2.5, 1.5, 1.0, 0.3
 _SYNONYM_WEIGHT = 0.6
-_COORD = 0.0
+# After BM25: a tool whose name the query's words cover is what the user asked for by name
+# ("list merge requests" → list_merge_requests), and a tool of a server the query names ("on
+# GitHub") beats the same words elsewhere. Both multiply the score: 1 + weight × share.
+_NAME_COVER, _SERVER_NAMED = 1.0, 0.5
 _PREFIX_MIN, _PREFIX_WEIGHT = 4, 0.5
 _FRAME_WEIGHT = 0.5
 
@@ -369,6 +374,7 @@ class ToolIndex:
             ],
         )
         self._term_cache: dict[str, dict[int, float]] = {}
+        self._hits_cache: dict[str, frozenset[int]] = {}
 
     def _term_scores(self, term: str) -> dict[int, float]:
         """BM25 of one term for every row that has it (FTS5's bm25() is negative: better is lower)."""
@@ -388,11 +394,28 @@ class ToolIndex:
         self._term_cache[term] = scores
         return scores
 
+    def _column_hits(self, column: str, term: str) -> frozenset[int]:
+        """Rows whose `column` has the term."""
+        key = f"{column}:{term}"
+        cached = self._hits_cache.get(key)
+        if cached is not None:
+            return cached
+        prefix = term.endswith("*")
+        phrase = '"' + term.rstrip("*").replace('"', "") + '"' + ("*" if prefix else "")
+        try:
+            rows = self._db.execute("SELECT rowid FROM tools WHERE tools MATCH ?", (f"{column} : {phrase}",)).fetchall()
+        except sqlite3.OperationalError:
+            rows = []
+        hits = frozenset(int(r[0]) for r in rows)
+        self._hits_cache[key] = hits
+        return hits
+
     def search(self, query: str, limit: int = 10) -> list[Ranked]:
         """The `limit` best tools for the query, best first; ties broken by server and name."""
         groups = query_terms(query)
         totals: dict[int, float] = {}
-        matched: dict[int, int] = {}
+        name_hits: dict[int, int] = {}
+        server_named: set[int] = set()
         with self._lock:
             for group in groups:
                 best: dict[int, float] = {}
@@ -403,10 +426,20 @@ class ToolIndex:
                             best[rowid] = value
                 for rowid, value in best.items():
                     totals[rowid] = totals.get(rowid, 0.0) + value
-                    matched[rowid] = matched.get(rowid, 0) + 1
-        # Lucene's coordination factor: a tool that matches more of the query's words ranks higher.
+                exact = [t for t, w in group.items() if w >= 1.0 and not t.endswith("*")]
+                for term in exact:
+                    server_named |= self._column_hits("server", term)
+                named: set[int] = set()
+                for term, weight in group.items():
+                    if weight >= _SYNONYM_WEIGHT:
+                        named |= self._column_hits("name", term)
+                for rowid in named:
+                    name_hits[rowid] = name_hits.get(rowid, 0) + 1
         for rowid in totals:
-            totals[rowid] *= (matched[rowid] / len(groups)) ** _COORD
+            words = len(split_identifier(self.docs[rowid].name)) or 1
+            totals[rowid] *= 1.0 + _NAME_COVER * min(1.0, name_hits.get(rowid, 0) / words)
+            if rowid in server_named:
+                totals[rowid] *= 1.0 + _SERVER_NAMED
         order = sorted(totals, key=lambda r: (-totals[r], self.docs[r].server, self.docs[r].name))
         return [Ranked(self.docs[r], round(totals[r], 6)) for r in order[:limit]]
 
