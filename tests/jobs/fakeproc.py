@@ -61,10 +61,22 @@ class Spawner:
         self.spawned = anyio.Event()
 
     def __call__(self, invocation: Invocation, files: JobFiles) -> FakeProcess:
+        # The engine spawns from a worker thread: record the process on the event loop's thread.
+        try:
+            return anyio.from_thread.run_sync(self._spawn, invocation, files)
+        except RuntimeError:  # called from the event loop itself
+            return self._spawn(invocation, files)
+
+    def _spawn(self, invocation: Invocation, files: JobFiles) -> FakeProcess:
         proc = FakeProcess(invocation, files)
         self.procs.append(proc)
         self.spawned.set()
         self.spawned = anyio.Event()
+        return proc
+
+    def running(self, prompt: str) -> FakeProcess:
+        """The process of the job submitted with `prompt` (jobs started together spawn in any order)."""
+        (proc,) = [p for p in self.procs if prompt in p.invocation.argv]
         return proc
 
     async def wait_for(self, count: int) -> list[FakeProcess]:

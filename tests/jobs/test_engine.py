@@ -128,15 +128,15 @@ async def test_wait_any_returns_when_the_first_job_ends(make_settings: SettingsF
     async with engine_with(make_settings, spawner).running() as engine:
         a = engine.submit(JobRequest(agent="claude", prompt="a", cwd=str(workdir)))
         b = engine.submit(JobRequest(agent="claude", prompt="b", cwd=str(workdir)))
-        procs = await spawner.wait_for(2)
-        procs[1].write(TEXT_RUN)
-        procs[1].exit(0)
+        await spawner.wait_for(2)
+        spawner.running("b").write(TEXT_RUN)
+        spawner.running("b").exit(0)
         with anyio.fail_after(5):
             records = await engine.wait([a, b], "any", 30)
         assert [r.status for r in records] == ["running", "completed"]
         timed = await engine.wait([a], "all", 0.05)
         assert timed[0].status == "running"
-        procs[0].exit(0)
+        spawner.running("a").exit(0)
 
 
 async def test_subscribers_receive_events_while_the_job_runs(make_settings: SettingsFactory, workdir: Path) -> None:

@@ -14,16 +14,19 @@ class Admission:
     def __init__(self, state: JobState) -> None:
         self._state = state
         self.queue: deque[str] = deque()
+        self._agents: dict[str, str] = {}
 
-    def enqueue(self, job_id: str) -> None:
+    def enqueue(self, job_id: str, agent: str) -> None:
         self._state.live.setdefault(job_id, Live())
         self.queue.append(job_id)
+        self._agents[job_id] = agent
 
     def dequeue(self, job_id: str) -> bool:
         """Take a job out of the queue before it started; False when it was not queued."""
         if job_id not in self.queue:
             return False
         self.queue.remove(job_id)
+        del self._agents[job_id]
         return True
 
     def agent_limit(self, agent: str) -> int:
@@ -37,13 +40,11 @@ class Admission:
         for job_id in list(self.queue):
             if len(state.running) >= state.settings.max_concurrent:
                 return
-            rec = state.store.get_job(job_id)
-            if rec is None or rec.is_final:
-                self.queue.remove(job_id)
+            agent = self._agents[job_id]
+            busy = sum(1 for a in state.running.values() if a == agent)
+            if busy >= self.agent_limit(agent):
                 continue
-            busy = sum(1 for a in state.running.values() if a == rec.agent)
-            if busy >= self.agent_limit(rec.agent):
-                continue
-            self.queue.remove(job_id)
-            state.running[job_id] = rec.agent
+            # A job finished meanwhile (cancelled by another relay process) is let go by `start`.
+            self.dequeue(job_id)
+            state.running[job_id] = agent
             start(job_id)

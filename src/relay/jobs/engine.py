@@ -122,7 +122,7 @@ class Engine:
         self.store.insert_job(job_id, req.agent, "cli", self._state.redacted(stored), ar.model, ar.cwd)
         self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
         self._lifecycle.prepared[job_id] = prepared
-        self._admission.enqueue(job_id)
+        self._admission.enqueue(job_id, req.agent)
         self._lifecycle.pump()
         return job_id
 

@@ -25,6 +25,7 @@ from relay.runtime import procinfo, supervisor
 from relay.runtime.supervisor import JobFiles, JobProcess
 from relay.store import JobRecord
 
+# Starts a job's process; called on the event loop or in a worker thread.
 SpawnFn = Callable[[Invocation, JobFiles], JobProcess]
 # An in-process job (a model API call): it reports events through `emit` and returns the result.
 TaskFn = Callable[[Callable[[Event], None]], Awaitable[AgentResult]]
@@ -33,6 +34,10 @@ WhichFn = Callable[[str], str | None]
 # A file written just before a job's process is spawned (see recovery: a restarted relay must not
 # run a job twice whose spawn it did not see recorded).
 SPAWN_MARKER = "spawning"
+
+
+class _SpawnError(Exception):
+    """The agent's process could not be started (the cause says why)."""
 
 
 class Lifecycle:
@@ -47,12 +52,15 @@ class Lifecycle:
         self.finisher = Finisher(state)
         # Requests validated at submit, kept until the job starts (prepared again after a restart).
         self.prepared: dict[str, Prepared] = {}
+        # Jobs admitted whose process is not spawned yet.
+        self._starting: set[str] = set()
 
     # CLI jobs -----------------------------------------------------------------------------
 
     def start(self, job_id: str) -> None:
         """Run an admitted job (its slot is already taken) in the engine's task group."""
         self._state.task_group().start_soon(self._run_job, job_id)
+        self._starting.add(job_id)
 
     def pump(self) -> None:
         self._admission.pump(self.start)
@@ -61,6 +69,7 @@ class Lifecycle:
         try:
             await self._run_job_guarded(job_id)
         finally:
+            self._starting.discard(job_id)
             self.job_ended(job_id)
 
     def job_ended(self, job_id: str) -> None:
@@ -100,26 +109,45 @@ class Lifecycle:
         try:
             if prepared is None:
                 prepared = prepare(state.settings, state.store, self.which, request_from(rec), job_id)
-            files = state.files(job_id)
-            live.git_before = git_status(prepared.invocation.cwd)
-            # Mark the spawn before it happens: a relay killed between here and the shim writing
-            # its pid must not run the job a second time after a restart.
-            files.dir.mkdir(parents=True, exist_ok=True)
-            (files.dir / SPAWN_MARKER).touch()
-            proc = self._spawn(prepared.invocation, files)
+            # Creating a process takes milliseconds (more on a loaded machine). A job starting alone
+            # spawns right here: no thread hop on its way, and its process is recorded before anything
+            # else runs. Jobs starting together spawn in worker threads: in parallel, and without
+            # holding up the event loop (replies to other calls, the other jobs' output).
+            if len(self._starting) > 1:
+                proc, deadline = await anyio.to_thread.run_sync(self._launch, job_id, live, prepared)
+            else:
+                proc, deadline = self._launch(job_id, live, prepared)
         except RelayError as err:
             self.finisher.fail(rec, err)
             return
-        except (OSError, ValueError) as exc:
+        except (_SpawnError, OSError, ValueError) as exc:
             self.finisher.fail(
                 rec,
                 RelayError(
                     ErrorCode.AGENT_FAILED,
-                    f"could not start {rec.agent}: {exc}",
+                    f"could not start {rec.agent}: {exc.__cause__ or exc}",
                     "check the agent's command in config.toml",
                 ),
             )
             return
+        state.notify()
+        await self.monitor(job_id, proc, prepared.adapter.parser(), deadline, prepared.idle_timeout_s, fresh=True)
+
+    def _launch(self, job_id: str, live: Live, prepared: Prepared) -> tuple[JobProcess, float]:
+        """`git status` before the job, the spawn marker, the spawn, the running row (thread-safe)."""
+        state = self._state
+        files = state.files(job_id)
+        live.git_before = git_status(prepared.invocation.cwd)
+        # Mark the spawn before it happens: a relay killed between here and the shim writing
+        # its pid must not run the job a second time after a restart.
+        try:
+            files.dir.mkdir(parents=True, exist_ok=True)
+            (files.dir / SPAWN_MARKER).touch()
+            proc = self._spawn(prepared.invocation, files)
+        except (OSError, ValueError) as exc:
+            raise _SpawnError from exc
+        # Recorded at once (not after a hop back to the event loop), so a relay killed now still
+        # knows the process it started.
         deadline = time.time() + prepared.timeout_s
         state.store.mark_running(
             job_id,
@@ -131,8 +159,8 @@ class Lifecycle:
             deadline_at=deadline,
             idle_timeout_s=prepared.idle_timeout_s,
         )
-        state.notify()
-        await self.monitor(job_id, proc, prepared.adapter.parser(), deadline, prepared.idle_timeout_s)
+        self._starting.discard(job_id)
+        return proc, deadline
 
     async def run_attached(self, rec: JobRecord, proc: JobProcess, parser: Parser, last_output: float) -> None:
         """Watch a job an earlier relay started (re-attached after a restart) to its end."""
@@ -157,13 +185,19 @@ class Lifecycle:
         deadline: float,
         idle_timeout_s: float,
         last_output: float | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
-        """Parse and publish output as it comes, enforce deadlines and stop requests, finalize at exit."""
+        """Parse and publish output as it comes, enforce deadlines and stop requests, finalize at exit.
+
+        `fresh`: the process was just spawned, so no event of it is stored yet (a re-attached job
+        resumes after the events already stored).
+        """
         state = self._state
         files = state.files(job_id)
         live = state.live.setdefault(job_id, Live())
         reader = LineReader(files.stdout)
-        stored_seq = state.store.max_event_seq(job_id)
+        stored_seq = -1 if fresh else state.store.max_event_seq(job_id)
         seq = -1
         last_output = last_output or time.time()
         stop_reason: str | None = None

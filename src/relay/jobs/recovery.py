@@ -47,7 +47,7 @@ class Recovery:
             if rec.status == "queued":
                 started = self._started_before_recorded(rec)
                 if started is None:
-                    self._admission.enqueue(rec.id)
+                    self._admission.enqueue(rec.id, rec.agent)
                     continue
                 rec = started
             self.reattach_or_finalize(rec)

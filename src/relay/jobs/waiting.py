@@ -43,17 +43,35 @@ class Waiting:
         if timeout < 0:
             raise invalid("timeout must be >= 0", "pass seconds to wait, e.g. 30")
         ids = [state.get(j).id for j in job_ids]
+        final: set[str] = set()
         with anyio.move_on_after(min(timeout, MAX_WAIT_S)):
             while True:
-                records = [state.get(j) for j in ids]
-                finals = [r.is_final for r in records]
-                if (mode == "any" and any(finals)) or all(finals):
-                    return records
                 changed = state.changed
+                if self._satisfied(ids, mode, final):
+                    break
                 remote = any(j not in state.live for j in ids)
                 with anyio.move_on_after(REMOTE_POLL_S if remote else MAX_WAIT_S):
                     await changed.wait()
         return [state.get(j) for j in ids]
+
+    def _satisfied(self, ids: list[str], mode: Literal["any", "all"], final: set[str]) -> bool:
+        """Whether any/all of the jobs are final; `final` collects those found so (they stay final).
+
+        A job this process runs cannot be final before its `done` is set, so it is read from the store
+        only once it is done: many jobs ending one after another do not each cost a read of every record.
+        """
+        live = self._state.live
+        for job_id in ids:
+            if job_id not in final:
+                entry = live.get(job_id)
+                running_here = entry is not None and not entry.done.is_set()
+                if not running_here and self._state.get(job_id).is_final:
+                    final.add(job_id)
+                elif mode == "all":
+                    return False
+            if mode == "any" and job_id in final:
+                return True
+        return mode == "all"
 
     async def wait_one(self, job_id: str, timeout: float) -> JobRecord:
         live = self._state.live.get(job_id)

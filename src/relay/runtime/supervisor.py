@@ -41,9 +41,11 @@ SHIM_FINISH_S = 2.0
 # agent does not inherit that) so a signal meant for the job never ends the shim before its agent.
 # If processes are left under it (the kernel's children list is not empty) it execs the reaper,
 # which kills them all; `exit $e` / the reaper's exit status make its own status the agent's.
+# The exit file is written in place (one short write, no `mv` process on every job's way out): it is
+# read only once the shim has ended, and an empty one reads as "no status", like a missing one.
 SHIM = (
     'd=$1; p=$2; r=$3; shift 3; trap : TERM; echo $$ > "$d/pid"; "$@"; e=$?; '
-    'echo "$e" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; '
+    'echo "$e" > "$d/exit"; '
     "k=; read -r k < /proc/$$/task/$$/children 2>/dev/null || [ -e /proc/$$/task/$$/children ] || k=unknown; "
     '[ -z "$k" ] || exec "$p" -I -S "$r" "$e"; exit "$e"'
 )
