@@ -208,3 +208,20 @@ async def test_bad_add_arguments_are_explained(make_settings: SettingsFactory) -
         assert failed and "relay's own toolsets" in clash["error"]
         failed, enum = await call(c, "add_mcp_server", {"name": "x", "transport": "sse", "url": "http://h/"})
         assert failed and enum["error"]["code"] == "INVALID_ARGUMENT"
+
+
+async def test_recommend_tools_ranks_internal_and_downstream_tools(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    async with relay(make_settings) as c:
+        await call(c, "add_mcp_server", toy_args(tmp_path))
+        _, reply = await call(c, "recommend_tools", {"task_description": "add two integers together", "agent_id": "a1"})
+        assert reply["success"] is True and reply["task"] == "add two integers together"
+        assert reply["tools"][0]["server"] == "toy" and reply["tools"][0]["name"] == "add"
+        assert "call_tool(server_name='toy', tool_name='add')" in reply["recommendation"]
+        assert {"core", "gateway", "toy"} <= set(reply["available_servers"])
+        assert reply["total_tools"] > 10 and reply["agent_id"] == "a1"
+        _, delegate = await call(c, "recommend_tools", {"task_description": "hand a refactor to another coding agent"})
+        assert ("core", "delegate") in [(t["server"], t["name"]) for t in delegate["tools"][:3]]
+        failed, empty = await call(c, "recommend_tools", {"task_description": "  "})
+        assert failed and empty["error"] == "task_description is empty"

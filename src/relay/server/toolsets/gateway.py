@@ -21,11 +21,16 @@ from relay.gateway import Gateway, ServerRegistry, make_config, project_of
 from relay.gateway.discover import DEFAULT_REGISTRY_URL
 from relay.gateway.imports import import_servers
 from relay.gateway.manager import scope_for
+from relay.gateway.search import Ranked, ToolDoc, rank, recommend_with_model, template_recommendation
 from relay.server.results import json_result
+from relay.server.toolsets import BUILTIN
 from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
 
 # list_tools shows this much of each tool's description (seed 003's "brief").
 BRIEF_CHARS = 100
+# recommend_tools: how many ranked tools the reply carries, and how long a model may take to write its advice.
+RECOMMEND_LIMIT = 10
+RECOMMEND_MODEL_TIMEOUT_S = 60.0
 # Seed 003 names the exception class; relay's codes that have a seed equivalent use it.
 SEED_ERROR_TYPES = {ErrorCode.TIMEOUT: "TimeoutError", ErrorCode.INVALID_ARGUMENT: "ValueError"}
 
@@ -70,6 +75,29 @@ def _failure(error: RelayError, **extra: Any) -> CallToolResult:
 def _wire(model: Any) -> dict[str, Any]:
     """A downstream result as it came on the wire (camelCase, nothing added)."""
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _params(schema: dict[str, Any] | None) -> list[str]:
+    properties = (schema or {}).get("properties")
+    return [str(k) for k in properties] if isinstance(properties, dict) else []  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+
+
+async def _model_advice(deps: Deps, model: str, task: str, top: list[Ranked]) -> str:
+    """The model-written recommendation (RELAY_RECOMMEND_MODEL); the template one if the model fails."""
+    from relay.ask import AskArgs, ask_envelope, submit_ask
+
+    engine = deps.engine()
+
+    async def ask(prompt: str) -> str:
+        job_id = await submit_ask(engine, AskArgs(prompt=prompt, model=model, tool="recommend_tools"))
+        await engine.wait_one(job_id, RECOMMEND_MODEL_TIMEOUT_S)
+        envelope = ask_envelope(engine, job_id)
+        return str(envelope.get("output") or "") if envelope.get("status") == "completed" else ""
+
+    try:
+        return await recommend_with_model(task, top, ask)
+    except RelayError:
+        return template_recommendation(task, top)
 
 
 def _not_found(server: str, available: list[str]) -> CallToolResult:
@@ -369,6 +397,59 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             reply["skipped"] = result.skipped
         if result.candidates:
             reply["candidates"] = result.candidates
+        return json_result(reply)
+
+    @reg.tool(
+        description="Recommend tools for a task: ranks every reachable tool (relay's toolsets and downstream MCP "
+        "servers) by how well its name, description and parameters match, and says which to call.",
+        annotations=READ_ONLY,
+    )
+    async def recommend_tools(
+        task_description: Annotated[str, Field(description="what you are trying to accomplish")],
+        agent_id: Annotated[str | None, Field(description="agent profile ID (accepted; relay has no profiles)")] = None,
+    ) -> CallToolResult:
+        router = deps.router
+        docs = [
+            ToolDoc(server=name, name=t.name, description=t.description or "", params=_params(t.input_schema))
+            for name in router.server_names()
+            if name in BUILTIN
+            for t in router.tools_of(name)
+        ]
+        downstream = await gateway_service(deps).list_tools()
+        docs += [
+            ToolDoc(server=s.name, name=t.name, description=t.description or "", params=_params(t.input_schema))
+            for s in downstream
+            for t in s.tools
+            if t.name not in s.changed
+        ]
+        try:
+            top = rank(task_description, docs, RECOMMEND_LIMIT)
+        except RelayError as err:
+            return _failure(err)
+        model = deps.settings.environ.get("RELAY_RECOMMEND_MODEL")
+        advice = (
+            await _model_advice(deps, model, task_description, top)
+            if model and top
+            else template_recommendation(task_description, top)
+        )
+        reply: dict[str, Any] = {
+            "success": True,
+            "task": task_description,
+            "recommendation": advice,
+            "available_servers": list(dict.fromkeys(d.server for d in docs)),
+            "total_tools": len(docs),
+            "tools": [
+                {
+                    "server": r.doc.server,
+                    "name": r.doc.name,
+                    "brief": _brief(r.doc.description),
+                    "score": round(r.score, 4),
+                }
+                for r in top
+            ],
+        }
+        if agent_id is not None:
+            reply["agent_id"] = agent_id
         return json_result(reply)
 
 
