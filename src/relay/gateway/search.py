@@ -17,6 +17,7 @@ milliseconds.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import re
 import sqlite3
@@ -375,6 +376,7 @@ class ToolIndex:
         )
         self._term_cache: dict[str, dict[int, float]] = {}
         self._hits_cache: dict[str, frozenset[int]] = {}
+        self._name_words = [len(split_identifier(d.name)) or 1 for d in self.docs]
 
     def _term_scores(self, term: str) -> dict[int, float]:
         """BM25 of one term for every row that has it (FTS5's bm25() is negative: better is lower)."""
@@ -436,12 +438,11 @@ class ToolIndex:
                 for rowid in named:
                     name_hits[rowid] = name_hits.get(rowid, 0) + 1
         for rowid in totals:
-            words = len(split_identifier(self.docs[rowid].name)) or 1
-            totals[rowid] *= 1.0 + _NAME_COVER * min(1.0, name_hits.get(rowid, 0) / words)
+            totals[rowid] *= 1.0 + _NAME_COVER * min(1.0, name_hits.get(rowid, 0) / self._name_words[rowid])
             if rowid in server_named:
                 totals[rowid] *= 1.0 + _SERVER_NAMED
-        order = sorted(totals, key=lambda r: (-totals[r], self.docs[r].server, self.docs[r].name))
-        return [Ranked(self.docs[r], round(totals[r], 6)) for r in order[:limit]]
+        order = heapq.nsmallest(limit, totals, key=lambda r: (-totals[r], self.docs[r].server, self.docs[r].name))
+        return [Ranked(self.docs[r], round(totals[r], 6)) for r in order]
 
 
 _cache_lock = threading.Lock()
