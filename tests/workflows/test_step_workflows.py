@@ -315,3 +315,18 @@ async def test_the_workflow_schemas_expose_exactly_the_seeds_parameters(zen_sett
         assert set(tools[name]["properties"]) == {
             "prompt", "model", "temperature", "thinking_mode", "continuation_id", "images"
         }  # fmt: skip
+
+
+async def test_files_outside_the_allowed_roots_are_neither_sent_to_the_expert_nor_kept_in_the_thread(
+    zen_settings: SettingsFactory, anthropic_mock: SlowMock, tmp_path: Path, code: Path
+) -> None:
+    secret = tmp_path / "outside.txt"
+    secret.write_text("TOP-SECRET-VALUE\n")
+    async with zen_client(zen_settings(RELAY_PROFILE="", RELAY_TOOLSETS="core,zen")) as client:
+        _, out = await call(
+            client, "codereview", step("Review", 1, 1, relevant_files=[str(code), str(secret)], model="sonnet")
+        )
+        _, shown = await call(client, "thread_show", {"continuation_id": out["continuation_id"]})
+    assert out["file_context"] == {"type": "fully_embedded", "files_embedded": 1, "files_skipped": [str(secret)]}
+    assert "TOP-SECRET-VALUE" not in request_text(anthropic_mock.requests[0])
+    assert [t["files"] for t in shown["turns"]] == [[str(code)], []]

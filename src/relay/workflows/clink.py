@@ -23,7 +23,7 @@ from relay.jobs.engine import Engine
 from relay.threads import NewTurn, select_history
 from relay.workflows import messages as msg
 from relay.workflows.models import Answer, CliTarget, answer, cli_model, start_cli_job, wait_job
-from relay.workflows.steps import Reply, check_absolute, load_thread, offer, thread_id_for, thread_store
+from relay.workflows.steps import Reply, check_absolute, embeddable, load_thread, offer, thread_id_for, thread_store
 
 TOOL = "clink"
 # Zen returns at most this much of a CLI's answer inline (the rest: a <SUMMARY> or an excerpt).
@@ -168,7 +168,9 @@ async def clink(engine: Engine, req: ClinkRequest) -> Reply:
         saved = threads.add_turns(
             thread_id,
             [
-                NewTurn("user", req.prompt, files=req.absolute_file_paths, job_id=job_id),
+                NewTurn(
+                    "user", req.prompt, files=tuple(embeddable(req.absolute_file_paths, settings)[0]), job_id=job_id
+                ),
                 NewTurn(
                     "assistant",
                     ans.text,

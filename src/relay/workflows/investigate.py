@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.ask import AskArgs
+from relay.config import Settings
 from relay.jobs.engine import Engine
 from relay.threads import Thread, Threads
 from relay.workflows import messages as msg
@@ -300,7 +301,7 @@ async def run_step(engine: Engine, tool: str, step: Step) -> Reply:
                 "note": "files are referenced by path while the workflow runs; they are embedded for the expert",
             }
             reply = f"[{tool}] paused for step {step.step_number + 1}: " + "; ".join(data["required_actions"])
-            _save(threads, thread_id, tool, step, reply, state, None, None)
+            _save(threads, engine.settings, thread_id, tool, step, reply, state, None, None)
             return Reply(data)
         decision = spec.decide(step, extra, done, thread is not None)
         if isinstance(decision, Skip):
@@ -310,14 +311,34 @@ async def run_step(engine: Engine, tool: str, step: Step) -> Reply:
             data[spec.summary_key] = _summary(spec, done, step)
             data["next_steps"] = "Present the findings to the user and proceed with the work."
             _finish_extras(spec, data, done, step)
-            _save(threads, thread_id, tool, step, f"[{tool}] complete: {decision.reason}", state, None, None)
+            _save(
+                threads,
+                engine.settings,
+                thread_id,
+                tool,
+                step,
+                f"[{tool}] complete: {decision.reason}",
+                state,
+                None,
+                None,
+            )
             return Reply(data)
         if not decision:
             data["status"] = "local_work_complete"
             data[spec.summary_key] = _summary(spec, done, step)
             data["next_steps"] = "The work is complete without an expert model; present the findings to the user."
             _finish_extras(spec, data, done, step)
-            _save(threads, thread_id, tool, step, f"[{tool}] complete without expert analysis", state, None, None)
+            _save(
+                threads,
+                engine.settings,
+                thread_id,
+                tool,
+                step,
+                f"[{tool}] complete without expert analysis",
+                state,
+                None,
+                None,
+            )
             return Reply(data)
         model = resolve_model(engine.settings, step.model, tool, thread)
     return await _expert(engine, spec, step, state, done, extra, data, model, thread)
@@ -360,7 +381,17 @@ async def _expert(
             data["status"] = "error"
             data["error"] = (ans.error or {}).get("message", "the expert model failed")
             data["expert_analysis"] = {"status": "error", "error": ans.error}
-            _save(threads, thread_id, spec.name, step, f"[{spec.name}] expert analysis failed", state, None, ans.job_id)
+            _save(
+                threads,
+                engine.settings,
+                thread_id,
+                spec.name,
+                step,
+                f"[{spec.name}] expert analysis failed",
+                state,
+                None,
+                ans.job_id,
+            )
             return Reply(data, is_error=True)
         expert = parse_expert(ans.text)
         data["expert_analysis"] = expert
@@ -375,7 +406,7 @@ async def _expert(
             "does not, then present the combined result to the user."
         )
         _finish_extras(spec, data, done, step)
-        _save(threads, thread_id, spec.name, step, ans.text, state, ans.model, ans.job_id)
+        _save(threads, engine.settings, thread_id, spec.name, step, ans.text, state, ans.model, ans.job_id)
     return Reply(data)
 
 
@@ -391,6 +422,7 @@ def _finish_extras(spec: Spec, data: dict[str, Any], done: Consolidated, step: S
 
 def _save(
     threads: Threads,
+    settings: Settings,
     thread_id: str,
     tool: str,
     step: Step,
@@ -399,6 +431,8 @@ def _save(
     model: str | None,
     job_id: str | None,
 ) -> None:
+    # Only files inside the allowed roots: a later `ask` on this thread inlines the files of its history.
+    files, _ = embeddable(step.relevant_files, settings)
     record(
         threads,
         thread_id,
@@ -406,7 +440,7 @@ def _save(
         step_summary(tool, step),
         reply,
         state,
-        files=step.relevant_files,
+        files=files,
         images=[i for i in step.images if not i.startswith("data:")],
         model=model,
         job_id=job_id,
