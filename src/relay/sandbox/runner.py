@@ -73,6 +73,7 @@ class Outcome:
     isolation: str
     isolation_details: str
     network: bool
+    timeout_s: float
     truncated: bool = False
     limits: dict[str, int] = field(default_factory=lambda: {})
 
@@ -215,6 +216,7 @@ def _outcome(
         isolation=prep.isolation.mode,
         isolation_details=prep.isolation.describe(),
         network=prep.isolation.network,
+        timeout_s=timeout_s,
         truncated=cut_out or cut_err,
         limits={k: v[0] for k, v in limits_for(timeout_s).items()},
     )

@@ -204,6 +204,44 @@ def m006_tasks(db: sqlite3.Connection) -> None:
     )
 
 
+def m007_hook_sessions(db: sqlite3.Connection) -> None:
+    """Sessions CLIs report through call_hook (id, source CLI, project, parent, title, summary) and their hook events."""
+    db.executescript(
+        """
+        CREATE TABLE hook_sessions (
+            id TEXT PRIMARY KEY,
+            source TEXT NOT NULL,
+            start_source TEXT,
+            machine_id TEXT NOT NULL,
+            cwd TEXT NOT NULL,
+            project TEXT NOT NULL,
+            project_id TEXT NOT NULL,
+            parent_session_id TEXT,
+            transcript_path TEXT,
+            title TEXT NOT NULL DEFAULT '',
+            status TEXT NOT NULL,
+            summary TEXT,
+            summary_source TEXT,
+            prompts TEXT NOT NULL DEFAULT '[]',
+            prompt_count INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ended_at REAL
+        );
+        CREATE INDEX hook_sessions_project ON hook_sessions(project, updated_at);
+        CREATE INDEX hook_sessions_updated ON hook_sessions(updated_at);
+        CREATE TABLE hook_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL,
+            hook_type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX hook_events_session ON hook_events(session_id, id);
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -211,6 +249,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m004_threads", m004_threads),
     ("m005_mcp_servers", m005_mcp_servers),
     ("m006_tasks", m006_tasks),
+    ("m007_hook_sessions", m007_hook_sessions),
 ]
 
 
