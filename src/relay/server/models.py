@@ -82,6 +82,10 @@ class SessionInfo(BaseModel):
     turns: int
     total_cost_usd: float
     last_used_at: float
+    # relay: a relay job ran it (resumable with delegate); hook: a CLI reported it through call_hook.
+    origin: str = "relay"
+    # A hook session's state: active, paused, ended or archived (None for relay's own).
+    status: str | None = None
 
 
 class SessionList(BaseModel):

@@ -45,6 +45,7 @@ BUILTIN: dict[str, str] = {
     "codex-mcp": "relay.server.toolsets.codex_mcp",
     "tasks": "relay.server.toolsets.tasks",
     "zen": "relay.server.toolsets.zen",
+    "gobby": "relay.server.toolsets.gobby",
 }
 
 Exposure = tuple[tuple[str, frozenset[str] | None], ...]
@@ -63,6 +64,26 @@ PROFILES: dict[str, Exposure] = {
     "gemini-mcp": (("gemini-mcp", None),),
     "codex-mcp": (("codex-mcp", None),),
     "zen": (("zen", None),),
+    "gobby": (
+        ("core", frozenset({"status"})),
+        (
+            "gateway",
+            frozenset(
+                {
+                    "list_mcp_servers",
+                    "call_tool",
+                    "list_tools",
+                    "get_tool_schema",
+                    "read_mcp_resource",
+                    "add_mcp_server",
+                    "remove_mcp_server",
+                    "import_mcp_server",
+                    "recommend_tools",
+                }
+            ),
+        ),
+        ("gobby", None),
+    ),
 }
 
 

@@ -173,22 +173,13 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def session_list(
         agent: str | None = None, limit: Annotated[int, Field(ge=1, le=500)] = 20
     ) -> Annotated[CallToolResult, SessionList]:
+        from relay.hooks import merged_sessions
+        from relay.server.toolsets.gobby import hooks_service
+
         async def go() -> CallToolResult:
-            sessions = [
-                SessionInfo(
-                    agent=s.agent,
-                    session_id=s.session_id,
-                    cwd=s.cwd,
-                    model=s.model,
-                    permission=s.permission,
-                    title=s.title,
-                    turns=s.turns,
-                    total_cost_usd=s.total_cost_usd,
-                    last_used_at=s.last_used_at,
-                )
-                for s in deps.engine().store.list_sessions(agent=agent, limit=limit)
-            ]
-            return model_result(SessionList(sessions=sessions))
+            # relay's agent sessions and the sessions CLIs reported through call_hook, in one list.
+            rows = merged_sessions(deps.engine().store, hooks_service(deps).store, agent=agent, limit=limit)
+            return model_result(SessionList(sessions=[SessionInfo.model_validate(r) for r in rows]))
 
         return await run_guarded(go)
 
