@@ -26,12 +26,12 @@ PR_SET_CHILD_SUBREAPER = 36
 # Upper bound of the descriptors a child closes before exec (only 0, 1 and 2 reach the job).
 MAX_FD = 65536
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 def become_subreaper() -> None:
     """Runs in the child between fork and exec; the setting survives exec."""
-    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _reap(_signum: int = 0, _frame: FrameType | None = None) -> None:

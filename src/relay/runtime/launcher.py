@@ -44,9 +44,12 @@ class Launch:
     stderr: Path
 
 
+# Resolved once here: the forked child of a threaded process must not dlopen or look symbols up.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
 def _prctl_subreaper() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def spawn_direct(launch: Launch) -> subprocess.Popen[bytes]:
