@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.tracker.project import Project, resolve_project
 from relay.tracker.store import TaskStore
-from relay.tracker.sync import DEBOUNCE_S, AutoExporter, TaskSync
+from relay.tracker.sync import DEBOUNCE_S, AutoExporter, TaskSync, sync_paths
 
 # RELAY_TASKS_AUTO_EXPORT=0 turns the debounced export off; RELAY_TASKS_EXPORT_DELAY_S sets its delay.
 AUTO_EXPORT_ENV = "RELAY_TASKS_AUTO_EXPORT"
@@ -50,6 +51,7 @@ class Tracker:
         if self.auto is not None:
             self.store.on_change = self.auto.schedule
         self._seen: set[str] = set()
+        self.errors: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def project(self, project: str | None = None, cwd: Path | None = None) -> Project:
@@ -63,17 +65,27 @@ class Tracker:
         return resolved
 
     def _import_if_changed(self, project: Project) -> None:
-        status = self.sync.status(project)
-        if status["status"] == "no_meta" or status.get("file_changed_since_sync"):
-            try:
-                self.sync.import_file(project)
-            except RelayError as err:
-                # A broken file must not lock the project's tasks away; get_sync_status reports it.
-                if self.auto is not None:
-                    self.auto.errors[project.key] = f"import of {status['path']} failed: {err.message}"
+        if not self.sync.file_changed(project):
+            return
+        try:
+            self.sync.import_file(project)
+        except RelayError as err:
+            # A broken file must not lock the project's tasks away; get_sync_status reports it.
+            self.errors[project.key] = f"import of {sync_paths(project)[0]} failed: {err.message}"
 
     def export_error(self, project: Project) -> str | None:
+        """The last failed automatic import or export of the project, if any."""
+        if project.key in self.errors:
+            return self.errors[project.key]
         return self.auto.errors.get(project.key) if self.auto is not None else None
+
+    def sync_project(self, project: Project, direction: str = "both") -> dict[str, Any]:
+        """`sync_tasks`: import and/or export now; a success clears an earlier automatic failure."""
+        result = self.sync.sync(project, direction)
+        self.errors.pop(project.key, None)
+        if self.auto is not None:
+            self.auto.errors.pop(project.key, None)
+        return result
 
     def close(self) -> None:
         if self.auto is not None:

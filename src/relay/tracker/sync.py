@@ -316,6 +316,16 @@ class TaskSync:
         meta.update(changes)
         _write_atomic(meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
+    def file_changed(self, project: Project) -> bool:
+        """Whether the JSONL exists and differs from what relay last wrote or read (a clone, a pull)."""
+        path, meta_path = sync_paths(project)
+        try:
+            current = _hash(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return False
+        meta = self._read_meta(meta_path)
+        return meta is None or meta.get("content_hash") != current
+
     def import_file(self, project: Project) -> ImportStats | None:
         """Merge the project's JSONL into the store; None when there is no file."""
         path, meta_path = sync_paths(project)
@@ -335,11 +345,8 @@ class TaskSync:
         path, meta_path = sync_paths(project)
         with self._lock:
             pulled: ImportStats | None = None
-            if path.exists():
-                meta = self._read_meta(meta_path)
-                current = _hash(path.read_text(encoding="utf-8"))
-                if meta is None or meta.get("content_hash") != current:
-                    pulled = self.import_file(project)
+            if self.file_changed(project):
+                pulled = self.import_file(project)
             path.parent.mkdir(parents=True, exist_ok=True)
             for name, content in ((".gitattributes", GITATTRIBUTES), (".gitignore", GITIGNORE)):
                 extra = path.parent / name

@@ -316,7 +316,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     ) -> CallToolResult:
         def go() -> dict[str, Any]:
             t, p = scope(project)
-            return t.sync.sync(p, direction)
+            return t.sync_project(p, direction)
 
         return await _run(go)
 
