@@ -106,7 +106,8 @@ def check_code(code: str) -> None:
 def interpreter(language: str) -> list[str]:
     """The command that runs a file of `language` (raises when its interpreter is not installed)."""
     if language == "python":
-        return [sys.executable, "-I"]
+        # The system's python (nothing of relay's virtualenv in reach) when there is one.
+        return [shutil.which("python3", path=SAFE_PATH) or sys.executable, "-I"]
     name = "bash" if language == "bash" else "node"
     path = shutil.which(name, path=SAFE_PATH) or shutil.which(name)
     if path is None:
