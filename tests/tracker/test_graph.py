@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.tracker import Project, TaskChanges, TaskStore
-from relay.tracker.graph import find_cycles, find_path
+from relay.tracker.graph import Edge, dependency_tree, find_cycles, find_path
 
 
 def test_ready_and_blocked_lists_are_right_on_a_1000_task_graph(store: TaskStore, project: Project) -> None:
@@ -81,3 +81,23 @@ def test_find_cycles_reports_real_cycles_exactly_when_the_graph_has_one(graph: d
     for cycle in cycles:
         assert cycle[0] == cycle[-1]
         assert all(b in graph.get(a, []) for a, b in itertools.pairwise(cycle))
+
+
+def test_a_dense_graphs_tree_expands_each_task_once_and_stays_bounded() -> None:
+    layers = [[f"L{i}n{j}" for j in range(4)] for i in range(12)]
+    edges = [Edge(a, b, "blocks") for upper, lower in itertools.pairwise(layers) for a in upper for b in lower]
+    info = {n: {"id": n} for layer in layers for n in layer}
+    tree = dependency_tree("L0n0", info, edges, "blockers", max_depth=10, max_nodes=500)
+
+    def entries(node: dict[str, object]) -> list[dict[str, object]]:
+        kids = node.get("blockers", [])
+        assert isinstance(kids, list)
+        return [k for kid in kids for k in (kid, *entries(kid))]
+
+    found = entries(tree)
+    assert len(found) < 200  # 4^11 paths without de-duplication
+    expanded = [e["id"] for e in found if "blockers" in e]
+    assert len(expanded) == len(set(expanded))  # each task's blockers are listed once
+    assert any(e.get("repeated") for e in found)
+    assert any(e.get("truncated") for e in found)  # the 12th layer is past max_depth
+    assert "blocking" not in tree

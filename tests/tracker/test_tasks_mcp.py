@@ -109,7 +109,18 @@ async def test_seed_003_task_workflow_runs_verbatim_and_each_step_returns_the_do
         assert ready == {"success": True, "result": {"tasks": [_brief(task)], "count": 1}}
         assert list(ready["result"]["tasks"][0]) == list(BRIEF_FIELDS)
 
-        # 5. Claim a task
+        # 5. Claim a task (the seed's placeholder id names no task: a clear failure, then the real id)
+        placeholder = await call_tool(
+            c, "gobby-tasks", "update_task", {"task_id": "gt-abc123", "status": "in_progress"}
+        )
+        assert placeholder == {
+            "success": False,
+            "server": "gobby-tasks",
+            "tool": "update_task",
+            "error": "Task gt-abc123 not found",
+            "error_type": "TASK_NOT_FOUND",
+            "hint": "list_tasks shows this project's tasks; tasks are scoped by project (pass project=<repository path>)",
+        }
         claimed = await call_tool(c, "gobby-tasks", "update_task", {"task_id": task_id, "status": "in_progress"})
         assert claimed["success"] is True
         assert claimed["result"]["status"] == "in_progress"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 Graph = Mapping[str, Sequence[str]]
 
@@ -98,3 +100,57 @@ def find_cycles(graph: Graph) -> list[list[str]]:
                 cycles.append([first, *path])
                 break
     return cycles
+
+
+@dataclass(frozen=True)
+class Edge:
+    task_id: str  # the dependent task
+    depends_on: str
+    dep_type: str
+
+
+def dependency_tree(
+    root: str,
+    info: Mapping[str, Mapping[str, Any]],
+    edges: Sequence[Edge],
+    direction: str,
+    max_depth: int = 10,
+    max_nodes: int = 500,
+) -> dict[str, Any]:
+    """Nested `blockers` (what root waits for) and/or `blocking` (what waits for root).
+
+    `info` maps a task id to the fields shown for it. A task already expanded elsewhere in the
+    tree is shown again with `repeated: true` and no children, so a dense graph stays small; a
+    loop back to an ancestor (possible through `related` links) is marked `cycle: true`; past
+    `max_depth` levels or `max_nodes` entries, `truncated: true`.
+    """
+    forward: dict[str, list[Edge]] = {}
+    backward: dict[str, list[Edge]] = {}
+    for edge in edges:
+        forward.setdefault(edge.task_id, []).append(edge)
+        backward.setdefault(edge.depends_on, []).append(edge)
+    budget = [max_nodes]
+
+    def grow(node: str, key: str, path: frozenset[str], expanded: set[str], depth: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for edge in (forward if key == "blockers" else backward).get(node, []):
+            other = edge.depends_on if key == "blockers" else edge.task_id
+            item: dict[str, Any] = {**info[other], "dep_type": edge.dep_type}
+            budget[0] -= 1
+            if other in path:
+                item["cycle"] = True
+            elif other in expanded:
+                item["repeated"] = True
+            elif depth >= max_depth or budget[0] <= 0:
+                item["truncated"] = True
+            else:
+                expanded.add(other)
+                item[key] = grow(other, key, path | {other}, expanded, depth + 1)
+            out.append(item)
+        return out
+
+    tree: dict[str, Any] = dict(info[root])
+    for key in ("blockers", "blocking"):
+        if direction in (key, "both"):
+            tree[key] = grow(root, key, frozenset({root}), set(), 1)
+    return tree

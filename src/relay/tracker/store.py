@@ -21,7 +21,7 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.store.migrations import migrate
-from relay.tracker.graph import find_cycles, find_path
+from relay.tracker.graph import Edge, dependency_tree, find_cycles, find_path
 from relay.tracker.model import (
     DEFAULT_PRIORITY,
     DEP_TYPES,
@@ -51,6 +51,7 @@ ID_HEX_CHARS = 6
 ID_RETRIES = 3  # Gobby's: a fourth collision in a row means something is wrong, not bad luck
 MAX_LIST_LIMIT = 1000
 MAX_TREE_DEPTH = 10
+MAX_TREE_NODES = 500  # entries in one dependency tree; a dense graph would otherwise explode
 ChangeHook = Callable[[Project], None]
 
 
@@ -459,46 +460,15 @@ class TaskStore:
         return cur.rowcount
 
     def dependency_tree(self, project: Project, task_id: str, direction: str = "both") -> dict[str, Any]:
-        """Nested blockers (what the task waits for) and/or blocking (what waits for it), bounded in depth."""
+        """Nested blockers (what the task waits for) and/or blocking (what waits for it), bounded in size."""
         check_one_of(direction, DIRECTIONS, "direction")
-        root = self.get(project, task_id)
-        deps = self.all_dependencies(project)
-        titles = {t.id: t for t in self.all_tasks(project)}
-
-        def grow(
-            node: str, edges: dict[str, list[Dependency]], forward: bool, path: frozenset[str], depth: int
-        ) -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = []
-            for dep in edges.get(node, []):
-                other = dep.depends_on if forward else dep.task_id
-                task = titles[other]
-                item: dict[str, Any] = {
-                    "id": task.id,
-                    "title": task.title,
-                    "status": task.status,
-                    "dep_type": dep.dep_type,
-                }
-                key = "blockers" if forward else "blocking"
-                if other in path:
-                    item["cycle"] = True
-                elif depth >= MAX_TREE_DEPTH:
-                    item["truncated"] = True
-                else:
-                    item[key] = grow(other, edges, forward, path | {other}, depth + 1)
-                out.append(item)
-            return out
-
-        forward: dict[str, list[Dependency]] = {}
-        backward: dict[str, list[Dependency]] = {}
-        for dep in deps:
-            forward.setdefault(dep.task_id, []).append(dep)
-            backward.setdefault(dep.depends_on, []).append(dep)
-        tree: dict[str, Any] = {"id": root.id, "title": root.title, "status": root.status}
-        if direction in ("blockers", "both"):
-            tree["blockers"] = grow(root.id, forward, True, frozenset({root.id}), 1)
-        if direction in ("blocking", "both"):
-            tree["blocking"] = grow(root.id, backward, False, frozenset({root.id}), 1)
-        return tree
+        self.get(project, task_id)
+        info = {
+            row[0]: {"id": row[0], "title": row[1], "status": row[2]}
+            for row in self._rows("SELECT id, title, status FROM tasks WHERE project=?", (project.key,))
+        }
+        edges = [Edge(d.task_id, d.depends_on, d.dep_type) for d in self.all_dependencies(project)]
+        return dependency_tree(task_id, info, edges, direction, MAX_TREE_DEPTH, MAX_TREE_NODES)
 
     def cycles(self, project: Project) -> list[list[str]]:
         return find_cycles(self.blocks_graph(project))
