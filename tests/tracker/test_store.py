@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,19 @@ def test_bad_input_is_an_invalid_argument_with_a_hint(store: TaskStore, project:
             call()
         assert err.value.code is ErrorCode.INVALID_ARGUMENT
         assert err.value.hint
+
+
+def test_a_database_locked_by_another_writer_is_a_relay_error_not_a_crash(relay_home: Path, project: Project) -> None:
+    store = TaskStore(relay_home / "relay.db", busy_timeout_s=0.2)
+    other = sqlite3.connect(relay_home / "relay.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(RelayError) as err:
+            store.create(project, "cannot be written now")
+        other.execute("ROLLBACK")
+        assert store.create(project, "written once the lock is gone").title == "written once the lock is gone"
+    finally:
+        other.close()
+        store.close()
+    assert err.value.code is ErrorCode.INTERNAL
+    assert "locked" in err.value.message and err.value.hint

@@ -89,6 +89,19 @@ def _check_limit(limit: int) -> int:
     return limit
 
 
+@contextmanager
+def _translated() -> Generator[None]:
+    """SQLite failures (a database locked past the busy timeout, a full disk) as one RelayError."""
+    try:
+        yield
+    except sqlite3.Error as err:
+        raise RelayError(
+            ErrorCode.INTERNAL,
+            f"relay's task store failed: {err}",
+            "retry; if it keeps failing, check the disk and run relay doctor",
+        ) from err
+
+
 class TaskStore:
     """Task storage; safe to share between the event loop and worker threads (one lock, one connection)."""
 
@@ -98,14 +111,15 @@ class TaskStore:
         *,
         clock: Callable[[], str] = now_iso,
         entropy: Callable[[int], bytes] = os.urandom,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
         db_path.parent.mkdir(parents=True, exist_ok=True)
         self._clock = clock
         self._entropy = entropy
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(db_path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
         self._db.execute("PRAGMA foreign_keys = ON")
@@ -122,13 +136,13 @@ class TaskStore:
             self._db.close()
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
+        with self._lock, _translated():
             return self._db.execute(sql, params).fetchall()
 
     @contextmanager
     def transaction(self) -> Generator[sqlite3.Connection]:
         """One write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
-        with self._lock:
+        with self._lock, _translated():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
