@@ -167,3 +167,16 @@ async def test_the_seeds_models_example_consults_both_gemini_models_with_their_s
     assert "Argue for GraphQL migration..." in sent["gemini-2.5-pro"]
     assert "Argue against migration..." in sent["gemini-2.0-flash"]
     assert all("Evaluate API migration" in text for text in sent.values())
+
+
+async def test_a_consensus_continues_after_a_relay_restart(zen_settings: SettingsFactory) -> None:
+    settings = zen_settings()
+    models = [{"model": "cli:codex", "stance": "for"}, {"model": "cli:gemini", "stance": "against"}]
+    async with zen_client(settings) as client:
+        failed, first = await call(client, "consensus", step(1, 2, models=models))
+    async with zen_client(settings) as restarted:
+        _, last = await call(restarted, "consensus", step(2, 2, continuation_id=first["continuation_id"]))
+    assert not failed, first
+    assert {first["model_consulted"], last["model_consulted"]} == {"cli:codex", "cli:gemini"}
+    assert last["model_response"]["status"] == "success"
+    assert last["status"] == "consensus_workflow_complete"
