@@ -127,3 +127,30 @@ def test_an_answer_that_is_not_the_json_asked_for_is_an_upstream_error() -> None
         with pytest.raises(RelayError) as err:
             parse_expansion(text)
         assert err.value.code is ErrorCode.UPSTREAM_ERROR
+
+
+async def test_a_caller_that_goes_away_cancels_the_models_job(
+    relay_home: Path, repo: Path, store: TaskStore, project: Project, anthropic_mock: MockServer
+) -> None:
+    anthropic_mock.script(Reply(hang=True))
+    settings = settings_for(
+        relay_home,
+        repo,
+        RELAY_ANTHROPIC_BASE_URL=anthropic_mock.base_url,
+        ANTHROPIC_API_KEY="sk-ant-test-0123456789abcdefghij",
+        RELAY_ASK_MODEL="sonnet",
+    )
+    task = store.create(project, "slow")
+    with anyio.fail_after(WAIT_S):
+        async with Engine(settings) as engine:
+            async with anyio.create_task_group() as tg:
+
+                async def expand() -> None:
+                    await expand_task(store, project, task.id, engine_asker(engine, "expand_task"))
+
+                tg.start_soon(expand)
+                await anyio.to_thread.run_sync(anthropic_mock.streaming.wait, WAIT_S)
+                tg.cancel_scope.cancel()
+            (job,) = engine.list()
+    assert job.status == "cancelled"
+    assert store.list(project) == [task]

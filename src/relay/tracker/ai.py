@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from relay.ask import AskArgs, submit_ask
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
@@ -184,7 +186,12 @@ def engine_asker(engine: Engine, tool: str, timeout_s: float = ASK_TIMEOUT_S) ->
             if err.code is ErrorCode.AUTH_MISSING:
                 raise RelayError(err.code, f"{tool} needs a model: {err.message}", err.hint) from None
             raise
-        rec = await engine.wait_one(job_id, timeout_s)
+        try:
+            rec = await engine.wait_one(job_id, timeout_s)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):  # the caller went away: do not leave the question running
+                await engine.cancel(job_id)
+            raise
         if not rec.is_final:
             await engine.cancel(job_id)
             raise RelayError(ErrorCode.TIMEOUT, f"the model did not answer within {timeout_s:.0f} s", "retry later")
