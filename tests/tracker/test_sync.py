@@ -72,6 +72,13 @@ def test_import_keeps_the_newest_version_of_each_task(store: TaskStore, project:
     assert store.get(project, task.id).title == "edited elsewhere"
 
 
+def test_an_unknown_sync_direction_is_refused(store: TaskStore, project: Project) -> None:
+    with pytest.raises(RelayError) as err:
+        TaskSync(store).sync(project, "sideways")
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    assert not sync_paths(project)[0].parent.exists()
+
+
 def test_a_malformed_line_refuses_the_import_naming_the_line(store: TaskStore, project: Project) -> None:
     path, _ = sync_paths(project)
     path.parent.mkdir()

@@ -25,7 +25,16 @@ from typing import Any
 
 from relay.errors import RelayError, invalid
 from relay.tracker.graph import find_cycles
-from relay.tracker.model import DEFAULT_PRIORITY, STATUSES, Task, format_ts, now_iso, parse_ts
+from relay.tracker.model import (
+    DEFAULT_PRIORITY,
+    STATUSES,
+    SYNC_DIRECTIONS,
+    Task,
+    check_one_of,
+    format_ts,
+    now_iso,
+    parse_ts,
+)
 from relay.tracker.project import Project
 from relay.tracker.store import TaskStore
 
@@ -366,6 +375,7 @@ class TaskSync:
 
     def sync(self, project: Project, direction: str = "both") -> dict[str, Any]:
         """Gobby's `sync_tasks`: import then export (or one of them); says what each step did."""
+        check_one_of(direction, SYNC_DIRECTIONS, "direction")
         result: dict[str, Any] = {}
         with self._lock:
             if direction in ("import", "both"):
