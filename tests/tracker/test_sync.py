@@ -82,12 +82,14 @@ def test_an_unknown_sync_direction_is_refused(store: TaskStore, project: Project
 def test_a_malformed_line_refuses_the_import_naming_the_line(store: TaskStore, project: Project) -> None:
     path, _ = sync_paths(project)
     path.parent.mkdir()
-    path.write_text('{"id": "gt-000001", "title": "ok", "updated_at": "2026-01-01T00:00:00Z"}\nnot json\n')
-    with pytest.raises(RelayError) as err:
-        TaskSync(store).import_file(project)
-    assert err.value.code is ErrorCode.INVALID_ARGUMENT
-    assert "line 2" in err.value.message
-    assert store.list(project) == []
+    good = '{"id": "gt-000001", "title": "ok", "updated_at": "2026-01-01T00:00:00Z"}\n'
+    for bad in ("not json", '{"id": "gt-000002", "title": "x", "updated_at": "yesterday"}', '{"title": "no id"}'):
+        path.write_text(good + bad + "\n")
+        with pytest.raises(RelayError) as err:
+            TaskSync(store).import_file(project)
+        assert err.value.code is ErrorCode.INVALID_ARGUMENT
+        assert "tasks.jsonl line 2" in err.value.message
+        assert store.list(project) == []
 
 
 def test_an_export_first_imports_a_file_changed_since_the_last_sync(store: TaskStore, project: Project) -> None:

@@ -27,6 +27,8 @@ from relay.errors import RelayError, invalid
 from relay.tracker.graph import find_cycles
 from relay.tracker.model import (
     DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     STATUSES,
     SYNC_DIRECTIONS,
     Task,
@@ -153,9 +155,14 @@ def parse_line(line: str, number: int, default_project_id: str) -> tuple[Task, d
         raise invalid(f"{where} ({task_id}) has no title", f"fix or remove that line of {TASKS_FILE}")
     if status not in STATUSES:
         raise invalid(f"{where} ({task_id}) has status {status!r}", f"use one of {', '.join(STATUSES)}")
-    created = format_ts(parse_ts(str(data.get("created_at") or data.get("updated_at") or "")))
-    updated = format_ts(parse_ts(str(data.get("updated_at") or created)))
+    try:
+        created = format_ts(parse_ts(str(data.get("created_at") or data.get("updated_at") or "")))
+        updated = format_ts(parse_ts(str(data.get("updated_at") or created)))
+    except RelayError as err:
+        raise invalid(f"{where} ({task_id}): {err.message}", f"fix or remove that line of {TASKS_FILE}") from None
     priority = data.get("priority", DEFAULT_PRIORITY)
+    if not isinstance(priority, int) or isinstance(priority, bool) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        priority = DEFAULT_PRIORITY
     labels = _str_list(data.get("labels"), f"{where} labels")
 
     def text(key: str) -> str | None:
@@ -167,7 +174,7 @@ def parse_line(line: str, number: int, default_project_id: str) -> tuple[Task, d
         project_id=text("project_id") or default_project_id,
         title=title,
         status=str(status),
-        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else DEFAULT_PRIORITY,
+        priority=priority,
         task_type=text("type") or text("task_type") or "task",
         created_at=created,
         updated_at=updated,
