@@ -29,7 +29,9 @@ def serve(
 
     server = build_server(settings, port=port if http else None)
     if not http:
-        server.run("stdio")
+        from relay.server.stdio import run_stdio
+
+        run_stdio(server)  # answers malformed JSON-RPC lines too (the SDK's stdio drops them)
         return 0
     token = token or settings.environ.get("RELAY_TOKEN")
     if host not in LOOPBACK and not token:

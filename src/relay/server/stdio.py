@@ -1,0 +1,132 @@
+"""relay's stdio transport: the SDK's, plus a standard JSON-RPC error reply for every line that is not a message.
+
+The SDK's stdio transport drops a malformed line (bad JSON, a wrong "jsonrpc", `"id": null`, a
+batch) without a word, so the client waits forever for its answer. Here every such line gets
+-32700 or -32600 (see stdio_wire). Like the SDK, fd 0 and 1 are claimed while serving: fd 0
+reads the null device and fd 1 goes to stderr, so a stray print or a child cannot corrupt the
+wire.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
+from typing import IO, Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server import MCPServer
+from mcp.shared.message import SessionMessage
+from mcp.types import jsonrpc_message_adapter
+from pydantic import ValidationError
+
+from relay.server.stdio_wire import INVALID_REQUEST, encode, error_reply, parse_line, valid_id
+
+ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
+WriteStream = MemoryObjectSendStream[SessionMessage]
+
+
+class _Wire:
+    """The two ends of the wire; writes are serialized so replies and error lines never interleave."""
+
+    def __init__(self, reader: IO[bytes], writer: IO[bytes]) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._lock = anyio.Lock()
+
+    async def readline(self) -> bytes:
+        # abandon_on_cancel: a blocked read must not keep the server from shutting down.
+        return await anyio.to_thread.run_sync(self.reader.readline, abandon_on_cancel=True)
+
+    async def write(self, data: bytes) -> None:
+        async with self._lock:
+            await anyio.to_thread.run_sync(self._write, data)
+
+    def _write(self, data: bytes) -> None:
+        self.writer.write(data)
+        self.writer.flush()
+
+
+def _claim_std_fds() -> tuple[IO[bytes], IO[bytes], Callable[[], None]]:
+    """Serve the wire from private duplicates of fd 0/1; point fd 0 at /dev/null and fd 1 at stderr meanwhile."""
+    sys.stdout.flush()
+    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+
+    def restore() -> None:
+        sys.stdout.flush()
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
+
+    # closefd=False: a worker thread may still block on the reader after the transport exits.
+    return os.fdopen(wire_in, "rb", closefd=False), os.fdopen(wire_out, "wb", closefd=False), restore
+
+
+def _to_message(obj: dict[str, Any]) -> tuple[SessionMessage | None, dict[str, Any] | None]:
+    try:
+        return SessionMessage(jsonrpc_message_adapter.validate_python(obj, by_name=False)), None
+    except ValidationError as exc:
+        request_id = obj.get("id")
+        reply = error_reply(
+            INVALID_REQUEST, "Invalid Request", request_id if valid_id(request_id) else None, str(exc)[:300]
+        )
+        return None, reply
+
+
+@asynccontextmanager
+async def stdio_transport(
+    reader: IO[bytes] | None = None, writer: IO[bytes] | None = None
+) -> AsyncGenerator[tuple[ReadStream, WriteStream]]:
+    """(read, write) streams for the SDK's server loop over stdin/stdout (or the given binary files)."""
+    restore: Callable[[], None] | None = None
+    if reader is None or writer is None:
+        reader, writer, restore = _claim_std_fds()
+    wire = _Wire(reader, writer)
+    to_server, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read_lines() -> None:
+        async with to_server:
+            while line := await wire.readline():
+                obj, reply = parse_line(line)
+                if obj is not None:
+                    message, reply = _to_message(obj)
+                    if message is not None:
+                        await to_server.send(message)
+                if reply is not None:
+                    await wire.write(encode(reply))
+
+    async def write_messages() -> None:
+        async with from_server:
+            async for session_message in from_server:
+                text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await wire.write(text.encode("utf-8") + b"\n")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_lines)
+            tg.start_soon(write_messages)
+            yield read_stream, write_stream
+            tg.cancel_scope.cancel()
+    finally:
+        if restore is not None:
+            restore()
+
+
+async def serve_stdio(server: MCPServer[Any]) -> None:
+    """Run `server` over stdio until the client closes stdin."""
+    # The SDK's own run_stdio_async is this loop over its transport; it has no public hook for another one.
+    lowlevel: Any = getattr(server, "_lowlevel_server")  # noqa: B009
+    async with stdio_transport() as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+
+def run_stdio(server: MCPServer[Any]) -> None:
+    anyio.run(serve_stdio, server)

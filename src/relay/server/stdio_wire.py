@@ -1,0 +1,97 @@
+"""JSON-RPC lines on stdio: which ones are messages, and the standard error reply for every one that is not.
+
+Standard library only, so the start-up front can use it before the MCP SDK is imported.
+A line that is not a JSON-RPC 2.0 message still gets an answer (-32700 or -32600), because a
+client waiting on a request id that never comes back waits forever.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+def error_reply(code: int, message: str, request_id: Any = None, data: str | None = None) -> dict[str, Any]:
+    """A JSON-RPC error response (id null when the request's id could not be read)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def valid_id(value: Any) -> bool:
+    """JSON-RPC ids MCP accepts: a string or an integer (not a boolean, not null, not a float)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as one line on the wire."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def _invalid(obj: dict[str, Any], why: str) -> dict[str, Any]:
+    request_id = obj.get("id")
+    return error_reply(INVALID_REQUEST, "Invalid Request", request_id if valid_id(request_id) else None, why)
+
+
+def check_message(obj: Any) -> str | None:
+    """Why `obj` (parsed JSON) is not a single JSON-RPC 2.0 message MCP accepts, or None when it is one."""
+    if isinstance(obj, list):
+        return "batches are not supported: send one JSON-RPC message per line"
+    if not isinstance(obj, dict):
+        return "a JSON-RPC message must be a JSON object"
+    msg: dict[str, Any] = obj  # pyright: ignore[reportUnknownVariableType]
+    if msg.get("jsonrpc") != "2.0":
+        return 'the "jsonrpc" member must be exactly "2.0"'
+    if "method" in msg:
+        if not isinstance(msg["method"], str):
+            return 'the "method" member must be a string'
+        if "id" in msg and not valid_id(msg["id"]):
+            return 'a request "id" must be a string or an integer, not null'
+        if msg.get("params") is not None and not isinstance(msg["params"], dict):
+            return 'the "params" member must be an object'
+        if "result" in msg or "error" in msg:
+            return "a message cannot be both a request and a response"
+        return None
+    if "result" in msg or "error" in msg:
+        if not valid_id(msg.get("id")) and not ("error" in msg and msg.get("id") is None):
+            return 'a response "id" must be a string or an integer'
+        if "result" in msg and "error" in msg:
+            return 'a response carries "result" or "error", not both'
+        if "result" in msg and not isinstance(msg["result"], dict):
+            return 'the "result" member must be an object'
+        if "error" in msg and not _error_object(msg["error"]):
+            return 'the "error" member must be an object with an integer "code" and a string "message"'
+        return None
+    return 'a JSON-RPC message needs a "method" (request or notification) or a "result"/"error" (response)'
+
+
+def _error_object(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    err: dict[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
+    code = err.get("code")
+    return isinstance(code, int) and not isinstance(code, bool) and isinstance(err.get("message"), str)
+
+
+def parse_line(line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(message, None) for a JSON-RPC message, (None, error reply) for anything else, (None, None) for a blank line."""
+    if not line.strip():
+        return None, None
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, error_reply(PARSE_ERROR, "Parse error", None, "the line is not valid UTF-8")
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        return None, error_reply(PARSE_ERROR, "Parse error", None, str(exc)[:200])
+    why = check_message(obj)
+    if why is None:
+        return obj, None
+    if isinstance(obj, dict):
+        return None, _invalid(obj, why)  # pyright: ignore[reportUnknownArgumentType]
+    return None, error_reply(INVALID_REQUEST, "Invalid Request", None, why)
