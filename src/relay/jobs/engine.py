@@ -119,7 +119,9 @@ class Engine:
             "timeout_s": prepared.timeout_s,
             "idle_timeout_s": prepared.idle_timeout_s,
         }
-        self.store.insert_job(job_id, req.agent, "cli", self._state.redacted(stored), ar.model, ar.cwd)
+        self.store.insert_job(
+            job_id, req.agent, "cli", self._state.redacted(stored), ar.model, ar.cwd, owner=self._state.owner
+        )
         self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id, req.agent)
@@ -143,7 +145,9 @@ class Engine:
         self._state.task_group()
         check_depth(self.settings)
         job_id = new_job_id()
-        self.store.insert_job(job_id, agent, "task", self._state.redacted(request), model, None)
+        self.store.insert_job(
+            job_id, agent, "task", self._state.redacted(request), model, None, owner=self._state.owner
+        )
         self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
         self._lifecycle.start_task(job_id, task, timeout_s or self.settings.job_timeout_s)
         return job_id

@@ -36,8 +36,10 @@ class Recovery:
         for rec in state.store.list_jobs(statuses=("queued", "running"), limit=100_000):
             if rec.id in state.live or state.owner_alive(rec):
                 continue
+            # Its owner is provably dead; another relay may have seen that too: only one claim wins.
+            if not state.store.claim_job(rec, state.my_pid, state.my_start):
+                continue
             adopted.append(rec.id)
-            state.store.set_owner(rec.id, state.my_pid, state.my_start)
             if rec.kind != "cli":
                 err = RelayError(
                     ErrorCode.INTERRUPTED, "relay stopped while this job ran in its process", "run it again"

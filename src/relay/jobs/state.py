@@ -98,6 +98,11 @@ class JobState:
             raise RelayError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}", "list jobs with job_list (or `relay jobs`)")
         return rec
 
+    @property
+    def owner(self) -> tuple[int, int | None]:
+        """This relay process as a job's owner: its pid and start time (so a reused pid is not it)."""
+        return (self.my_pid, self.my_start)
+
     def owner_alive(self, rec: JobRecord) -> bool:
         """Whether the relay recorded as the job's owner still runs it."""
         if rec.owner_pid is None:

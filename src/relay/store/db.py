@@ -104,12 +104,33 @@ class Store:
     # jobs -------------------------------------------------------------------------------
 
     def insert_job(
-        self, job_id: str, agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None
+        self,
+        job_id: str,
+        agent: str,
+        kind: str,
+        request: dict[str, Any],
+        model: str | None,
+        cwd: str | None,
+        *,
+        owner: tuple[int, int | None] | None = None,
     ) -> None:
+        """Record a queued job, owned from its first instant by `owner` (pid, start ticks) when given."""
+        owner_pid, owner_ticks = owner if owner is not None else (None, None)
         self._exec(
-            "INSERT INTO jobs (id, agent, kind, status, request, model, cwd, session_id, created_at)"
-            " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
-            (job_id, agent, kind, json.dumps(request), model, cwd, request.get("session_id"), time.time()),
+            "INSERT INTO jobs (id, agent, kind, status, request, model, cwd, session_id, created_at,"
+            " owner_pid, owner_start_ticks) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+            (
+                job_id,
+                agent,
+                kind,
+                json.dumps(request),
+                model,
+                cwd,
+                request.get("session_id"),
+                time.time(),
+                owner_pid,
+                owner_ticks,
+            ),
         )
 
     def mark_running(
@@ -145,6 +166,19 @@ class Store:
             "UPDATE jobs SET owner_pid=?, owner_start_ticks=? WHERE id=?",
             (owner_pid, owner_start_ticks, job_id),
         )
+
+    def claim_job(self, rec: JobRecord, owner_pid: int, owner_start_ticks: int | None) -> bool:
+        """Take an unfinished job over from its dead owner, atomically: True for exactly one claimant.
+
+        The row changes only if it still names the owner `rec` was read with, so two relays that
+        both found the owner dead cannot both adopt the job.
+        """
+        cur = self._exec(
+            "UPDATE jobs SET owner_pid=?, owner_start_ticks=? WHERE id=? AND status IN ('queued', 'running')"
+            " AND owner_pid IS ? AND owner_start_ticks IS ?",
+            (owner_pid, owner_start_ticks, rec.id, rec.owner_pid, rec.owner_start_ticks),
+        )
+        return cur.rowcount == 1
 
     def request_cancel(self, job_id: str) -> None:
         self._exec("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
