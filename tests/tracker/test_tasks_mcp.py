@@ -260,3 +260,21 @@ async def test_relay_serve_toolsets_tasks_over_stdio_scopes_by_its_cwd_and_expor
     assert [t["id"] for t in ready["tasks"]] == [made["id"]]
     exported = [json.loads(line) for line in (repo / ".gobby" / "tasks.jsonl").read_text().splitlines()]
     assert [(r["id"], r["title"], r["project_id"]) for r in exported] == [(made["id"], "over stdio", "proj")]
+
+
+async def test_concurrent_calls_from_a_fresh_server_share_one_tracker_and_lose_nothing(
+    make_settings: SettingsFactory, project_dir: Path
+) -> None:
+    made: list[str] = []
+    async with Client(build_server(make_settings(RELAY_TASKS_AUTO_EXPORT="0"))) as c:
+
+        async def create(i: int) -> None:
+            out = await call_tool(c, "tasks", "create_task", {"title": f"parallel {i}", "session_id": "s"})
+            made.append(out["result"]["id"])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(create, i)
+        listed = (await call_tool(c, "tasks", "list_tasks", {"limit": 100}))["result"]
+    assert len(set(made)) == 20
+    assert sorted(t["id"] for t in listed["tasks"]) == sorted(made)

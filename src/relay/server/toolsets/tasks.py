@@ -6,6 +6,7 @@ Names, parameters and return shapes are seed 003's (Gobby's gobby-tasks): list t
 relay runs in). Bad input comes back as an error result with a hint.
 """
 
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -44,6 +45,8 @@ def _listed(tasks: list[Task]) -> dict[str, Any]:
 
 
 def build(reg: ToolRegistry, deps: Deps) -> None:
+    creating = threading.Lock()  # tool bodies run in worker threads: one tracker per server
+
     def tracker() -> Tracker:
         def make() -> Tracker:
             made = Tracker(deps.settings)
@@ -54,7 +57,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             deps.on_close(close)
             return made
 
-        return deps.service("tracker", make)
+        with creating:
+            return deps.service("tracker", make)
 
     def scope(project: str | None) -> tuple[Tracker, Project]:
         t = tracker()
