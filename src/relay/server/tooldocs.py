@@ -101,7 +101,18 @@ def catalog_tools(
         return [wire_tool(t) for t in tools]
 
     toolsets = {name: wire(list(catalog.registry(name).tools.values())) for name in BUILTIN}
-    profiles = {name: wire(catalog.tools_of(name)) for name in PROFILES}
+    # A profile's own (toolset, subset) pairs: a toolset may share its name with a profile that shows more.
+    profiles = {
+        name: wire(
+            [
+                t
+                for ts, subset in PROFILES[name]
+                for n, t in catalog.registry(ts).tools.items()
+                if subset is None or n in subset
+            ]
+        )
+        for name in PROFILES
+    }
     return toolsets, profiles, list(catalog.exposed)
 
 

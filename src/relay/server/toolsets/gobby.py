@@ -88,9 +88,10 @@ def hooks_service(deps: Deps) -> Hooks:
 
 
 def codex_found(deps: Deps) -> bool:
+    """Whether a codex CLI is found (on the PATH relay was started with, or as configured)."""
     settings = deps.settings
     command = settings.agent("codex").command or get_adapter("codex", settings).executable
-    return shutil.which(command) is not None
+    return shutil.which(command, path=settings.environ.get("PATH")) is not None
 
 
 def _iso(ts: float) -> str:
