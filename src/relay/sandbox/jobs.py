@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult, Event
@@ -23,6 +26,14 @@ OUTCOME_FILE = "outcome.json"
 ENGINE_MARGIN_S = 10.0
 # How much of the code the job record keeps (the whole code is in the run's temp dir while it runs).
 RECORDED_CODE_CHARS = 4000
+# Runs of one engine at a time beyond which further runs wait for a slot (the engine's own job limit).
+_slots: weakref.WeakKeyDictionary[Engine, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def _limiter(engine: Engine) -> anyio.CapacityLimiter:
+    if engine not in _slots:
+        _slots[engine] = anyio.CapacityLimiter(max(1, engine.settings.max_concurrent))
+    return _slots[engine]
 
 
 def sandbox_dir(engine: Engine, job_id: str) -> Path:
@@ -81,10 +92,11 @@ def submit_execute(
 
     async def task(emit: Callable[[Event], None]) -> AgentResult:
         out = where["dir"]
-        emit(Event("sandbox.started", {"language": lang, "timeout_s": timeout_s}))
-        outcome = await run_code(
-            code, lang, timeout_s, out, environ=engine.settings.environ, hidden=hidden, inputs=inputs
-        )
+        async with _limiter(engine):
+            emit(Event("sandbox.started", {"language": lang, "timeout_s": timeout_s}))
+            outcome = await run_code(
+                code, lang, timeout_s, out, environ=engine.settings.environ, hidden=hidden, inputs=inputs
+            )
         path = out / OUTCOME_FILE
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(outcome.to_dict()), encoding="utf-8")
