@@ -265,3 +265,25 @@ async def test_closing_the_gateway_stops_every_server_process(
     with anyio.fail_after(30):
         await gw.aclose()
     assert not alive(pid)
+
+
+async def test_a_disabled_server_is_listed_but_neither_started_nor_called(gateway: Gateway, tmp_path: Path) -> None:
+    await gateway.add(toy_config(state=tmp_path, enabled=False))
+    assert await gateway.list_tools() == []
+    [status] = gateway.statuses()
+    assert (status["state"], status["connected"], status["enabled"]) == ("disabled", False, False)
+    with pytest.raises(RelayError) as caught:
+        await gateway.call_tool("toy", "echo", {"text": "x"})
+    assert caught.value.message == "Server 'toy' is disabled"
+    assert gateway.connection("toy").starts == 0
+
+
+def test_limits_come_from_the_environment_and_bad_values_are_explained() -> None:
+    from relay.gateway import Limits
+
+    assert Limits.from_environ({"RELAY_GATEWAY_CALL_TIMEOUT_S": "5", "RELAY_GATEWAY_LIST_WAIT_S": "2.5"}) == Limits(
+        call_timeout_s=5.0, list_wait_s=2.5
+    )
+    with pytest.raises(RelayError) as caught:
+        Limits.from_environ({"RELAY_GATEWAY_CONNECT_TIMEOUT_S": "soon"})
+    assert caught.value.code is ErrorCode.CONFIG_INVALID

@@ -8,6 +8,7 @@ the other servers' tools nor holds `list_tools` past its per-server wait.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,28 @@ class Limits:
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     list_wait_s: float = DEFAULT_LIST_WAIT_S
     retry_failed_after_s: float = RETRY_FAILED_AFTER_S
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Limits:
+        """Defaults, overridden by RELAY_GATEWAY_CONNECT_TIMEOUT_S / _CALL_TIMEOUT_S / _LIST_WAIT_S (seconds)."""
+
+        def seconds(key: str, default: float) -> float:
+            raw = environ.get(key, "")
+            try:
+                value = float(raw) if raw else default
+            except ValueError:
+                raise RelayError(
+                    ErrorCode.CONFIG_INVALID, f"{key}={raw!r} is not a number", f"set {key} to seconds"
+                ) from None
+            if value <= 0:
+                raise RelayError(ErrorCode.CONFIG_INVALID, f"{key} must be positive", f"set {key} above 0")
+            return value
+
+        return cls(
+            connect_timeout_s=seconds("RELAY_GATEWAY_CONNECT_TIMEOUT_S", DEFAULT_CONNECT_TIMEOUT_S),
+            call_timeout_s=seconds("RELAY_GATEWAY_CALL_TIMEOUT_S", DEFAULT_CALL_TIMEOUT_S),
+            list_wait_s=seconds("RELAY_GATEWAY_LIST_WAIT_S", DEFAULT_LIST_WAIT_S),
+        )
 
 
 @dataclass(frozen=True)
@@ -208,6 +231,7 @@ class Gateway:
 
     async def tool(self, server: str, name: str) -> Tool:
         """One tool's definition; an unknown name is TOOL_NOT_FOUND listing the server's tools."""
+        self._check_enabled(server)
         conn = self.connection(server)
         await conn.ensure()
         tool = conn.tool(name)
@@ -239,7 +263,12 @@ class Gateway:
         conn = self.connection(server)
         return await conn.call_tool(name, arguments, timeout_s or self.limits.call_timeout_s)
 
+    def _check_enabled(self, server: str) -> None:
+        if not self.config(server).enabled:
+            raise invalid(f"Server '{server}' is disabled", "add it again with add_mcp_server(..., enabled=true)")
+
     async def read_resource(self, server: str, uri: str, timeout_s: float | None = None) -> ReadResourceResult:
+        self._check_enabled(server)
         return await self.connection(server).read_resource(uri, timeout_s or self.limits.call_timeout_s)
 
     # status -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from relay.errors import ErrorCode, RelayError
-from relay.gateway import Gateway, ServerRegistry, make_config, project_of
+from relay.gateway import Gateway, Limits, ServerRegistry, make_config, project_of
 from relay.gateway.discover import DEFAULT_REGISTRY_URL
 from relay.gateway.imports import import_servers
 from relay.gateway.manager import scope_for
@@ -41,7 +41,7 @@ def gateway_service(deps: Deps) -> Gateway:
     def make() -> Gateway:
         settings = deps.settings
         registry = ServerRegistry(settings.db_path, settings.home)
-        gateway = Gateway(registry, settings.home, project_of(Path.cwd()))
+        gateway = Gateway(registry, settings.home, project_of(Path.cwd()), Limits.from_environ(settings.environ))
 
         async def close() -> None:
             try:
