@@ -189,7 +189,7 @@ def _prepare(
             os.chown(path, iso.drop_uid, iso.drop_uid)
     os.chmod(workdir, 0o700)
     env = child_env(workdir)
-    keep = [Path(command[0]).resolve(), Path(sys.executable).resolve()]
+    keep = [Path(command[0]).resolve()]
     inner = bwrap_argv(iso, workdir, env, hidden, keep, [*command, str(script)])
     head = [json.dumps(limits_for(timeout_s))]
     if iso.drop_uid is not None:
