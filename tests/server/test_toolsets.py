@@ -18,6 +18,19 @@ from relay.server.app import build_server
 from relay.server.toolsets import BUILTIN, DEFAULT_EXPOSURE, PROFILES, resolve_exposure
 from tests.conftest import ERROR_RESULTS_VALIDATED, SettingsFactory
 
+# The gateway toolset's tools, in the order it defines them (seed 003's direct tools).
+GATEWAY_TOOLS = (
+    "list_tools",
+    "get_tool_schema",
+    "call_tool",
+    "list_mcp_servers",
+    "read_mcp_resource",
+    "add_mcp_server",
+    "remove_mcp_server",
+    "import_mcp_server",
+    "recommend_tools",
+)
+
 pytestmark = pytest.mark.anyio
 
 
@@ -145,11 +158,7 @@ async def test_call_tool_reaches_a_toolset_and_wraps_the_result_in_the_seed_enve
     assert one == {
         "success": True,
         "server": "gateway",
-        "tools": [
-            {"name": "list_tools", "brief": one["tools"][0]["brief"]},
-            {"name": "get_tool_schema", "brief": one["tools"][1]["brief"]},
-            {"name": "call_tool", "brief": one["tools"][2]["brief"]},
-        ],
+        "tools": [{"name": name, "brief": t["brief"]} for name, t in zip(GATEWAY_TOOLS, one["tools"], strict=True)],
     }
     assert all(0 < len(t["brief"]) <= 100 for t in one["tools"])
 
@@ -245,4 +254,4 @@ def test_relay_serve_with_a_profile_over_stdio_lists_exactly_that_profile(cli_en
             async with Client(params) as c:
                 return [t.name for t in (await c.list_tools()).tools]
 
-    assert anyio.run(listed, ["serve", "--toolsets", "gateway"]) == ["list_tools", "get_tool_schema", "call_tool"]
+    assert anyio.run(listed, ["serve", "--toolsets", "gateway"]) == list(GATEWAY_TOOLS)
