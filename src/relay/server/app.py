@@ -48,6 +48,7 @@ class RelayServer(MCPServer[Any]):
         return [
             MCPTool(
                 name=t.name,
+                title=t.tool.title,
                 description=t.description,
                 input_schema=t.input_schema,
                 output_schema=t.output_schema,

@@ -69,7 +69,8 @@ def render(
 
 def wire_tool(t: RegisteredTool) -> dict[str, Any]:
     """A tool as tools/list sends it."""
-    tool: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+    tool: dict[str, Any] = {"name": t.name, "title": t.tool.title, "description": t.description}
+    tool["inputSchema"] = t.input_schema
     if t.output_schema:
         tool["outputSchema"] = t.output_schema
     if t.tool.annotations is not None:

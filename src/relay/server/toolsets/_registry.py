@@ -15,7 +15,21 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
 
+# What each tool really does, for clients that approve reads without asking (MCP tool annotations).
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+"""Reads relay's own state (jobs, threads, tasks, config) and changes nothing."""
+READS_OUTSIDE = ToolAnnotations(read_only_hint=True, open_world_hint=True)
+"""Changes nothing, but reaches outside relay (a model API, a downstream server, the web)."""
+WRITES_STATE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+"""Adds to relay's own records (a task, a server entry, a hook) without destroying anything."""
+DESTROYS_STATE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+"""Removes or stops something of relay's own (cancel a job, delete a task, remove a server)."""
+RUNS_AGENT = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True)
+"""Runs an agent, code or a downstream tool that may change files or the outside world."""
 
 # The JSON schema of the `error` member every published output schema admits (see `publish_output_schema`).
 ERROR_SCHEMA: dict[str, Any] = {
@@ -125,11 +139,19 @@ class ToolRegistry:
         *,
         description: str,
         annotations: ToolAnnotations | None = None,
+        title: str | None = None,
         publish_output: bool = False,
         unknown_argument: UnknownArgument | None = None,
     ) -> Callable[[_F], _F]:
         def register(fn: _F) -> _F:
-            tool = Tool.from_function(fn, name=name, description=description, annotations=annotations)
+            tool_name = name or fn.__name__
+            tool = Tool.from_function(
+                fn,
+                name=tool_name,
+                title=title or default_title(tool_name),
+                description=description,
+                annotations=annotations,
+            )
             if tool.name in self.tools:
                 raise ValueError(f"toolset {self.toolset} defines {tool.name} twice")
             output = tool.output_schema
@@ -143,6 +165,13 @@ class ToolRegistry:
             return fn
 
         return register
+
+
+def default_title(name: str) -> str:
+    """A tool's human title from its name: `job_status` -> "Job status", `getToolSchema` -> "Get tool schema"."""
+    words = "".join(f" {c.lower()}" if c.isupper() else c for c in name).replace("_", " ").replace("-", " ").split()
+    text = " ".join(words)
+    return text[:1].upper() + text[1:]
 
 
 @dataclass(frozen=True)

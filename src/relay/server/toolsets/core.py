@@ -32,7 +32,15 @@ from relay.server.models import (
     WaitResult,
 )
 from relay.server.results import envelope_result, json_result, model_result, run_guarded, run_job, wait_for_mode
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import (
+    DESTROYS_STATE,
+    READ_ONLY,
+    READS_OUTSIDE,
+    RUNS_AGENT,
+    Deps,
+    ToolRegistry,
+    Toolset,
+)
 
 JOB_STATUSES = Literal["queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted"]
 
@@ -46,6 +54,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             "mode: auto (default) waits up to ~45 s then returns the job_id to job_wait on; sync waits; async returns at once. "
             "Resume a conversation with session_id. Runs read-only unless permission is edit or full."
         ),
+        annotations=RUNS_AGENT,
         publish_output=True,
     )
     async def delegate(
@@ -129,7 +138,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await run_guarded(go)
 
-    @reg.tool(description="Cancel a job: kills its whole process group. Output so far is kept.")
+    @reg.tool(
+        description="Cancel a job: kills its whole process group. Output so far is kept.", annotations=DESTROYS_STATE
+    )
     async def job_cancel(job_id: str) -> Annotated[CallToolResult, Envelope]:
         async def go() -> CallToolResult:
             engine = deps.engine()
@@ -195,12 +206,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description=(
-            "Ask a model API (Anthropic, OpenAI, Gemini, xAI Grok, Mistral, OpenRouter, ollama...) for an answer or a "
-            "second opinion. Text only: it cannot read or edit files itself; pass files to show it code. "
-            "Returns continuation_id: pass it back to continue the conversation, with this or any other model. "
-            "mode: auto (default) waits up to ~45 s then returns a job_id for job_wait; sync waits; async returns at once."
+            "Ask a model API (Anthropic, OpenAI, Gemini, Grok, Mistral, OpenRouter, ollama...) for an answer or a "
+            "second opinion. It cannot read files: pass files to show it code. Pass the returned continuation_id "
+            "back to continue, with any model. mode: as in delegate. Returns delegate's envelope + continuation_id."
         ),
-        publish_output=True,
+        annotations=READS_OUTSIDE,
     )
     async def ask(
         ctx: Context[Any, Any],
