@@ -30,7 +30,11 @@ if MODE == "exit":
 server = MCPServer("toy", version="1.0.0")
 
 
-@server.tool(description="Echo the text back.")
+# A test can change echo's definition for the next start of the server by writing this file.
+ECHO_DESCRIPTION = STATE / "echo-description"
+
+
+@server.tool(description=ECHO_DESCRIPTION.read_text() if ECHO_DESCRIPTION.exists() else "Echo the text back.")
 def echo(text: str) -> str:
     return text
 
