@@ -45,21 +45,36 @@ def ask_command(args: argparse.Namespace) -> int:
     streamed: list[str] = []
 
     async def go() -> dict[str, Any]:
+        from relay.cli._status import for_job
+
         async with Engine(settings).running() as engine:
             job_id = await submit_ask(engine, request)
             events = engine.subscribe(job_id)
+            # On a terminal, a live line on stderr until the answer starts (then it is erased).
+            status = for_job(engine, job_id, sys.stderr)
             try:
-                async with events:
-                    async for _, event in events:
-                        if event.type == "message.delta" and not as_json:
-                            streamed.append(str(event.data.get("text", "")))
-                            sys.stdout.write(streamed[-1])
-                            sys.stdout.flush()
-                await engine.wait_one(job_id, float("inf"))
+                async with anyio.create_task_group() as tg:
+                    if status is not None:
+                        tg.start_soon(status.redraw_forever)
+                    async with events:
+                        async for _, event in events:
+                            if status is not None:
+                                status.line.feed(event)
+                            if event.type == "message.delta" and not as_json:
+                                if status is not None:
+                                    status.clear()
+                                streamed.append(str(event.data.get("text", "")))
+                                sys.stdout.write(streamed[-1])
+                                sys.stdout.flush()
+                    await engine.wait_one(job_id, float("inf"))
+                    tg.cancel_scope.cancel()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     await engine.cancel(job_id)
                 raise
+            finally:
+                if status is not None:
+                    status.clear()
             return ask_envelope(engine, job_id)
 
     try:

@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
 
     add_mcp_parser(sub)
 
+    dashboard = sub.add_parser("dashboard", help="serve the web dashboard (live jobs, costs, threads, tasks)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    dashboard.add_argument("--port", type=int, default=8766, help="port (default 8766)")
+    dashboard.add_argument(
+        "--token", default=None, help="token asked for at login when bound beyond loopback (env RELAY_TOKEN)"
+    )
+    dashboard.add_argument("--open", action="store_true", help="open it in a browser")
+
     doctor = sub.add_parser("doctor", help="check every agent CLI: installed, version, credentials")
     doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
     doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
@@ -141,14 +149,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
 
     async def go() -> dict[str, Any]:
+        from relay.cli._status import for_job
+
         async with Engine(settings).running() as engine:
             job_id = engine.submit(req)
+            status = for_job(engine, job_id, sys.stderr)  # a live line on a terminal, None otherwise
             try:
-                await engine.wait_one(job_id, float("inf"))
+                async with anyio.create_task_group() as tg:
+                    if status is not None:
+                        tg.start_soon(status.follow, engine.subscribe(job_id))
+                    await engine.wait_one(job_id, float("inf"))
+                    tg.cancel_scope.cancel()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     await engine.cancel(job_id)
                 raise
+            finally:
+                if status is not None:
+                    status.clear()
             return engine.envelope(job_id)
 
     try:
@@ -301,6 +319,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return mcp_command(args)
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from relay.web import run_dashboard
+
+    run_dashboard(host=args.host, port=args.port, token=args.token, open_browser=args.open)
+    return 0
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from relay.cli.ask_cmd import ask_command
 
@@ -317,6 +342,7 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "doctor": cmd_doctor,
     "ask": cmd_ask,
+    "dashboard": cmd_dashboard,
     "mcp": cmd_mcp,
 }
 

@@ -7,6 +7,9 @@ from typing import Any
 
 from relay.server.app import RelayServer
 
+# Where the web dashboard is mounted; it asks for the token itself (login form and cookie).
+DASHBOARD_PREFIX = "/ui"
+
 
 class BearerAuth:
     """ASGI middleware: every request must carry `Authorization: Bearer <token>`, else 401."""
@@ -16,7 +19,8 @@ class BearerAuth:
         self.expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
+        path: str = scope.get("path", "")
+        if scope["type"] == "http" and not (path == DASHBOARD_PREFIX or path.startswith(DASHBOARD_PREFIX + "/")):
             headers = dict(scope.get("headers") or [])
             got = headers.get(b"authorization", b"")
             if not hmac.compare_digest(got, self.expected):
@@ -44,6 +48,20 @@ def build_http_app(server: RelayServer, host: str, port: int, token: str | None)
         allowed_origins=[f"http://{h}" for h in hosts],
     )
     app = server.streamable_http_app(transport_security=security, host=host)
+    # The web dashboard under /ui: same Host/Origin rules and token (asked once on a login form, so the
+    # bearer check below lets /ui through to it).
+    from starlette.routing import Mount
+
+    from relay.web import Access, build_app
+
+    deps = server.catalog.deps
+    dashboard = build_app(
+        deps.settings,
+        access=Access(host=host, port=port, token=token),
+        engine_provider=deps.engine,
+        gateway_provider=lambda: deps.existing_service("gateway"),
+    )
+    app.router.routes.insert(0, Mount(DASHBOARD_PREFIX, dashboard))
     return BearerAuth(app, token) if token else app
 
 

@@ -1,0 +1,109 @@
+"""The audit log of every job relay runs (a SHA-256 hash chain in RELAY_HOME/audit.jsonl) and its views.
+
+The store records one entry per job state change (`queued`, `running`, then the final status);
+`verify` names any line edited, removed, reordered or cut; IAC.md and CONTEXT.md are rendered from
+the log. Nothing here imports the rest of relay, so the store (the one place that sees every state
+change) can use it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from relay.audit.log import GENESIS, HEAD_FILE, LOG_FILE, AuditLog, iter_lines, parse_loose, read_head
+from relay.audit.verify import Problem, Report, verify
+from relay.audit.views import CONTEXT_FILE, IAC_FILE, Views, ViewsConfig, render_context, render_iac, views_config
+
+__all__ = [
+    "CONTEXT_FILE",
+    "GENESIS",
+    "HEAD_FILE",
+    "IAC_FILE",
+    "LOG_FILE",
+    "AuditLog",
+    "Problem",
+    "Report",
+    "Views",
+    "ViewsConfig",
+    "bounded",
+    "finished_data",
+    "iter_lines",
+    "open_audit",
+    "parse_loose",
+    "queued_data",
+    "read_head",
+    "render_context",
+    "render_iac",
+    "verify",
+    "views_config",
+]
+
+# Seed 004: an output over 50,000 characters keeps its first and last 25,000.
+MAX_TEXT_CHARS = 50_000
+KEEP_EACH_END = 25_000
+
+
+def open_audit(home: Path, *, views: bool = True) -> AuditLog:
+    """The audit log of this RELAY_HOME, rendering its views after each entry unless config turns them off."""
+    log = AuditLog(home)
+    if views:
+        renderer = Views(home, views_config(home))
+        log.views = renderer
+        log.listeners.append(renderer.schedule)
+    return log
+
+
+def bounded(text: str) -> str:
+    """Text as the audit log keeps it: whole up to 50,000 characters, else its first and last 25,000."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    omitted = len(text) - 2 * KEEP_EACH_END
+    return f"{text[:KEEP_EACH_END]}\n\n[... {omitted} characters omitted ...]\n\n{text[-KEEP_EACH_END:]}"
+
+
+def queued_data(agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None) -> dict[str, Any]:
+    """A new job's entry: who runs it, where, and its input (bounded)."""
+    prompt = str(request.get("prompt") or "")
+    return {
+        "agent": agent,
+        "kind": kind,
+        "model": model,
+        "cwd": cwd,
+        "tool": request.get("tool"),
+        "prompt": bounded(prompt),
+        "prompt_chars": len(prompt),
+    }
+
+
+def finished_data(
+    status: str,
+    *,
+    exit_code: int | None,
+    result: dict[str, Any] | None,
+    error: dict[str, Any] | None,
+    model: str | None,
+    session_id: str | None,
+    output: str | None,
+) -> dict[str, Any]:
+    """A job's final entry: outcome, cost, the tools it used, its error and its output (bounded)."""
+    result = result or {}
+    tools: list[str] = []
+    uses: list[Any] = list(result.get("tool_uses") or [])
+    for use in uses:
+        name: Any = cast(dict[str, Any], use).get("name") if isinstance(use, dict) else use
+        if name and str(name) not in tools:
+            tools.append(str(name))
+    text = output or ""
+    return {
+        "status": status,
+        "exit_code": exit_code,
+        "model": model,
+        "session_id": session_id,
+        "cost_usd": result.get("cost_usd"),
+        "usage": result.get("usage"),
+        "tools": tools,
+        "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
+        "output": bounded(text),
+        "output_chars": len(text),
+    }

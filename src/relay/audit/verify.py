@@ -1,0 +1,118 @@
+"""`relay audit verify`: walk the hash chain and name every line that was edited, removed, reordered or cut."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.audit.log import GENESIS, LOG_FILE, iter_lines, parse_loose, read_head, sha256, unseal
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One break in the chain: the line (1-based) where it shows, and what happened there."""
+
+    line: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "message": self.message}
+
+
+@dataclass
+class Report:
+    """What `verify` found: the number of lines, the breaks (none: the log is intact), and notes."""
+
+    path: str
+    lines: int = 0
+    problems: list[Problem] = field(default_factory=lambda: [])
+    notes: list[str] = field(default_factory=lambda: [])
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "lines": self.lines,
+            "problems": [p.to_dict() for p in self.problems],
+            "notes": self.notes,
+        }
+
+
+def verify(home: Path) -> Report:
+    """Check every line's own hash, its seq and its link to the line before, then the end against audit.head."""
+    path = home / LOG_FILE
+    report = Report(str(path))
+    flagged: set[int] = set()
+
+    def problem(line: int, message: str) -> None:
+        flagged.add(line)
+        report.problems.append(Problem(line, message))
+
+    prev_hash = GENESIS
+    expected = 1
+    last_seq = 0  # the highest seq so far: a line moved back does not rewind the count
+    number = 0
+    for number, line in enumerate(iter_lines(path), start=1):
+        entry = unseal(line)
+        if entry is None:
+            loose = parse_loose(line)
+            if loose is None:
+                problem(number, f"line {number} is not a whole audit entry (edited or cut short)")
+            else:
+                problem(number, f"line {number} was edited: its content does not match its own hash")
+            seq = loose.get("seq") if loose else None
+            last_seq = max(last_seq, seq if isinstance(seq, int) else expected)
+        else:
+            seq = entry.get("seq")
+            if not isinstance(seq, int):
+                problem(number, f"line {number} has no sequence number")
+                seq = expected
+            elif seq > expected:
+                missing = seq - expected
+                what = f"seq {expected}" if missing == 1 else f"seq {expected} to {seq - 1}"
+                problem(number, f"line {number} has seq {seq} where {expected} was expected: {what} removed or moved")
+            elif seq < expected:
+                problem(number, f"line {number} has seq {seq} after seq {expected - 1}: lines reordered or repeated")
+            elif entry.get("prev") != prev_hash and (number - 1) not in flagged:
+                before = f"line {number - 1}" if number > 1 else "the start of the log"
+                problem(
+                    number,
+                    f"line {number} does not follow {before} (its prev hash differs): "
+                    f"{before} was changed, or lines between them were removed",
+                )
+            last_seq = max(last_seq, seq)
+        expected = last_seq + 1
+        prev_hash = sha256(line)
+    report.lines = number
+    _check_head(home, report, number, last_seq, prev_hash, problem)
+    return report
+
+
+def _check_head(home: Path, report: Report, lines: int, last_seq: int, last_hash: str, problem: Any) -> None:
+    head = read_head(home)
+    if head is None:
+        if lines:
+            report.notes.append("audit.head is missing: lines removed from the end cannot be detected")
+        return
+    seq, line_hash = head
+    if lines == 0 and seq > 0:
+        problem(1, f"the log is empty or missing but audit.head records {seq} lines: the log was removed")
+    elif seq > last_seq:
+        gone = seq - last_seq
+        problem(
+            lines + 1,
+            f"the log ends at seq {last_seq} but audit.head records seq {seq}: "
+            f"the last {gone} line{'s' if gone > 1 else ''} (from line {lines + 1}) were removed",
+        )
+    elif seq == last_seq and line_hash != last_hash and lines not in {p.line for p in report.problems}:
+        problem(lines, f"line {lines} (the last) does not match audit.head: it was changed or replaced")
+    elif seq < last_seq:
+        report.notes.append(
+            f"audit.head records seq {seq}, the log goes on to {last_seq} (a writer stopped between its append "
+            "and the head update)"
+        )

@@ -1,0 +1,331 @@
+"""IAC.md and CONTEXT.md: human views of the audit log (seed 004's format), rendered from it, never edited back.
+
+IAC.md lists the newest jobs first (15 by default, as the seed), each with a status line, its input and
+its output in collapsible blocks; CONTEXT.md is the table of jobs still queued or running. Both are
+written to a temporary file and renamed over the old one, so a crash mid-render leaves the previous
+view whole. Rendering runs in a worker thread, never in a job's way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import tomllib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from relay.audit.log import LOG_FILE, parse_loose
+
+IAC_FILE = "IAC.md"
+CONTEXT_FILE = "CONTEXT.md"
+LOCK_FILE = "audit.views.lock"
+# Seed 004: "Limited to last 15 entries".
+DEFAULT_IAC_ENTRIES = 15
+# Heading: the first 50 characters of the prompt (seed 004).
+SUMMARY_CHARS = 50
+FINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "interrupted")
+
+logger = logging.getLogger("relay.audit")
+
+
+@dataclass(frozen=True)
+class ViewsConfig:
+    """Where the views go (None: not rendered) and how many IAC entries they keep."""
+
+    out_dir: Path | None
+    iac_entries: int = DEFAULT_IAC_ENTRIES
+
+
+def views_config(home: Path, cwd: Path | None = None) -> ViewsConfig:
+    """`[audit]` in RELAY_HOME/config.toml: `views_dir` (a path, "workspace" for relay's working directory,
+    or "" for no views; default RELAY_HOME) and `iac_entries`."""
+    table: dict[str, Any] = {}
+    with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
+        raw = tomllib.loads((home / "config.toml").read_text(encoding="utf-8")).get("audit")
+        table = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+    where = table.get("views_dir", None)
+    entries = table.get("iac_entries", DEFAULT_IAC_ENTRIES)
+    entries = entries if isinstance(entries, int) and entries > 0 else DEFAULT_IAC_ENTRIES
+    if where is None:
+        return ViewsConfig(home, entries)
+    if where in ("", False):
+        return ViewsConfig(None, entries)
+    if where == "workspace":
+        return ViewsConfig(cwd or Path.cwd(), entries)
+    return ViewsConfig(Path(str(where)).expanduser(), entries)
+
+
+@dataclass
+class Entry:
+    """One job as the views show it, folded from its audit entries."""
+
+    job_id: str
+    agent: str = "?"
+    model: str | None = None
+    prompt: str = ""
+    prompt_chars: int = 0
+    started: float | None = None
+    running_at: float | None = None
+    ended: float | None = None
+    status: str = "queued"
+    cost_usd: float | None = None
+    error: str | None = None
+    output: str = ""
+    output_chars: int = 0
+    tools: list[str] = field(default_factory=lambda: [])
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_EVENTS
+
+    def fold(self, event: str, ts: float, data: dict[str, Any]) -> None:
+        if event == "queued":
+            self.agent = str(data.get("agent") or self.agent)
+            self.model = _opt_str(data.get("model")) or self.model
+            self.prompt = str(data.get("prompt") or "")
+            self.prompt_chars = int(data.get("prompt_chars") or len(self.prompt))
+            self.started = ts
+        elif event == "running":
+            self.running_at = ts
+            self.started = self.started or ts
+            self.status = "running"
+        elif event in FINAL_EVENTS:
+            self.status = event
+            self.ended = ts
+            self.model = _opt_str(data.get("model")) or self.model
+            cost = data.get("cost_usd")
+            self.cost_usd = float(cost) if isinstance(cost, int | float) else None
+            err: Any = data.get("error")
+            message: Any = cast(dict[str, Any], err).get("message") if isinstance(err, dict) else None
+            self.error = str(message) if message else None
+            self.output = str(data.get("output") or "")
+            self.output_chars = int(data.get("output_chars") or len(self.output))
+            tools: Any = data.get("tools")
+            self.tools = [str(t) for t in cast(list[Any], tools)] if isinstance(tools, list) else []
+
+
+def _opt_str(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+@dataclass
+class ViewState:
+    """The jobs the views show: every job still active plus the newest finished ones, oldest first."""
+
+    keep: int = DEFAULT_IAC_ENTRIES
+    entries: dict[str, Entry] = field(default_factory=lambda: {})
+    offset: int = 0
+
+    def fold_line(self, line: bytes) -> None:
+        entry = parse_loose(line)
+        if entry is None:
+            return
+        job_id, event, data = entry.get("job_id"), entry.get("event"), entry.get("data")
+        if not isinstance(job_id, str) or not isinstance(event, str):
+            return
+        ts = entry.get("ts")
+        job = self.entries.get(job_id)
+        if job is None:
+            if event not in ("queued", "running", *FINAL_EVENTS):
+                return
+            job = self.entries[job_id] = Entry(job_id)
+        job.fold(event, float(ts) if isinstance(ts, int | float) else 0.0, data if isinstance(data, dict) else {})  # pyright: ignore[reportUnknownArgumentType]
+        self._prune()
+
+    def _prune(self) -> None:
+        while len(self.entries) > self.keep:
+            oldest_final = next((k for k, e in self.entries.items() if e.final), None)
+            if oldest_final is None:
+                return
+            del self.entries[oldest_final]
+
+
+class Views:
+    """Renders IAC.md and CONTEXT.md from one RELAY_HOME's audit log into `config.out_dir`."""
+
+    def __init__(self, home: Path, config: ViewsConfig) -> None:
+        self.home = home
+        self.config = config
+        self.state = ViewState(config.iac_entries)
+        self._mu = threading.Lock()
+        self._dirty = False
+        self._worker: threading.Thread | None = None
+
+    def schedule(self) -> None:
+        """Render soon, in a worker thread (one at a time; changes meanwhile are folded into its next pass)."""
+        if self.config.out_dir is None:
+            return
+        with self._mu:
+            self._dirty = True
+            if self._worker is not None:
+                return
+            self._worker = threading.Thread(target=self._work, name="relay-audit-views", daemon=True)
+            self._worker.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._mu:
+                if not self._dirty:
+                    self._worker = None
+                    return
+                self._dirty = False
+            try:
+                self.render()
+            except Exception as exc:  # a view that cannot be written must not stop the next one
+                logger.warning("rendering IAC.md / CONTEXT.md failed: %s", exc)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait (bounded) until no render is pending; True when idle."""
+        with self._mu:
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+        with self._mu:
+            return self._worker is None and not self._dirty
+
+    def render(self, now: float | None = None) -> None:
+        """Fold the log's new lines and write both views (under a lock shared with other relay processes)."""
+        out = self.config.out_dir
+        if out is None:
+            return
+        self.home.mkdir(parents=True, exist_ok=True)
+        with (self.home / LOCK_FILE).open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._catch_up()
+            stamp = now if now is not None else datetime.now(UTC).timestamp()
+            entries = list(self.state.entries.values())
+            out.mkdir(parents=True, exist_ok=True)
+            _write_atomic(out / IAC_FILE, render_iac(entries, self.config.iac_entries))
+            _write_atomic(out / CONTEXT_FILE, render_context(entries, stamp))
+
+    def _catch_up(self) -> None:
+        path = self.home / LOG_FILE
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size < self.state.offset:  # the log was replaced: start again
+            self.state = ViewState(self.config.iac_entries)
+        if size == self.state.offset:
+            return
+        with path.open("rb") as fh:
+            fh.seek(self.state.offset)
+            data = fh.read(size - self.state.offset)
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next pass
+        for line in data[:end].split(b"\n")[:-1]:
+            self.state.fold_line(line)
+        self.state.offset += end
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+# rendering (pure) ---------------------------------------------------------------------------
+
+
+def _clock(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts or 0, UTC).strftime("%H:%M:%S UTC")
+
+
+def _summary(prompt: str) -> str:
+    flat = " ".join(prompt.split())
+    return flat[:SUMMARY_CHARS] + ("..." if len(flat) > SUMMARY_CHARS else "")
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in the text (4 when it holds ```, as the seed)."""
+    longest, run = 0, 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def _block(title: str, text: str) -> list[str]:
+    fence = _fence(text)
+    return ["<details>", f"<summary>{title}</summary>", "", fence, text, fence, "", "</details>"]
+
+
+def short_id(job_id: str) -> str:
+    """The 8-hex id the views show (a unique prefix of the job id; PowerSpawn's agent id)."""
+    return job_id[:8]
+
+
+def _who(entry: Entry) -> str:
+    return f"{entry.agent} ({entry.model or 'default'})"
+
+
+def status_line(entry: Entry) -> str:
+    tail = f"| `#{short_id(entry.job_id)}` | {_who(entry)} | {_clock(entry.started)} | Tools: "
+    tail += ", ".join(entry.tools) if entry.tools else "None"
+    if not entry.final:
+        label = "Running" if entry.status == "running" else "Queued"
+        return f"- [ ] ⏳ **{label}** {tail}"
+    since = entry.running_at or entry.started
+    secs = max(0.0, (entry.ended or 0) - since) if since is not None else 0.0
+    if entry.status == "completed":
+        return f"- [x] ✅ **Done** ({secs:.1f}s, ${entry.cost_usd or 0:.4f}) {tail}"
+    error = " ".join((entry.error or entry.status).split())
+    return f"- [x] ❌ **Failed**: {error} ({secs:.1f}s) {tail}"
+
+
+def render_iac(entries: list[Entry], limit: int = DEFAULT_IAC_ENTRIES) -> str:
+    """The IAC.md text: newest `limit` jobs first, each as seed 004's entry."""
+    lines = [
+        "# Inter-Agent Communication Log",
+        "",
+        f"> Newest entries first. Limited to last {limit} entries. Rendered by relay from its audit log "
+        "(`relay audit verify` checks it); edits here are overwritten.",
+        "",
+    ]
+    for entry in list(reversed(entries))[:limit]:
+        lines += [f"### 🤖 {_summary(entry.prompt)}", status_line(entry), ""]
+        lines += _block(f"📥 Input ({entry.prompt_chars} chars)", entry.prompt)
+        lines.append("")
+        if entry.final:
+            lines += _block(f"📤 Output ({entry.output_chars} chars)", entry.output)
+        else:
+            lines.append(f"<!-- RESULT_{short_id(entry.job_id)} -->")
+        lines += ["", "---", ""]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_context(entries: list[Entry], now: float) -> str:
+    """The CONTEXT.md text: a table of the jobs still queued or running."""
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    active = [e for e in entries if not e.final]
+    lines = [
+        "# Agent Context",
+        "",
+        f"Last Updated: {stamp}",
+        "",
+        "## Active Agents",
+        "",
+        "| ID | Agent | Task | Started |",
+        "|----|-------|------|---------|",
+    ]
+    if not active:
+        lines.append("| - | - | No active agents | - |")
+    for entry in active:
+        lines.append(
+            f"| `{short_id(entry.job_id)}` | {_cell(_who(entry))} | {_cell(_summary(entry.prompt))} "
+            f"| {_clock(entry.started)} |"
+        )
+    lines += ["", "## Notes", "", "Queued and running jobs only; see IAC.md for history.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""`relay audit verify|show|render`: check the audit log's hash chain, read it, write its views now."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import deque
+from datetime import UTC, datetime
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    audit = sub.add_parser("audit", help="the audit log of every job: verify its hash chain, show it, render views")
+    actions = audit.add_subparsers(dest="audit_command", required=True)
+    verify = actions.add_parser("verify", help="check every line of the log; name any edited, removed or moved line")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    show = actions.add_parser("show", help="the newest entries of the log, oldest first")
+    show.add_argument("--limit", type=int, default=20, help="how many entries (default 20)")
+    show.add_argument("--job", help="only the entries of this job (id or its first characters)")
+    show.add_argument("--json", action="store_true", help="print the entries as JSON lines")
+    actions.add_parser("render", help="write IAC.md and CONTEXT.md from the log now")
+
+
+def audit_command(args: argparse.Namespace) -> int:
+    from relay.config import load_settings
+
+    home = load_settings().home
+    if args.audit_command == "verify":
+        return _verify(home, args.json)
+    if args.audit_command == "show":
+        return _show(home, args.limit, args.job, args.json)
+    from relay.audit import IAC_FILE, Views, views_config
+
+    config = views_config(home)
+    if config.out_dir is None:
+        print('views are off ([audit] views_dir = "" in config.toml)')
+        return 0
+    Views(home, config).render()
+    print(f"wrote {config.out_dir / IAC_FILE} and CONTEXT.md")
+    return 0
+
+
+def _verify(home: Any, as_json: bool) -> int:
+    from relay.audit import verify
+
+    report = verify(home)
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0 if report.ok else 1
+    for note in report.notes:
+        print(f"note: {note}")
+    if report.ok:
+        print(f"audit log intact: {report.lines} lines ({report.path})")
+        return 0
+    print(f"audit log BROKEN: {len(report.problems)} problem(s) in {report.path}")
+    for problem in report.problems:
+        print(f"  line {problem.line}: {problem.message}")
+    return 1
+
+
+def _show(home: Any, limit: int, job: str | None, as_json: bool) -> int:
+    from relay.audit import LOG_FILE, iter_lines, parse_loose
+
+    entries: deque[dict[str, Any]] = deque(maxlen=max(1, limit))
+    for line in iter_lines(home / LOG_FILE):
+        entry = parse_loose(line)
+        if entry is None:
+            continue
+        if job and not str(entry.get("job_id") or "").startswith(job):
+            continue
+        entries.append(entry)
+    for entry in entries:
+        if as_json:
+            print(json.dumps(entry, ensure_ascii=False))
+            continue
+        print(_line(entry))
+    return 0
+
+
+def _line(entry: dict[str, Any]) -> str:
+    data: dict[str, Any] = entry.get("data") if isinstance(entry.get("data"), dict) else {}  # pyright: ignore[reportAssignmentType]
+    ts = entry.get("ts")
+    when = datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M:%S") if isinstance(ts, int | float) else "?"
+    detail = ""
+    if entry.get("event") == "queued":
+        detail = (
+            f"{data.get('agent')} ({data.get('model') or 'default'}): {' '.join(str(data.get('prompt')).split())[:60]}"
+        )
+    elif isinstance(data.get("error"), dict):
+        detail = str(data["error"].get("message") or "")
+    elif data.get("cost_usd") is not None:
+        detail = f"${float(data['cost_usd']):.4f}"
+    job_id = str(entry.get("job_id") or "-")
+    return f"{entry.get('seq', '?'):>6}  {when}  {entry.get('event')!s:<11}  {job_id:<16}  {detail}".rstrip()

@@ -1,0 +1,35 @@
+"""The web dashboard for people: live jobs, transcripts, costs, threads, tasks, servers and the audit log.
+
+A surface like server/ and cli/: it reads the same core functions (jobs, threads, tracker, gateway)
+and knows neither of them. Served by `relay dashboard` on its own port, or under `/ui` of relay's
+Streamable HTTP server.
+"""
+
+from __future__ import annotations
+
+from relay.web.app import build_app
+from relay.web.security import Access
+
+__all__ = ["Access", "build_app", "run_dashboard"]
+
+
+def run_dashboard(*, host: str, port: int, token: str | None, open_browser: bool = False) -> None:
+    """Serve the dashboard until interrupted (`relay dashboard`)."""
+    import sys
+    import threading
+    import webbrowser
+
+    import uvicorn
+
+    from relay.config import load_settings
+
+    settings = load_settings()
+    token = token or settings.environ.get("RELAY_TOKEN")
+    access = Access(host=host, port=port, token=token)
+    app = build_app(settings, access=access)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown}:{port}/jobs"
+    print(f"relay dashboard: {url}", file=sys.stderr)
+    if open_browser:
+        threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+    uvicorn.run(app, host=host, port=port, log_level="warning")

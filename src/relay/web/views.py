@@ -1,0 +1,344 @@
+"""What the pages show, read through the same core functions the MCP tools and the CLI call.
+
+Each function returns plain dicts for a template (or for JSON over SSE); none of them knows HTTP.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.config import Settings
+from relay.errors import RelayError
+from relay.jobs.engine import Engine
+from relay.jobs.envelope import job_title
+from relay.store import JobRecord
+
+STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
+ACTIVE = ("queued", "running")
+# Jobs per page of the jobs table (server-side paging keeps a long history quick).
+PAGE_SIZE = 50
+# The job page first shows this many characters of the end of the transcript; earlier pages load on demand.
+TRANSCRIPT_TAIL_CHARS = 64 * 1024
+
+
+@dataclass
+class Sources:
+    """Where the dashboard reads from: the running server's engine and gateway when it has them."""
+
+    settings: Settings
+    engine_provider: Callable[[], Engine | None] | None = None
+    gateway_provider: Callable[[], Any] | None = None
+    _own_engine: Engine | None = field(default=None, repr=False)
+
+    def engine(self) -> Engine:
+        """The server's running engine when the dashboard shares a process with it, else a reader of the store."""
+        if self.engine_provider is not None:
+            try:
+                live = self.engine_provider()
+            except RelayError:
+                live = None
+            if live is not None:
+                return live
+        if self._own_engine is None:
+            self._own_engine = Engine(self.settings)
+        return self._own_engine
+
+    def close(self) -> None:
+        if self._own_engine is not None:
+            self._own_engine.store.close()
+            self._own_engine = None
+
+
+# jobs -----------------------------------------------------------------------------------------
+
+
+def _cost(rec: JobRecord) -> float | None:
+    value = (rec.result or {}).get("cost_usd")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def job_row(rec: JobRecord, now: float | None = None) -> dict[str, Any]:
+    """One row of the jobs table; `sig` changes whenever something the row shows changes."""
+    now = time.time() if now is None else now
+    end = rec.finished_at if rec.finished_at is not None else (now if rec.started_at is not None else None)
+    duration = (end - rec.started_at) if (rec.started_at is not None and end is not None) else None
+    row: dict[str, Any] = {
+        "id": rec.id,
+        "status": rec.status,
+        "agent": rec.agent,
+        "model": rec.model or "",
+        "cwd": rec.cwd or "",
+        "title": job_title(rec.request, 80),
+        "created_at": rec.created_at,
+        "started_at": rec.started_at,
+        "finished_at": rec.finished_at,
+        "duration_s": round(duration, 1) if duration is not None else None,
+        "cost_usd": _cost(rec),
+        "final": rec.is_final,
+    }
+    row["sig"] = f"{rec.status}|{rec.model}|{rec.finished_at}|{row['cost_usd']}|{rec.started_at}"
+    return row
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    statuses: tuple[str, ...] = ()
+    agent: str | None = None
+    text: str | None = None
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        if self.statuses and row["status"] not in self.statuses:
+            return False
+        if self.agent and row["agent"] != self.agent:
+            return False
+        needle = (self.text or "").lower()
+        return not needle or any(needle in str(row[k]).lower() for k in ("id", "title", "cwd", "model"))
+
+
+def jobs_page(engine: Engine, flt: JobFilter, page: int) -> dict[str, Any]:
+    """A page of the jobs table, newest first; text filtering reads a bounded window of recent jobs."""
+    page = max(1, page)
+    want = page * PAGE_SIZE + 1
+    limit = want if not flt.text else max(want, 5000)
+    recs = engine.list(statuses=flt.statuses, agent=flt.agent, limit=limit)
+    now = time.time()
+    rows = [r for r in (job_row(rec, now) for rec in recs) if flt.matches(r)]
+    start = (page - 1) * PAGE_SIZE
+    shown = rows[start : start + PAGE_SIZE]
+    return {"rows": shown, "page": page, "has_next": len(rows) > start + PAGE_SIZE, "now": now}
+
+
+def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
+    """The job page: its envelope, the tail of its transcript, its stderr and the files it changed."""
+    rec = engine.get(job_id)
+    env = engine.envelope(rec.id)
+    first = engine.read_output(rec.id, "transcript", 0, 1)
+    total = int(first["total_chars"])
+    start = max(0, total - TRANSCRIPT_TAIL_CHARS)
+    tail = engine.read_output(rec.id, "transcript", start, TRANSCRIPT_TAIL_CHARS) if total else first
+    stderr = engine.read_output(rec.id, "stderr", 0, TRANSCRIPT_TAIL_CHARS)
+    return {
+        "row": job_row(rec),
+        "envelope": env,
+        "envelope_json": json.dumps(env, indent=2, default=str),
+        "request": rec.request,
+        "transcript": tail["text"],
+        "transcript_start": start,
+        "transcript_end": start + len(tail["text"]),
+        "stderr": stderr["text"],
+        "files_changed": env["files_changed"],
+    }
+
+
+def transcript_page(engine: Engine, job_id: str, offset: int, limit: int) -> dict[str, Any]:
+    return engine.read_output(job_id, "transcript", max(0, offset), max(1, min(limit, TRANSCRIPT_TAIL_CHARS)))
+
+
+# costs ----------------------------------------------------------------------------------------
+
+
+def _day(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(ts))
+
+
+def costs(engine: Engine, settings: Settings, days: int = 14, now: float | None = None) -> dict[str, Any]:
+    """Spend per day and per agent/model from finished jobs' results, and how close the caps are."""
+    now = time.time() if now is None else now
+    since = now - days * 86400
+    recs = engine.list(since=since, limit=1_000_000)
+    day_list = [_day(now - (days - 1 - i) * 86400) for i in range(days)]
+    by_day: dict[str, dict[str, float]] = {d: {} for d in day_list}
+    totals: dict[str, dict[str, Any]] = {}
+    for rec in recs:
+        result = rec.result or {}
+        cost = _cost(rec) or 0.0
+        key = f"{rec.agent} · {rec.model or '-'}"
+        usage: dict[str, Any] = result.get("usage") or {}
+        t = totals.setdefault(key, {"key": key, "jobs": 0, "cost_usd": 0.0, "input": 0, "output": 0, "cached": 0})
+        t["jobs"] += 1
+        t["cost_usd"] += cost
+        for k in ("input", "output", "cached"):
+            value = usage.get(k)
+            t[k] += int(value) if isinstance(value, int) else 0
+        day = _day(rec.created_at)
+        if day in by_day and cost:
+            by_day[day][key] = by_day[day].get(key, 0.0) + cost
+    keys = sorted(totals, key=lambda k: -totals[k]["cost_usd"])
+    return {
+        "days": day_list,
+        "by_day": by_day,
+        "series": keys,
+        "totals": [totals[k] for k in keys],
+        "total_usd": sum(t["cost_usd"] for t in totals.values()),
+        "caps": caps(engine, settings, recs),
+    }
+
+
+def caps(engine: Engine, settings: Settings, recs: Iterable[JobRecord]) -> dict[str, Any]:
+    """The per-job and per-session spend caps, with the jobs and sessions nearest to them."""
+    job_cap = settings.max_cost_usd
+    session_cap = settings.max_session_cost_usd
+    jobs = sorted(((r, _cost(r) or 0.0) for r in recs), key=lambda x: -x[1])[:5]
+    sessions = sorted(engine.store.list_sessions(limit=200), key=lambda s: -s.total_cost_usd)[:5]
+    return {
+        "job_cap": job_cap,
+        "session_cap": session_cap,
+        "jobs": [{"id": r.id, "agent": r.agent, "cost_usd": c, "pct": _pct(c, job_cap)} for r, c in jobs if c > 0],
+        "sessions": [
+            {
+                "agent": s.agent,
+                "session_id": s.session_id,
+                "cost_usd": s.total_cost_usd,
+                "pct": _pct(s.total_cost_usd, session_cap),
+            }
+            for s in sessions
+            if s.total_cost_usd > 0
+        ],
+    }
+
+
+def _pct(value: float, cap: float | None) -> float | None:
+    return round(100.0 * value / cap, 1) if cap else None
+
+
+# sessions and threads -------------------------------------------------------------------------
+
+
+def threads_view(settings: Settings, engine: Engine) -> dict[str, Any]:
+    from relay.threads import Threads, thread_settings
+
+    threads = Threads.open(settings)
+    try:
+        max_turns = thread_settings(settings).max_turns
+        listed = [t.to_dict(max_turns, with_turns=False) for t in threads.list(limit=100, include_expired=True)]
+    finally:
+        threads.close()
+    sessions = [
+        {
+            "agent": s.agent,
+            "session_id": s.session_id,
+            "cwd": s.cwd,
+            "model": s.model,
+            "title": s.title,
+            "turns": s.turns,
+            "cost_usd": s.total_cost_usd,
+            "last_used_at": s.last_used_at,
+        }
+        for s in engine.store.list_sessions(limit=100)
+    ]
+    return {"threads": listed, "sessions": sessions}
+
+
+def thread_view(settings: Settings, thread_id: str) -> dict[str, Any]:
+    from relay.threads import Threads, thread_settings
+
+    threads = Threads.open(settings)
+    try:
+        return threads.get(thread_id).to_dict(thread_settings(settings).max_turns)
+    finally:
+        threads.close()
+
+
+# tasks ----------------------------------------------------------------------------------------
+
+TASK_STATUSES = ("open", "in_progress", "closed")
+
+
+def tasks_view(tracker: Any, project_path: str | None) -> dict[str, Any]:
+    """Ready, blocked and closed tasks of one project, with their dependency links."""
+    project = tracker.project(project_path, Path(project_path) if project_path else None)
+    store = tracker.store
+    tasks = store.all_tasks(project)
+    blocked = {t.id: [b.id for b in blockers] for t, blockers in store.blocked(project, limit=1000)}
+    ready = {t.id for t in store.ready(project, limit=1000)}
+    deps = store.all_dependencies(project)
+    links: dict[str, list[dict[str, str]]] = {}
+    for d in deps:
+        links.setdefault(d.task_id, []).append({"depends_on": d.depends_on, "type": d.dep_type})
+    groups: dict[str, list[dict[str, Any]]] = {"ready": [], "blocked": [], "in_progress": [], "closed": []}
+    for t in sorted(tasks, key=lambda t: (t.priority, t.created_at)):
+        item = t.to_dict() | {"links": links.get(t.id, []), "blockers": blocked.get(t.id, [])}
+        if t.status == "closed":
+            groups["closed"].append(item)
+        elif t.id in blocked:
+            groups["blocked"].append(item)
+        elif t.id in ready:
+            groups["ready"].append(item)
+        else:
+            groups["in_progress"].append(item)
+    return {"project": project.key, "groups": groups, "count": len(tasks), "statuses": TASK_STATUSES}
+
+
+def set_task_status(tracker: Any, project_path: str | None, task_id: str, status: str) -> None:
+    from relay.tracker import TaskChanges
+
+    project = tracker.project(project_path, Path(project_path) if project_path else None)
+    if status == "closed":
+        tracker.store.close_task(project, task_id)
+    else:
+        tracker.store.update(project, task_id, TaskChanges(status=status))
+
+
+# gateway servers ------------------------------------------------------------------------------
+
+
+def servers_view(settings: Settings, live_gateway: Any | None) -> list[dict[str, Any]]:
+    """Each downstream server: state, last error (from the running gateway when there is one), its tools."""
+    from relay.gateway import Gateway, ServerRegistry, project_of
+
+    registry = ServerRegistry(settings.db_path, settings.home)
+    try:
+        gateway = live_gateway or Gateway(registry, settings.home, project_of(Path.cwd()))
+        out: list[dict[str, Any]] = []
+        for status in gateway.statuses():
+            scope = status["project_id"] or ""
+            status["tools"] = sorted(registry.pins(scope, status["name"]))
+            out.append(status)
+        return out
+    finally:
+        registry.close()
+
+
+# audit ----------------------------------------------------------------------------------------
+
+AUDIT_LIMIT = 200
+
+
+def audit_view(settings: Settings) -> dict[str, Any]:
+    """The audit log's newest entries (the IAC view) when relay has an audit log, else why not."""
+    try:
+        module = importlib.import_module("relay.audit")
+    except ImportError:
+        return {"available": False, "entries": [], "path": None}
+    path = _audit_path(module, settings)
+    entries: list[dict[str, Any]] = []
+    if path is not None and path.exists():
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            lines = fh.readlines()[-AUDIT_LIMIT:]
+        for line in reversed(lines):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                entries.append(value)  # pyright: ignore[reportUnknownArgumentType]
+    return {"available": True, "entries": entries, "path": str(path) if path else None}
+
+
+def _audit_path(module: Any, settings: Settings) -> Path | None:
+    for name in ("audit_path", "log_path", "default_path"):
+        fn = getattr(module, name, None)
+        if callable(fn):
+            try:
+                found = fn(settings)
+            except TypeError:
+                found = fn(settings.home)
+            return Path(str(found))
+    candidates = sorted(settings.home.glob("audit*.jsonl"))
+    return candidates[0] if candidates else None
