@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import anyio
@@ -183,3 +184,32 @@ async def test_a_run_is_a_job_that_job_cancel_stops_with_nothing_left(
             assert rec.status == "cancelled"
             assert processes_with(marker) == []
             assert read_outcome(engine, job_id) is None
+
+
+# Starts a 2 s run that sleeps in a grandchild; the marker is split so the driver's own argv does not hold it.
+DRIVER = """
+import anyio, os, sys
+from pathlib import Path
+from relay.sandbox import run_code
+marker = sys.argv[2] + "." + sys.argv[3]
+code = f"import subprocess, time\\nsubprocess.Popen(['sleep', '{marker}'])\\ntime.sleep(600)\\n"
+anyio.run(lambda: run_code(code, "python", 2, Path(sys.argv[1]), environ=dict(os.environ)))
+"""
+
+
+async def test_a_run_whose_relay_died_is_still_killed_after_its_timeout(tmp_path: Path) -> None:
+    marker = "5252.525252"
+    driver = await anyio.open_process(
+        [sys.executable, "-c", DRIVER, str(tmp_path / "out"), *marker.split(".")], start_new_session=True
+    )
+    try:
+        with anyio.fail_after(WAIT_S):
+            while not processes_with(marker):
+                await anyio.sleep(0.05)
+    finally:
+        driver.kill()  # relay dies: nobody is left to enforce the 2 s timeout
+        await driver.wait()
+    assert processes_with(marker)
+    with anyio.fail_after(WAIT_S):  # the run's own backstop (timeout + 5 s) ends it
+        while processes_with(marker):
+            await anyio.sleep(0.1)

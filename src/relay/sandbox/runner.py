@@ -55,6 +55,9 @@ CPU_MARGIN_S = 2
 KILL_GRACE_S = 0.5
 # How often the wait wakes to check the deadline (exit itself is seen at once).
 POLL_S = 0.1
+# The run's own wall-clock kill (coreutils `timeout`), this long after its timeout: it ends the run even
+# when relay itself died meanwhile and nobody is left to enforce the timeout.
+BACKSTOP_S = 5.0
 LIMITS_SCRIPT = Path(__file__).with_name("_limits.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -191,6 +194,9 @@ def _prepare(
     env = child_env(workdir)
     keep = [Path(command[0]).resolve()]
     inner = bwrap_argv(iso, workdir, env, hidden, keep, [*command, str(script)])
+    backstop = shutil.which("timeout", path=SAFE_PATH)
+    if backstop is not None:
+        inner = [backstop, "-s", "KILL", f"{timeout_s + BACKSTOP_S:g}", *inner]
     head = [json.dumps(limits_for(timeout_s))]
     if iso.drop_uid is not None:
         head += ["--uid", str(iso.drop_uid)]
