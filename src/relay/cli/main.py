@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_mcp_parser(sub)
 
+    from relay.cli.audit_cmd import add_parser as add_audit_parser
+
+    add_audit_parser(sub)
+
     dashboard = sub.add_parser("dashboard", help="serve the web dashboard (live jobs, costs, threads, tasks)")
     dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     dashboard.add_argument("--port", type=int, default=8766, help="port (default 8766)")
@@ -326,6 +330,12 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from relay.cli.audit_cmd import audit_command
+
+    return audit_command(args)
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from relay.cli.ask_cmd import ask_command
 
@@ -344,6 +354,7 @@ COMMANDS = {
     "ask": cmd_ask,
     "dashboard": cmd_dashboard,
     "mcp": cmd_mcp,
+    "audit": cmd_audit,
 }
 
 

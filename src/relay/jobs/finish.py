@@ -81,7 +81,8 @@ class Finisher:
     ) -> None:
         state = self._state
         files = state.files(rec.id)
-        files.result.write_text(redact(result.text, state.secrets), encoding="utf-8")
+        text = redact(result.text, state.secrets)
+        files.result.write_text(text, encoding="utf-8")
         payload = state.redacted(
             {
                 "usage": result.usage.to_dict(),
@@ -102,6 +103,7 @@ class Finisher:
             error=error.to_dict() if error else None,
             session_id=result.session_id,
             model=result.model if result.model else None,
+            output=text,
         ):
             return
         if result.session_id:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.audit import AuditLog, finished_data, open_audit, queued_data
 from relay.events import Event
 from relay.store.migrations import migrate
 
@@ -77,9 +78,11 @@ def _job(row: sqlite3.Row) -> JobRecord:
 class Store:
     """Typed access to relay.db. Safe to share between the event loop and worker threads."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, audit: AuditLog | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # Every job state change written here is also an entry in the audit log next to the database.
+        self.audit = audit if audit is not None else open_audit(path.parent)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
@@ -132,6 +135,7 @@ class Store:
                 owner_ticks,
             ),
         )
+        self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd))
 
     def mark_running(
         self,
@@ -160,6 +164,7 @@ class Store:
                 job_id,
             ),
         )
+        self.audit.record("running", job_id, {"pid": pid})
 
     def set_owner(self, job_id: str, owner_pid: int, owner_start_ticks: int | None) -> None:
         self._exec(
@@ -200,8 +205,9 @@ class Store:
         error: dict[str, Any] | None,
         session_id: str | None,
         model: str | None,
+        output: str | None = None,
     ) -> bool:
-        """Write the final state once; returns False if another process finished it first."""
+        """Write the final state once (and its audit entry, with `output`); False if another process finished it first."""
         cur = self._exec(
             "UPDATE jobs SET status=?, finished_at=?, exit_code=?, result=?, error=?,"
             " session_id=COALESCE(?, session_id), model=COALESCE(?, model)"
@@ -217,7 +223,13 @@ class Store:
                 job_id,
             ),
         )
-        return cur.rowcount == 1
+        if cur.rowcount != 1:
+            return False
+        done = finished_data(
+            status, exit_code=exit_code, result=result, error=error, model=model, session_id=session_id, output=output
+        )
+        self.audit.record(status, job_id, done)
+        return True
 
     def get_job(self, job_id: str) -> JobRecord | None:
         row = self._exec("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
