@@ -74,6 +74,9 @@ async def test_threads_are_listed_paged_and_archived(codex_settings: Settings, p
             c, "call_hook", hook_type="PromptSubmit", params={"session_id": "thr-hooked", "prompt": "Explain the lexer"}
         )
         both = await tool(c, "codex_list_threads")
+        sessions = await tool(
+            c, "call_tool", server_name="core", tool_name="session_list", arguments={"agent": "codex"}
+        )
         page1 = await tool(c, "codex_list_threads", limit=1)
         page2 = await tool(c, "codex_list_threads", limit=1, cursor=page1["next_cursor"])
         archived = await tool(c, "codex_archive_thread", thread_id=THREAD)
@@ -88,6 +91,9 @@ async def test_threads_are_listed_paged_and_archived(codex_settings: Settings, p
     }
     assert all(t["model_provider"] == "openai" and t["created_at"].endswith("Z") for t in threads)
     assert both["next_cursor"] is None
+    # One list: the thread relay ran (resumable, tracked by the hooks too) once, and the hooked one.
+    listed = [(s["session_id"], s["origin"], s["status"]) for s in sessions["result"]["sessions"]]
+    assert listed == [("thr-hooked", "hook", "active"), (THREAD, "relay", "active")]
     assert [t["id"] for t in page1["threads"] + page2["threads"]] == ["thr-hooked", THREAD]
     assert page1["next_cursor"] and page2["next_cursor"] is None
     assert archived == {"success": True, "thread_id": THREAD, "message": f"Thread {THREAD} archived"}
