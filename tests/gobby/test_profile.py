@@ -152,3 +152,19 @@ async def test_relay_serve_profile_gobby_over_stdio_lists_the_direct_tools_and_r
             ran = await tool(c, "execute_code", code="print(sum(range(10)))")
     assert names == SEED_DIRECT_TOOLS
     assert (ran["success"], ran["result"], ran["language"]) == (True, "45", "python")
+
+
+async def test_status_and_list_mcp_servers_answer_in_seed_003s_shape(gobby_settings: Settings) -> None:
+    async with Client(build_server(gobby_settings)) as c:
+        status = (await c.call_tool("status", {})).structured_content
+        servers = await tool(c, "list_mcp_servers")
+    assert status is not None
+    seed_fields = {"status", "uptime", "uptime_seconds", "pid", "port", "mcp_servers", "mcp_server_count"}
+    assert seed_fields | {"formatted_message"} <= set(status)
+    assert (status["status"], status["pid"], status["mcp_servers"], status["mcp_server_count"]) == (
+        "running",
+        os.getpid(),
+        [],
+        0,
+    )
+    assert servers == {"servers": []}
