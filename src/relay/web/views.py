@@ -5,11 +5,10 @@ Each function returns plain dicts for a template (or for JSON over SSE); none of
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -311,34 +310,19 @@ AUDIT_LIMIT = 200
 
 
 def audit_view(settings: Settings) -> dict[str, Any]:
-    """The audit log's newest entries (the IAC view) when relay has an audit log, else why not."""
-    try:
-        module = importlib.import_module("relay.audit")
-    except ImportError:
-        return {"available": False, "entries": [], "path": None}
-    path = _audit_path(module, settings)
+    """The IAC view: the newest jobs folded from the audit log, newest first, and whether its chain holds."""
+    from relay.audit import LOG_FILE, iter_lines, verify
+    from relay.audit.views import ViewState
+
+    path = settings.home / LOG_FILE
+    if not path.exists():
+        return {"available": False, "entries": [], "path": str(path), "report": None}
+    state = ViewState(keep=AUDIT_LIMIT)
+    for line in iter_lines(path):
+        state.fold_line(line)
     entries: list[dict[str, Any]] = []
-    if path is not None and path.exists():
-        with path.open(encoding="utf-8", errors="replace") as fh:
-            lines = fh.readlines()[-AUDIT_LIMIT:]
-        for line in reversed(lines):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                entries.append(value)  # pyright: ignore[reportUnknownArgumentType]
-    return {"available": True, "entries": entries, "path": str(path) if path else None}
-
-
-def _audit_path(module: Any, settings: Settings) -> Path | None:
-    for name in ("audit_path", "log_path", "default_path"):
-        fn = getattr(module, name, None)
-        if callable(fn):
-            try:
-                found = fn(settings)
-            except TypeError:
-                found = fn(settings.home)
-            return Path(str(found))
-    candidates = sorted(settings.home.glob("audit*.jsonl"))
-    return candidates[0] if candidates else None
+    for e in reversed(list(state.entries.values())):
+        begun = e.running_at or e.started
+        duration = e.ended - begun if (e.ended is not None and begun is not None) else None
+        entries.append(asdict(e) | {"final": e.final, "duration_s": duration})
+    return {"available": True, "entries": entries, "path": str(path), "report": verify(settings.home).to_dict()}
