@@ -84,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     dashboard.add_argument("--open", action="store_true", help="open it in a browser")
 
+    from relay.cli.clients_cmd import add_parsers as add_client_parsers
+
+    add_client_parsers(sub)  # relay install / relay uninstall CLIENT
+
     doctor = sub.add_parser("doctor", help="check every agent CLI: installed, version, credentials")
     doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
     doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
@@ -314,6 +318,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         print(_table(table_rows(reports), TABLE_HEADERS))
     problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
+    if not args.json:
+        from relay.cli.clients_cmd import CLIENT_HEADERS, client_rows
+
+        rows, _, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
+        if rows:
+            print("\n" + _table(rows, CLIENT_HEADERS))
+        return 1 if problems or client_problems else 0
     return 1 if problems else 0
 
 
@@ -336,6 +347,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return audit_command(args)
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    from relay.cli.clients_cmd import install_command
+
+    return install_command(args, remove=False)
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from relay.cli.clients_cmd import install_command
+
+    return install_command(args, remove=True)
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from relay.cli.ask_cmd import ask_command
 
@@ -354,6 +377,8 @@ COMMANDS = {
     "ask": cmd_ask,
     "dashboard": cmd_dashboard,
     "mcp": cmd_mcp,
+    "install": cmd_install,
+    "uninstall": cmd_uninstall,
     "audit": cmd_audit,
 }
 
