@@ -56,6 +56,10 @@ MAX_THREADS = 200
 # How many of a codex turn's items come back in its reply (the job keeps them all: job_result view=events).
 MAX_ITEMS = 50
 ITEM_TYPES = ("message", "reasoning", "tool.started", "tool.completed")
+# How long a session summary may take the model before the hook falls back to prompts and tasks.
+SUMMARY_TIMEOUT_S = 60.0
+# How long the model may take to write a dataset function.
+FUNCTION_TIMEOUT_S = 120.0
 
 
 def failure(err: RelayError, **extra: Any) -> CallToolResult:
@@ -82,7 +86,7 @@ def hooks_service(deps: Deps) -> Hooks:
             tasks.close()
 
         deps.on_close(close)
-        return Hooks(settings, store, tasks, lambda: engine_asker(deps.engine(), "session summary"))
+        return Hooks(settings, store, tasks, lambda: engine_asker(deps.engine(), "session summary", SUMMARY_TIMEOUT_S))
 
     return deps.service("hooks", make)
 
@@ -235,7 +239,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 extra["method"] = f"builtin:{builtin}"
             else:
                 engine = deps.engine()
-                ask = engine_asker(engine, "process_large_dataset")
+                ask = engine_asker(engine, "process_large_dataset", FUNCTION_TIMEOUT_S)
                 try:
                     program = await datasets.write_function(ask, operation, data, params)
                 except RelayError as err:
