@@ -13,7 +13,7 @@ from mcp.client.session import ClientSession
 from mcp.types import CallToolResult
 
 from relay.config import Settings, load_settings
-from relay.runtime import procinfo
+from relay.runtime import choice, procinfo
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 FAKE_CLAUDE = FAKES / "claude"
@@ -24,6 +24,56 @@ RECORDINGS = FAKES / "recordings"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# The tests that exercise the process runtime carry the `runtime` marker; scripts/test runs them a
+# second time with RELAY_RUNTIME=portable (`pytest -m runtime`), as on macOS: os.pidfd_open is then
+# removed, so nothing may reach it, and every engine, spawn and identity check uses the portable path.
+RUNTIME_TESTS = (
+    "tests/jobs/",
+    "tests/runtime/",
+    "tests/reliability/test_adversarial_agents.py",
+    "tests/reliability/test_restarts.py",
+)
+# What only the Linux runtime promises (a subreaper shim adopts what a job orphans): not run again
+# under the portable runtime, and skipped where the Linux runtime cannot run.
+LINUX_ONLY = ("tests/runtime/test_launcher.py", "tests/runtime/test_no_escape.py")
+PORTABLE_PASS = os.environ.get("RELAY_RUNTIME") == "portable"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "runtime: exercises the process runtime (run again with RELAY_RUNTIME=portable)")
+    config.addinivalue_line("markers", "linux_runtime: needs the Linux runtime (pidfd, /proc, a subreaper)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    linux_missing = choice.linux_missing()
+    for item in items:
+        where = Path(str(item.path)).relative_to(REPO).as_posix()
+        if where.startswith(LINUX_ONLY) or item.get_closest_marker("linux_runtime"):
+            item.add_marker(pytest.mark.linux_runtime)
+            if linux_missing:
+                item.add_marker(pytest.mark.skip(reason=f"the Linux runtime cannot run here: {linux_missing}"))
+        elif where.startswith(RUNTIME_TESTS):
+            item.add_marker(pytest.mark.runtime)
+
+
+@pytest.fixture(autouse=True)
+def process_runtime(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test chooses the runtime afresh; in the portable pass, as on a platform without pidfd.
+
+    In that pass a test that ends with the Linux runtime chosen fails: it would have passed
+    without proving anything about the portable path.
+    """
+    choice.reset()
+    portable = PORTABLE_PASS and request.node.get_closest_marker("linux_runtime") is None
+    if portable:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    yield
+    chosen = choice._active  # pyright: ignore[reportPrivateUsage]
+    choice.reset()
+    if portable and chosen is not None:
+        assert chosen.name == "portable", f"the portable pass ran the {chosen.name} runtime: {chosen.reason}"
 
 
 # How many error results were checked against their tool's output schema (the check must be seen to run).
@@ -78,6 +128,8 @@ def make_settings(relay_home: Path, workdir: Path) -> SettingsFactory:
         text = f'[agents.claude]\ncommand = "{FAKE_CLAUDE}"\n' + config
         (relay_home / "config.toml").write_text(text)
         base = {"RELAY_HOME": str(relay_home), "PATH": os.environ.get("PATH", ""), "HOME": str(relay_home)}
+        if PORTABLE_PASS:
+            base["RELAY_RUNTIME"] = "portable"
         base.update(env)
         return load_settings(base, cwd=workdir)
 

@@ -32,6 +32,8 @@ DEFAULT_MAX_DEPTH = 2
 DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5")
 
 PERMISSIONS = ("read-only", "edit", "full")
+# Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
+RUNTIMES = ("auto", "linux", "portable")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class Settings:
     # What the MCP server exposes in tools/list: toolset names (empty: the default), or one profile.
     toolsets: tuple[str, ...] = ()
     profile: str | None = None
+    # Tool-call timeouts of MCP clients by name (`[clients.NAME] tool_timeout_s`), over relay's known defaults.
+    client_timeouts: Mapping[str, float] = field(default_factory=lambda: {})
+    # Which process runtime runs CLI jobs (RUNTIMES); chosen once when the job engine starts.
+    runtime: str = "auto"
 
     @property
     def db_path(self) -> Path:
@@ -160,6 +166,28 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
     )
 
 
+def _client_timeouts(raw: Any) -> dict[str, float]:
+    """`[clients.NAME] tool_timeout_s = S` for each MCP client (NAME: codex, claude-code, ... or a clientInfo name)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RelayError(ErrorCode.CONFIG_INVALID, "[clients] must be a table of tables", "fix config.toml")
+    tables: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]
+    found: dict[str, float] = {}
+    for name, table in tables.items():
+        value = table.get("tool_timeout_s") if isinstance(table, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID,
+                f"clients.{name}.tool_timeout_s must be a positive number of seconds",
+                "fix config.toml",
+            )
+        found[name] = float(value)
+    return found
+
+
 def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
     """Build settings from config.toml in RELAY_HOME and the environment (which wins)."""
     env = dict(os.environ if environ is None else environ)
@@ -203,6 +231,11 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         raise RelayError(
             ErrorCode.CONFIG_INVALID, f"jobs.default_permission={permission!r}", "use read-only, edit or full"
         )
+    runtime = (env.get("RELAY_RUNTIME") or str(jobs.get("runtime") or "")).strip().lower() or "auto"
+    if runtime not in RUNTIMES:
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID, f"RELAY_RUNTIME={runtime!r} is not a runtime", "use auto, linux or portable"
+        )
     return Settings(
         home=home,
         auto_threshold_s=pick("auto_threshold_s", "RELAY_AUTO_THRESHOLD_S", DEFAULT_AUTO_THRESHOLD_S),
@@ -222,6 +255,8 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,
         environ=env,
+        client_timeouts=_client_timeouts(raw.get("clients")),
         toolsets=_str_tuple(env.get("RELAY_TOOLSETS") or server.get("toolsets"), "server.toolsets"),
         profile=(env.get("RELAY_PROFILE") or str(server.get("profile") or "")).strip() or None,
+        runtime=runtime,
     )

@@ -37,7 +37,7 @@ from relay.jobs.recovery import Recovery
 from relay.jobs.request import JobRequest, Prepared, check_depth, prepare
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
-from relay.runtime import procinfo, supervisor
+from relay.runtime import choice, procinfo, supervisor
 from relay.runtime.supervisor import JobFiles
 from relay.store import JobRecord, Store
 
@@ -58,6 +58,7 @@ class Engine:
         which: Callable[[str], str | None] = shutil.which,
     ) -> None:
         self.settings = settings
+        choice.use(settings.runtime)  # the process runtime, chosen once here at start-up (pidfd or portable)
         self.store = store or Store(settings.db_path)
         self._state = JobState(settings, self.store)
         self._admission = Admission(self._state)

@@ -45,15 +45,20 @@ class Launch:
 
 
 # Resolved once here: the forked child of a threaded process must not dlopen or look symbols up.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
+# None where there is no prctl (macOS, the BSDs): the portable runtime never asks for a subreaper.
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
 
 
 def _prctl_subreaper() -> None:
-    _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if _prctl is not None:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def spawn_direct(launch: Launch) -> subprocess.Popen[bytes]:
-    """Spawn from this process (fork + prctl in the child): always works, costs a full fork."""
+def spawn_direct(launch: Launch, *, subreaper: bool = True) -> subprocess.Popen[bytes]:
+    """Spawn from this process (fork + prctl in the child): always works, costs a full fork.
+
+    Without `subreaper` (the portable runtime) no preexec_fn runs, so the spawn stays cheap.
+    """
     with contextlib.ExitStack() as stack:
         stdin: IO[bytes] | int = (
             stack.enter_context(launch.stdin.open("rb")) if launch.stdin is not None else subprocess.DEVNULL
@@ -69,7 +74,7 @@ def spawn_direct(launch: Launch) -> subprocess.Popen[bytes]:
             env=dict(launch.env),
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_prctl_subreaper,
+            preexec_fn=_prctl_subreaper if subreaper else None,
         )
 
 
@@ -183,8 +188,14 @@ class _SpawnFailed(Exception):
 _zygote = _Zygote()
 
 
-def spawn(launch: Launch) -> tuple[int, subprocess.Popen[bytes] | None]:
-    """Start `launch`; returns its pid and, when relay forked it itself, the Popen to reap it with."""
+def spawn(launch: Launch, *, subreaper: bool = True) -> tuple[int, subprocess.Popen[bytes] | None]:
+    """Start `launch`; returns its pid and, when relay forked it itself, the Popen to reap it with.
+
+    Without `subreaper` (the portable runtime) there is nothing for the helper to do: spawn directly.
+    """
+    if not subreaper:
+        popen = spawn_direct(launch, subreaper=False)
+        return popen.pid, popen
     try:
         pid = _zygote.spawn(launch)
     except _SpawnFailed as exc:

@@ -1,110 +1,45 @@
-"""Process identity from /proc: a pid is only "ours" if its start time matches what we recorded."""
+"""Process identity: a pid is only "ours" if its start time (and boot) match what we recorded.
+
+Answered by the runtime chosen at start-up (`choice`): /proc on Linux, psutil elsewhere. The
+identity a runtime records is its own: a boot id written by the other runtime (a relay restarted
+with another RELAY_RUNTIME) is not compared, the start time still is.
+"""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-_PROC = Path("/proc")
+from relay.runtime import choice
 
 
 def boot_id() -> str:
-    try:
-        return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except (OSError, ValueError):
-        return None
-    # The command name (field 2) may contain spaces and parentheses; fields resume after the last ')'.
-    return raw[raw.rfind(")") + 2 :].split()
+    return choice.active().runtime.boot_id()
 
 
 def start_ticks(pid: int) -> int | None:
-    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
+    """The process's start time as an integer that stays the same for its whole life."""
+    return choice.active().runtime.start_ticks(pid)
 
 
 def is_alive(pid: int, expected_start: int | None, expected_boot: str | None = None) -> bool:
     """True if `pid` runs, is not a zombie, and is the same process that started at `expected_start`."""
-    if expected_boot and expected_boot != boot_id():
-        return False
-    fields = _stat_fields(pid)
-    if not fields or fields[0] in ("Z", "X"):
-        return False
-    return expected_start is None or int(fields[19]) == expected_start
+    runtime = choice.active().runtime
+    if expected_boot and not runtime.reads_boot_id(expected_boot):
+        expected_boot = None
+    return runtime.is_alive(pid, expected_start, expected_boot)
 
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is `pgid`."""
-    members: list[int] = []
-    try:
-        entries = os.listdir(_PROC)
-    except OSError:
-        return members
-    for name in entries:
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        if fields and len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            members.append(int(name))
-    return members
+    return choice.active().runtime.group_members(pgid)
 
 
 def job_processes(leader: int, *, descendants: bool = True) -> list[int]:
     """Live processes of a job other than its leader: its group's members and (if asked) the leader's descendants.
 
-    A descendant that called setsid() has left the group but stays under the leader (a child
-    subreaper), so one walk over /proc finds it. Ask for descendants only while the leader is
-    known to be alive: a reused pid's children are not the job's.
+    Ask for descendants only while the leader is known to be alive: a reused pid's children are not the job's.
     """
-    parent: dict[int, int] = {}
-    in_group: list[int] = []
-    try:
-        entries = os.listdir(_PROC)
-    except OSError:
-        return []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        if not fields or len(fields) <= 2 or fields[0] in ("Z", "X"):
-            continue
-        pid = int(name)
-        parent[pid] = int(fields[1])
-        if int(fields[2]) == leader:
-            in_group.append(pid)
-    found = {pid for pid in in_group if pid != leader}
-    if not descendants:
-        return sorted(found)
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parent.items():
-        children.setdefault(ppid, []).append(pid)
-    seen = {leader}
-    stack = list(children.get(leader, ()))
-    while stack:
-        pid = stack.pop()
-        if pid not in seen:
-            seen.add(pid)
-            found.add(pid)
-            stack.extend(children.get(pid, ()))
-    return sorted(found)
+    return choice.active().runtime.job_processes(leader, descendants=descendants)
 
 
 def start_epoch(pid: int) -> float | None:
-    """When `pid` started, in Unix time (boot time + start ticks)."""
-    ticks = start_ticks(pid)
-    if ticks is None:
-        return None
-    try:
-        for line in (_PROC / "stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError):
-        return None
-    return None
+    """When `pid` started, in Unix time."""
+    return choice.active().runtime.start_epoch(pid)

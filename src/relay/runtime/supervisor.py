@@ -2,8 +2,11 @@
 
 A job runs under a one-line `sh` shim that writes the agent's exit status to a file, so the status
 survives relay being killed; relay re-attaches to a still-running job by pid and start time.
-The shim is a child subreaper (see launcher.py): whatever its agent orphans, even a process that
-left the job's group with setsid(), re-parents to the shim, and nothing outlives the job.
+On Linux the shim is a child subreaper (see launcher.py): whatever its agent orphans, even a process
+that left the job's group with setsid(), re-parents to the shim, and nothing outlives the job. The
+portable runtime (macOS, the BSDs; see _portable.py) has no subreaper: its shim kills its whole
+group once the agent has exited, and a stop also signals the shim's descendants found by psutil.
+Which runtime serves is chosen once, at start-up (`choice`).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from typing import Protocol
 
 import anyio
 
-from relay.runtime import launcher, procinfo
+from relay.runtime import choice, launcher, procinfo
 from relay.runtime.invocation import Invocation
+from relay.runtime.seam import ExitWatch
 
 # How often a waiting loop wakes to read new output and check deadlines. Exit itself is seen at
-# once through a pidfd; this only bounds how stale progress and timeout checks can be.
+# once through a pidfd (kqueue, or a short poll, on the portable runtime); this only bounds how stale progress and timeout checks can be.
 POLL_INTERVAL_S = 0.1
 # After SIGKILL, how long to wait for the kernel to remove the group before giving up.
 KILL_CONFIRM_S = 5.0
@@ -48,6 +52,13 @@ SHIM = (
     'echo "$e" > "$d/exit"; '
     "k=; read -r k < /proc/$$/task/$$/children 2>/dev/null || [ -e /proc/$$/task/$$/children ] || k=unknown; "
     '[ -z "$k" ] || exec "$p" -I -S "$r" "$e"; exit "$e"'
+)
+# The portable runtime's shim (no subreaper, no /proc): same arguments, same files. Once the agent's
+# status is written, `kill -s KILL 0` ends the job's whole group, the shim included, so nothing left
+# in the group outlives the job (its own exit status is then the signal's; the exit file holds the
+# agent's). POSIX sh only.
+PORTABLE_SHIM = (
+    'd=$1; shift 3; trap : TERM; echo $$ > "$d/pid"; "$@"; e=$?; echo "$e" > "$d/exit"; kill -s KILL 0; exit "$e"'
 )
 REAPER = Path(__file__).with_name("_reaper.py")
 
@@ -148,35 +159,28 @@ async def _wait_group_gone(pgid: int, timeout: float) -> bool:
     return True
 
 
-class _PidfdProcess:
-    """Shared logic: exit seen through a pidfd, group killed by pgid (= the shim's pid)."""
+class _ShimProcess:
+    """Shared logic: exit seen through the runtime's watch (pidfd, kqueue or poll), group killed by pgid (= the shim's pid)."""
 
     def __init__(self, pid: int, start_ticks: int | None, files: JobFiles) -> None:
         self.pid = pid
         self.start_ticks = start_ticks
         self.files = files
-        try:
-            self._pidfd: int | None = os.pidfd_open(pid)
-        except OSError:
-            self._pidfd = None
-        self._exited = self._pidfd is None
-
-    def _poll_exited(self) -> bool:
-        return not procinfo.is_alive(self.pid, self.start_ticks)
+        self._subreaper = choice.active().runtime.subreaper
+        self._watch: ExitWatch | None = choice.active().runtime.watch_exit(pid, start_ticks)
+        self._exited = self._watch is None
 
     async def wait_exit(self, timeout: float) -> bool:
         if self._exited:
             return True
-        if self._pidfd is not None:
-            with anyio.move_on_after(timeout):
-                await anyio.wait_readable(self._pidfd)
-                self._exited = True
-                self._on_exit()
-                return True
+        if self._watch is None or not await self._watch.wait(timeout):
             return False
-        await anyio.sleep(timeout)
-        self._exited = self._poll_exited()
-        return self._exited
+        self._exited = True
+        self._on_exit()
+        if not self._subreaper:
+            # The portable shim's last act killed its group; let the kernel finish removing it (bounded).
+            await _wait_group_gone(self.pid, SHIM_FINISH_S)
+        return True
 
     def _on_exit(self) -> None:
         pass
@@ -215,12 +219,12 @@ class _PidfdProcess:
         _signal_group(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
 
-class SpawnedProcess(_PidfdProcess):
+class SpawnedProcess(_ShimProcess):
     """A job process this relay started: its child when spawned directly (`popen`), else the helper's."""
 
     def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None, files: JobFiles) -> None:
@@ -253,24 +257,35 @@ class SpawnedProcess(_PidfdProcess):
         super().close()
 
 
-class AttachedProcess(_PidfdProcess):
+class AttachedProcess(_ShimProcess):
     """A job process started by an earlier relay, found alive after a restart."""
 
 
 def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
-    """Start the invocation in a new session (its own process group) under a subreaper shim, output to files."""
+    """Start the invocation in a new session (its own process group) under the runtime's shim, output to files."""
+    subreaper = choice.active().runtime.subreaper
     files.dir.mkdir(parents=True, exist_ok=True)
     if invocation.stdin_text is not None:
         files.stdin.write_text(invocation.stdin_text, encoding="utf-8")
     pid, popen = launcher.spawn(
         launcher.Launch(
-            argv=["/bin/sh", "-c", SHIM, "relay-job", str(files.dir), sys.executable, str(REAPER), *invocation.argv],
+            argv=[
+                "/bin/sh",
+                "-c",
+                SHIM if subreaper else PORTABLE_SHIM,
+                "relay-job",
+                str(files.dir),
+                sys.executable,
+                str(REAPER),
+                *invocation.argv,
+            ],
             env=invocation.env,
             cwd=invocation.cwd,
             stdin=files.stdin if invocation.stdin_text is not None else None,
             stdout=files.stdout,
             stderr=files.stderr,
-        )
+        ),
+        subreaper=subreaper,
     )
     return SpawnedProcess(pid, popen, files)
 

@@ -1,0 +1,56 @@
+"""The runtime seam: what the supervisor and the job engine need from the platform, as two protocols.
+
+Two implementations: `_linux.LinuxRuntime` (pidfd, /proc, a subreaper shim) and
+`_portable.PortableRuntime` (psutil, kqueue or a poll, killpg plus a descendants walk).
+`choice` picks one once, at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class ExitWatch(Protocol):
+    """Sees one process exit."""
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds; True once the process has exited."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Runtime(Protocol):
+    """Process identity, exit waits and the job's process tree on one kind of platform."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def subreaper(self) -> bool:
+        """Whether a job's shim is a child subreaper (Linux): then nothing its agent orphans escapes it."""
+        ...
+
+    def boot_id(self) -> str: ...
+
+    def reads_boot_id(self, boot: str) -> bool:
+        """Whether `boot` was written by this runtime (another runtime's boot id cannot be compared)."""
+        ...
+
+    def start_ticks(self, pid: int) -> int | None:
+        """The process's start time as an integer that stays the same for its whole life."""
+        ...
+
+    def start_epoch(self, pid: int) -> float | None:
+        """When the process started, in Unix time."""
+        ...
+
+    def is_alive(self, pid: int, expected_start: int | None, expected_boot: str | None = None) -> bool: ...
+
+    def group_members(self, pgid: int) -> list[int]: ...
+
+    def job_processes(self, leader: int, *, descendants: bool = True) -> list[int]: ...
+
+    def watch_exit(self, pid: int, start_ticks: int | None) -> ExitWatch | None:
+        """A watch on `pid`'s exit, or None if it is already gone."""
+        ...
