@@ -159,3 +159,20 @@ def table_rows(reports: list[AgentReport]) -> list[list[str]]:
         ]
         for r in reports
     ]
+
+
+def store_report(settings: Settings) -> tuple[str, bool]:
+    """One line about relay.db (SQLite's integrity check, free space beside it) and whether all is well."""
+    from relay.store.health import LOW_SPACE_BYTES, check_store
+
+    check = check_store(settings.db_path)
+    free = f"{check.free_bytes / (1 << 30):.1f} GB free" if check.free_bytes is not None else "free space unknown"
+    if check.integrity == "ok":
+        state = "integrity ok"
+    elif check.integrity == "missing":
+        state = "not created yet"
+    else:
+        state = f"DAMAGED: {check.integrity} (stop relay, then: sqlite3 {check.path} .recover | sqlite3 recovered.db)"
+    if check.free_bytes is not None and check.free_bytes < LOW_SPACE_BYTES:
+        free = f"LOW SPACE: {check.free_bytes} bytes free (free some, or move RELAY_HOME)"
+    return f"store: {check.path}: {state}; {free}", check.ok

@@ -74,7 +74,7 @@ def test_the_table_for_people_lists_every_agent(relay_home: Path) -> None:
     out = run_doctor(relay_home, env={})
     lines = out.stdout.splitlines()
     assert lines[0].split()[:4] == ["AGENT", "FOUND", "VERSION", "STATUS"]
-    assert [line.split()[0] for line in lines[1:]] == ["claude", "codex", "copilot", "gemini"]
+    assert [line.split()[0] for line in lines[1 : lines.index("")]] == ["claude", "codex", "copilot", "gemini"]
 
 
 def test_smoke_runs_a_live_job_per_installed_agent(relay_home: Path, tmp_path: Path) -> None:

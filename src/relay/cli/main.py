@@ -284,7 +284,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import anyio
 
     from relay.config import load_settings
-    from relay.doctor import TABLE_HEADERS, diagnose, table_rows
+    from relay.doctor import TABLE_HEADERS, diagnose, store_report, table_rows
     from relay.jobs.engine import Engine, JobRequest
 
     settings = load_settings()
@@ -318,6 +318,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         print(_table(table_rows(reports), TABLE_HEADERS))
     problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
+    store_line, store_ok = store_report(settings)  # relay.db: SQLite's integrity check and free space
+    if not args.json:
+        print("\n" + store_line)
+    if not store_ok:
+        return 1
     if not args.json:
         from relay.cli.clients_cmd import CLIENT_HEADERS, client_rows
 

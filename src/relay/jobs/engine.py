@@ -40,6 +40,7 @@ from relay.jobs.waiting import Waiting
 from relay.runtime import choice, procinfo, supervisor
 from relay.runtime.supervisor import JobFiles
 from relay.store import JobRecord, Store
+from relay.store.health import os_error
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "new_job_id"]
 
@@ -107,6 +108,13 @@ class Engine:
     def files(self, job_id: str) -> JobFiles:
         return self._state.files(job_id)
 
+    def _make_dir(self, job_id: str) -> None:
+        """The job's folder, made before its row exists (a row without a folder could not run)."""
+        try:
+            self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise os_error(exc, self.settings.jobs_dir) from None
+
     def submit(self, req: JobRequest) -> str:
         """Validate, record and queue a job; returns its id. Raises RelayError on bad input."""
         self._state.task_group()
@@ -120,10 +128,10 @@ class Engine:
             "timeout_s": prepared.timeout_s,
             "idle_timeout_s": prepared.idle_timeout_s,
         }
+        self._make_dir(job_id)
         self.store.insert_job(
             job_id, req.agent, "cli", self._state.redacted(stored), ar.model, ar.cwd, owner=self._state.owner
         )
-        self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id, req.agent)
         self._lifecycle.pump()
@@ -146,10 +154,10 @@ class Engine:
         self._state.task_group()
         check_depth(self.settings)
         job_id = new_job_id()
+        self._make_dir(job_id)
         self.store.insert_job(
             job_id, agent, "task", self._state.redacted(request), model, None, owner=self._state.owner
         )
-        self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
         self._lifecycle.start_task(job_id, task, timeout_s or self.settings.job_timeout_s)
         return job_id
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from relay.agents.base import Parser
 from relay.errors import ErrorCode, RelayError
@@ -12,6 +13,30 @@ from relay.jobs.gitprobe import changed_files
 from relay.jobs.state import JobState
 from relay.secrets import redact
 from relay.store import JobRecord
+from relay.store.health import disk_full, low_space, os_error
+
+# A stop reason for a job whose output the store could not keep: `store:<ErrorCode>`.
+STORE_STOP = "store:"
+_STORAGE_CODES = (ErrorCode.DISK_FULL, ErrorCode.STORE_READONLY, ErrorCode.STORE_BUSY, ErrorCode.STORE_DAMAGED)
+
+
+def storage_failure(exc: BaseException, where: Path) -> RelayError | None:
+    """The RelayError for a failure to keep a job's data (a file or the store), None for any other exception."""
+    if isinstance(exc, RelayError):
+        return exc if exc.code in _STORAGE_CODES else None
+    if isinstance(exc, OSError):
+        return os_error(exc, where)
+    return None
+
+
+def _store_stop_error(code: str, where: Path) -> RelayError:
+    if code == ErrorCode.DISK_FULL.value:
+        return disk_full(where)
+    try:
+        err_code = ErrorCode(code)
+    except ValueError:
+        err_code = ErrorCode.INTERNAL
+    return RelayError(err_code, "the job's output could not be stored, so it was stopped", "run `relay doctor`")
 
 
 class Finisher:
@@ -45,6 +70,9 @@ class Finisher:
                 f"the job's reported cost passed the cap of ${state.settings.max_cost_usd}",
                 "raise jobs.max_cost_usd in config.toml, or give the agent a smaller task",
             )
+        elif stop and stop.startswith(STORE_STOP):
+            status = "failed"
+            error = _store_stop_error(stop.removeprefix(STORE_STOP), state.settings.home)
         elif stop and stop.startswith("timed_out"):
             status = "timed_out"
             what = "printed nothing for its idle timeout" if stop.endswith("idle") else "ran past its timeout"
@@ -62,6 +90,9 @@ class Finisher:
             )
         else:
             status = "failed"
+        if status in ("failed", "interrupted") and low_space(files.dir):
+            # The agent's output stopped because the disk filled (its writes failed): say so.
+            status, error = "failed", disk_full(state.settings.home)
         self.store_result(rec, status, result, error, exit_code)
 
     def fail(self, rec: JobRecord, err: RelayError) -> None:

@@ -5,6 +5,7 @@ In-process jobs (model API calls) live here too: same statuses, same stop and en
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,7 @@ from relay.agents.base import Invocation, Parser
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult, Event
 from relay.jobs.admission import Admission
-from relay.jobs.finish import Finisher
+from relay.jobs.finish import STORE_STOP, Finisher, storage_failure
 from relay.jobs.gitprobe import git_status
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
@@ -24,12 +25,16 @@ from relay.jobs.state import JobState, Live
 from relay.runtime import procinfo, supervisor
 from relay.runtime.supervisor import JobFiles, JobProcess
 from relay.store import JobRecord
+from relay.store.health import release_reserve
 
 # Starts a job's process; called on the event loop or in a worker thread.
 SpawnFn = Callable[[Invocation, JobFiles], JobProcess]
 # An in-process job (a model API call): it reports events through `emit` and returns the result.
 TaskFn = Callable[[Callable[[Event], None]], Awaitable[AgentResult]]
 WhichFn = Callable[[str], str | None]
+
+# How often the end of a job is tried again when the store could not take it (disk full, lock held).
+FINISH_RETRY_S = 1.0
 
 # A file written just before a job's process is spawned (see recovery: a restarted relay must not
 # run a job twice whose spawn it did not see recorded).
@@ -86,15 +91,33 @@ class Lifecycle:
             self.pump()
 
     async def _run_job_guarded(self, job_id: str) -> None:
-        """Run one job; a bug here fails this job with INTERNAL instead of taking the server down."""
+        """Run one job; a bug or a storage failure fails this job instead of taking the server down."""
         try:
             await self._start_and_monitor(job_id)
         except Exception as exc:
-            rec = self._state.store.get_job(job_id)
-            if rec is not None and not rec.is_final:
-                self.finisher.fail(
-                    rec, RelayError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}", "report this as a relay bug")
-                )
+            await self.fail_unexpected(job_id, exc)
+
+    async def fail_unexpected(self, job_id: str, exc: Exception) -> None:
+        """Fail a job whose run raised; if even that cannot be written (disk full), retry until it can."""
+        state = self._state
+        err = storage_failure(exc, state.settings.home)
+        if err is None:
+            err = RelayError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}", "report this as a relay bug")
+        while True:
+            try:
+                rec = state.store.get_job(job_id)
+                if rec is not None and not rec.is_final:
+                    self.finisher.fail(rec, err)
+                return
+            except Exception as again:
+                failure = storage_failure(again, state.settings.home)
+                if failure is None:
+                    raise
+                if failure.code is ErrorCode.DISK_FULL and release_reserve(state.settings.home):
+                    continue  # the space relay set aside for this moment: try again at once
+            # The store cannot take the write now (disk full, lock held): the server keeps answering and
+            # the job's end is written as soon as it can be.
+            await anyio.sleep(FINISH_RETRY_S)
 
     async def _start_and_monitor(self, job_id: str) -> None:
         state = self._state
@@ -174,6 +197,8 @@ class Lifecycle:
                 rec.idle_timeout_s or settings.idle_timeout_s,
                 last_output=last_output,
             )
+        except Exception as exc:
+            await self.fail_unexpected(rec.id, exc)
         finally:
             self.job_ended(rec.id)
 
@@ -201,10 +226,22 @@ class Lifecycle:
         seq = -1
         last_output = last_output or time.time()
         stop_reason: str | None = None
+        store_stop: str | None = None
         try:
             while True:
                 exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
-                seq, active = self.publisher.consume(job_id, live, reader, parser, seq, stored_seq, final=exited)
+                try:
+                    seq, active = self.publisher.consume(job_id, live, reader, parser, seq, stored_seq, final=exited)
+                except (OSError, RelayError) as exc:
+                    # The job's output cannot be kept (disk full, read-only home): stop it, it ends failed.
+                    failure = storage_failure(exc, state.settings.home)
+                    if failure is None:
+                        raise
+                    active = False
+                    store_stop = f"{STORE_STOP}{failure.code.value}"
+                    if stop_reason is None and not live.stop.is_set():
+                        live.stop_reason = store_stop
+                        live.stop.set()
                 now = time.time()
                 if active:
                     last_output = now
@@ -218,11 +255,12 @@ class Lifecycle:
                     elif now - last_output >= idle_timeout_s:
                         stop_reason = "timed_out:idle"
                     if stop_reason is not None:
-                        state.store.set_stop_reason(job_id, stop_reason)
+                        with contextlib.suppress(RelayError):  # the store may be what failed: kill anyway
+                            state.store.set_stop_reason(job_id, stop_reason)
                         with anyio.CancelScope(shield=True):
                             await proc.kill_group(state.settings.kill_grace_s)
             proc.reap_group()
-            self.finisher.finalize(job_id, parser, proc.exit_code(), stop_reason)
+            self.finisher.finalize(job_id, parser, proc.exit_code(), stop_reason or store_stop)
         finally:
             proc.close()
 

@@ -21,6 +21,7 @@ from relay.runtime import procinfo
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, Store
+from relay.store.health import make_reserve
 
 
 @dataclass
@@ -61,6 +62,7 @@ class JobState:
 
     def open(self, tg: TaskGroup) -> None:
         self.tg = tg
+        make_reserve(self.settings.home)
         _ACTIVE.add(self)
 
     def close(self) -> None:

@@ -6,13 +6,15 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from relay.audit import AuditLog, finished_data, open_audit, queued_data
+from relay.errors import ErrorCode
 from relay.events import Event
+from relay.store.health import damage, damaged, move_aside, os_error, sqlite_error
 from relay.store.migrations import migrate
 
 # How long a writer waits for another process's transaction before "database is locked".
@@ -75,31 +77,79 @@ def _job(row: sqlite3.Row) -> JobRecord:
     return JobRecord(**d)
 
 
+class _Rows:
+    """A statement's rows, fetched while the store's lock was held, and how many rows it changed."""
+
+    def __init__(self, rows: list[sqlite3.Row], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> sqlite3.Row | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[sqlite3.Row]:
+        return self.rows
+
+    def __iter__(self) -> Iterator[sqlite3.Row]:
+        return iter(self.rows)
+
+
+def _prepare_home(path: Path) -> None:
+    """Create RELAY_HOME; a database file that cannot be relay's is moved aside (never silently replaced)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_error(exc, path.parent) from None
+    reason = damage(path)
+    if reason is not None:
+        raise damaged(path, reason, move_aside(path))
+
+
+def _open(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """Connect in WAL mode and migrate; failures come back as RelayErrors (a damaged file is moved aside)."""
+    db: sqlite3.Connection | None = None
+    try:
+        db = sqlite3.connect(path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA foreign_keys = ON")
+        migrate(db)
+        return db
+    except sqlite3.Error as exc:
+        if db is not None:
+            db.close()
+        err = sqlite_error(exc, path, busy_timeout_s)
+        if err.code is ErrorCode.STORE_DAMAGED and path.exists():
+            raise damaged(path, str(exc), move_aside(path)) from None
+        raise err from None
+
+
 class Store:
     """Typed access to relay.db. Safe to share between the event loop and worker threads."""
 
     def __init__(self, path: Path, audit: AuditLog | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_home(path)
         self.path = path
         # Every job state change written here is also an entry in the audit log next to the database.
         self.audit = audit if audit is not None else open_audit(path.parent)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._db.execute("PRAGMA foreign_keys = ON")
-        with self._lock:
-            migrate(self._db)
+        self._busy_s = BUSY_TIMEOUT_MS / 1000
+        self._db = _open(path, self._busy_s)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        """Run one statement and fetch its rows under the lock; a SQLite failure becomes a RelayError."""
         with self._lock:
-            return self._db.execute(sql, params)
+            try:
+                cur = self._db.execute(sql, params)
+                return _Rows(cur.fetchall(), cur.rowcount)
+            except sqlite3.Error as exc:
+                raise sqlite_error(exc, self.path, self._busy_s) from None
 
     def applied_migrations(self) -> list[str]:
         return [r[0] for r in self._exec("SELECT name FROM migrations ORDER BY name")]
@@ -275,8 +325,14 @@ class Store:
             return
         now = time.time()
         rows = [(job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str)) for i, e in enumerate(events)]
-        with self._lock, self._db:
-            self._db.executemany("INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)", rows)
+        with self._lock:
+            try:
+                with self._db:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)", rows
+                    )
+            except sqlite3.Error as exc:
+                raise sqlite_error(exc, self.path, self._busy_s) from None
 
     def max_event_seq(self, job_id: str) -> int:
         row = self._exec("SELECT MAX(seq) FROM events WHERE job_id=?", (job_id,)).fetchone()
