@@ -43,6 +43,7 @@ BUILTIN: dict[str, str] = {
     "claude-code-mcp": "relay.server.toolsets.claude_code_mcp",
     "gemini-mcp": "relay.server.toolsets.gemini_mcp",
     "codex-mcp": "relay.server.toolsets.codex_mcp",
+    "powerspawn": "relay.server.toolsets.powerspawn",
     "tasks": "relay.server.toolsets.tasks",
     "zen": "relay.server.toolsets.zen",
     "gobby": "relay.server.toolsets.gobby",
@@ -63,6 +64,7 @@ PROFILES: dict[str, Exposure] = {
     "claude-code-mcp": (("claude-code-mcp", None),),
     "gemini-mcp": (("gemini-mcp", None),),
     "codex-mcp": (("codex-mcp", None),),
+    "powerspawn": (("powerspawn", None),),
     "zen": (("zen", None),),
     "gobby": (
         ("core", frozenset({"status"})),

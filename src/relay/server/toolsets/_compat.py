@@ -59,11 +59,16 @@ class Origin:
 def start(engine: Engine, req: JobRequest, *, profile: str, tool: str, **fields: Any) -> str:
     """Submit the job and record which profile tool started it; returns the job id."""
     job_id = engine.submit(req)
+    remember(engine, job_id, profile=profile, tool=tool, **fields)
+    return job_id
+
+
+def remember(engine: Engine, job_id: str, *, profile: str, tool: str, **fields: Any) -> None:
+    """Record which profile tool started a job submitted some other way (e.g. an ask)."""
     path = engine.files(job_id).dir / ORIGIN_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"profile": profile, "tool": tool, "fields": fields}), encoding="utf-8")
     os.replace(tmp, path)
-    return job_id
 
 
 def origin(engine: Engine, job_id: str) -> Origin | None:

@@ -1,0 +1,277 @@
+"""Profile `powerspawn` (seed 004): CLI spawns on the fakes, API spawns on a mock vendor server, list/result/wait."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from relay.audit import IAC_FILE, Views, verify, views_config
+from tests.api.mock_servers import MockServer, Reply
+from tests.compat.conftest import ProfileClient, call, data, logged, schemas, stdio_tool_names
+from tests.conftest import FAKES
+
+pytestmark = pytest.mark.anyio
+
+SEED_TOOLS = [
+    "list",
+    "result",
+    "spawn_claude",
+    "spawn_codex",
+    "spawn_copilot",
+    "spawn_gemini",
+    "spawn_grok",
+    "spawn_mistral",
+    "wait_for_agents",
+]
+XAI_KEY = "xai-test-0123456789abcdefghijkl"
+GEMINI_KEY = "gemini-test-0123456789abcdefghij"
+MISTRAL_KEY = "mistral-test-0123456789abcdefghi"
+SPAWNED = "Agent spawned. Use 'list' to monitor, 'result' to get output."
+AGENT_ID = re.compile(r"^[0-9a-f]{8}$")
+
+
+@pytest.fixture
+def api_mock() -> Iterator[MockServer]:
+    with MockServer("openai") as server:
+        yield server
+
+
+@pytest.fixture
+def copilot_config(argv_log: Path) -> str:
+    return f'[agents.copilot]\ncommand = "{FAKES / "copilot"}"\n[agents.copilot.env]\nFAKE_ARGV_LOG = "{argv_log}"\n'
+
+
+@pytest.fixture
+def spawner(profile_client: ProfileClient, api_mock: MockServer, copilot_config: str) -> Any:
+    """A client of `relay serve --profile powerspawn`: fake CLIs, and the three APIs on the mock server."""
+
+    def make(**env: str) -> Client:
+        keys = {"XAI_API_KEY": XAI_KEY, "GEMINI_API_KEY": GEMINI_KEY, "MISTRAL_API_KEY": MISTRAL_KEY}
+        urls = {f"RELAY_{p}_BASE_URL": api_mock.base_url for p in ("XAI", "GEMINI_API", "MISTRAL")}
+        return profile_client("powerspawn", copilot_config, **(keys | urls | env))
+
+    return make
+
+
+def spawned(result: Any, agent_type: str, model: str | None) -> str:
+    reply = data(result)
+    assert not result.is_error, reply
+    agent_id = reply["agent_id"]
+    assert AGENT_ID.match(agent_id)
+    expected: dict[str, Any] = {"agent_id": agent_id, "agent_type": agent_type}
+    if model is not None:
+        expected["model"] = model
+    assert reply == expected | {"status": "running", "message": SPAWNED}
+    return str(agent_id)
+
+
+async def test_relay_serve_profile_powerspawn_lists_exactly_the_seeds_tools(relay_home: Path, workdir: Path) -> None:
+    assert await stdio_tool_names("powerspawn", relay_home, workdir) == SEED_TOOLS
+
+
+async def test_the_schemas_carry_the_seeds_parameters_enums_and_defaults(spawner: Any) -> None:
+    async with spawner() as c:
+        found = await schemas(c)
+    assert sorted(found) == SEED_TOOLS
+    props = {name: schema.get("properties", {}) for name, schema in found.items()}
+    required = {name: schema.get("required", []) for name, schema in found.items()}
+    assert required == {
+        "spawn_claude": ["prompt"],
+        "spawn_codex": ["prompt"],
+        "spawn_copilot": ["prompt"],
+        "spawn_grok": ["prompt"],
+        "spawn_gemini": ["prompt"],
+        "spawn_mistral": ["prompt"],
+        "list": [],
+        "result": ["agent_id"],
+        "wait_for_agents": [],
+    }
+    assert {name: sorted(p) for name, p in props.items()} == {
+        "spawn_claude": ["model", "prompt", "timeout"],
+        "spawn_codex": ["prompt"],
+        "spawn_copilot": ["model", "prompt"],
+        "spawn_grok": ["model", "prompt", "system_prompt", "timeout"],
+        "spawn_gemini": ["model", "prompt", "system_prompt"],
+        "spawn_mistral": ["model", "prompt", "system_prompt"],
+        "list": [],
+        "result": ["agent_id"],
+        "wait_for_agents": ["timeout"],
+    }
+    seed_models = {
+        "spawn_claude": (["haiku", "sonnet", "opus"], "sonnet"),
+        "spawn_copilot": (
+            ["gpt-5.1", "gpt-5", "gpt-5-mini", "claude-sonnet", "claude-haiku", "claude-opus", "gemini"],
+            "gpt-5.1",
+        ),
+        "spawn_grok": (["grok-3", "grok-3-fast"], "grok-3"),
+        "spawn_gemini": (["gemini-2.0-flash", "gemini-1.5-pro", "gemini-1.5-flash"], "gemini-2.0-flash"),
+        "spawn_mistral": (
+            ["mistral-large-latest", "mistral-small-latest", "codestral-latest", "open-mistral-nemo"],
+            "mistral-large-latest",
+        ),
+    }
+    for tool, (models, default) in seed_models.items():
+        model = props[tool]["model"]
+        assert model["enum"][: len(models)] == models and model["default"] == default, tool
+    assert props["spawn_claude"]["timeout"]["default"] == 300
+    assert props["spawn_grok"]["timeout"]["default"] == 300
+    assert props["wait_for_agents"]["timeout"]["default"] == 300
+
+
+async def test_cli_spawns_return_at_once_and_run_with_the_seeds_flags(
+    spawner: Any, argv_log: Path, workdir: Path
+) -> None:
+    async with spawner() as c:
+        claude = spawned(await call(c, "spawn_claude", prompt="claude task [[fake:echo]]"), "claude", "sonnet")
+        codex = spawned(await call(c, "spawn_codex", prompt="codex task [[fake:echo]]"), "codex", None)
+        copilot = spawned(
+            await call(c, "spawn_copilot", prompt="copilot task [[fake:echo]]", model="gpt-5"), "copilot", "gpt-5"
+        )
+        done = data(await call(c, "wait_for_agents", timeout=60))
+        records = {a: data(await call(c, "result", agent_id=a)) for a in (claude, codex, copilot)}
+    assert done["status"] == "all_completed" and isinstance(done["elapsed_seconds"], float)
+    assert sorted(done["results"], key=lambda r: r["type"]) == [
+        {
+            "id": claude,
+            "type": "claude",
+            "success": True,
+            "result": records[claude]["result"],
+            "error": None,
+            "cost_usd": records[claude]["cost_usd"],
+        },
+        {
+            "id": codex,
+            "type": "codex",
+            "success": True,
+            "result": "codex task [[fake:echo]]",
+            "error": None,
+            "cost_usd": 0.005,
+        },
+        {
+            "id": copilot,
+            "type": "copilot",
+            "success": True,
+            "result": "copilot task [[fake:echo]]",
+            "error": None,
+            "cost_usd": 0.0,
+        },
+    ]
+    assert "claude task" in records[claude]["result"]
+    for agent_id, record in records.items():
+        assert set(record) == {"agent_id", "agent_type", "success", "result", "cost_usd", "completed_at", "error"} | (
+            set() if agent_id == codex else {"model"}
+        )
+        assert record["agent_id"] == agent_id and record["success"] is True
+    runs = {str(r["prompt"]).split()[0]: r["argv"] for r in logged(argv_log)}
+    assert "--dangerously-skip-permissions" in runs["claude"] or "bypassPermissions" in runs["claude"]
+    assert runs["claude"][runs["claude"].index("--model") + 1] == "sonnet"
+    # relay's full permission for codex: the sandbox off (danger-full-access), as the seed's bypass flag
+    assert runs["codex"][runs["codex"].index("-s") + 1] == "danger-full-access"
+    assert "--allow-all-tools" in runs["copilot"] and runs["copilot"][runs["copilot"].index("--model") + 1] == "gpt-5"
+
+
+async def test_api_spawns_ask_the_vendor_with_the_seeds_model_and_system_prompt(
+    spawner: Any, api_mock: MockServer
+) -> None:
+    api_mock.script(Reply(text="grok says"), Reply(text="gemini says"), Reply(text="mistral says"))
+    async with spawner() as c:
+        grok = spawned(await call(c, "spawn_grok", prompt="q1", system_prompt="You audit code."), "grok", "grok-3")
+        with anyio.fail_after(60):
+            await call(c, "wait_for_agents", timeout=60)
+        gemini = spawned(await call(c, "spawn_gemini", prompt="q2", model="gemini-1.5-pro"), "gemini", "gemini-1.5-pro")
+        await call(c, "wait_for_agents", timeout=60)
+        mistral = spawned(await call(c, "spawn_mistral", prompt="q3"), "mistral", "mistral-large-latest")
+        await call(c, "wait_for_agents", timeout=60)
+        records = [data(await call(c, "result", agent_id=a)) for a in (grok, gemini, mistral)]
+    assert [(r["agent_type"], r["model"], r["success"], r["result"], r["error"]) for r in records] == [
+        ("grok", "grok-3", True, "grok says", None),
+        ("gemini", "gemini-1.5-pro", True, "gemini says", None),
+        ("mistral", "mistral-large-latest", True, "mistral says", None),
+    ]
+    bodies = [r.body for r in api_mock.requests]
+    assert [b["model"] for b in bodies] == ["grok-3", "gemini-1.5-pro", "mistral-large-latest"]
+    assert bodies[0]["messages"][0] == {"role": "system", "content": "You audit code."}
+    assert [r.headers["authorization"] for r in api_mock.requests] == [
+        f"Bearer {XAI_KEY}",
+        f"Bearer {GEMINI_KEY}",
+        f"Bearer {MISTRAL_KEY}",
+    ]
+
+
+async def test_keys_come_from_api_keys_json_first_then_the_seeds_env_aliases(
+    spawner: Any, api_mock: MockServer, relay_home: Path
+) -> None:
+    (relay_home / "api_keys.json").write_text(json.dumps({"XAI_API_KEY": "xai-from-file-0123456789abcdef"}))
+    async with spawner(
+        XAI_API_KEY="xai-from-env-0123456789abcdefg", GEMINI_API_KEY="", GOOGLE_AI_KEY="google-ai-key-0123456789abcd"
+    ) as c:
+        spawned(await call(c, "spawn_grok", prompt="q"), "grok", "grok-3")
+        await call(c, "wait_for_agents", timeout=60)
+        spawned(await call(c, "spawn_gemini", prompt="q"), "gemini", "gemini-2.0-flash")
+        await call(c, "wait_for_agents", timeout=60)
+    assert [r.headers["authorization"] for r in api_mock.requests] == [
+        "Bearer xai-from-file-0123456789abcdef",
+        "Bearer google-ai-key-0123456789abcd",
+    ]
+
+
+async def test_a_missing_key_gives_the_seeds_message(spawner: Any, relay_home: Path) -> None:
+    async with spawner(MISTRAL_API_KEY="") as c:
+        result = await call(c, "spawn_mistral", prompt="q")
+    assert result.is_error
+    reply = data(result)
+    assert (reply["success"], reply["error_type"]) == (False, "ValueError")
+    assert reply["error"] == (
+        f"Mistral API key not found. Set it via: 1. Local file: {relay_home / 'api_keys.json'} (takes priority) "
+        "2. Environment variable: MISTRAL_API_KEY Get your key from: https://console.mistral.ai/api-keys"
+    )
+
+
+async def test_result_list_and_wait_while_an_agent_runs(spawner: Any) -> None:
+    async with spawner() as c:
+        idle = data(await call(c, "wait_for_agents"))
+        assert idle == {"status": "no_agents_running", "recent_results": []}
+        quick = spawned(await call(c, "spawn_codex", prompt="quick [[fake:echo]]"), "codex", None)
+        await call(c, "wait_for_agents", timeout=60)
+        slow = spawned(await call(c, "spawn_claude", prompt="slow [[fake:sleep=4]]"), "claude", "sonnet")
+        running = data(await call(c, "result", agent_id=slow))
+        listed = data(await call(c, "list"))
+        timed_out = data(await call(c, "wait_for_agents", timeout=1))
+        unknown = data(await call(c, "result", agent_id="0badc0de"))
+    assert set(running) == {"agent_id", "status", "elapsed_seconds", "message"}
+    assert (running["agent_id"], running["status"], running["message"]) == (
+        slow,
+        "running",
+        "Agent still running. Check back later.",
+    )
+    assert [r["id"] for r in listed["running"]] == [slow] and isinstance(listed["running"][0]["sec"], int)
+    assert listed["completed_ids"] == [quick] and listed["tip"]
+    assert timed_out["status"] == "timeout" and timed_out["still_running"] == [slow]
+    assert timed_out["completed_results"] == [] and timed_out["elapsed_seconds"] >= 1
+    assert unknown == {"agent_id": "0badc0de", "status": "not_found", "message": "No agent found with this ID."}
+
+
+async def test_a_failed_agent_reports_its_error_and_iac_shows_every_agent(spawner: Any, relay_home: Path) -> None:
+    async with spawner() as c:
+        ok = spawned(await call(c, "spawn_codex", prompt="works [[fake:echo]]"), "codex", None)
+        bad = spawned(
+            await call(c, "spawn_claude", prompt="breaks [[fake:replay=claude_stream_error_500]]"), "claude", "sonnet"
+        )
+        await call(c, "wait_for_agents", timeout=60)
+        failed = data(await call(c, "result", agent_id=bad))
+        recent = data(await call(c, "wait_for_agents"))
+    assert (failed["success"], bool(failed["error"])) == (False, True)
+    assert recent["status"] == "no_agents_running"
+    assert {r["id"]: r["success"] for r in recent["recent_results"]} == {ok: True, bad: False}
+    Views(relay_home, views_config(relay_home)).render()
+    iac = (relay_home / IAC_FILE).read_text()
+    assert re.search(rf"✅ \*\*Done\*\* \([0-9.]+s, \$0\.0000\) \| `#{ok}` \| codex", iac)
+    assert re.search(rf"❌ \*\*Failed\*\*: .+ \| `#{bad}` \| claude \(", iac)
+    assert verify(relay_home).ok
