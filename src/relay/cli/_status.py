@@ -46,6 +46,8 @@ class StatusLine:
                 self.last = "writing"
             case "reasoning":
                 self.last = "thinking"
+            case "turn.completed":
+                self.last = "turn done"
             case "retry":
                 self.last = f"retry {d.get('attempt', '')}".strip()
             case _:
