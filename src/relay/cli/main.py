@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay import __version__
-from relay.cli._errors import error_line, report
+from relay.cli._errors import EXIT_ERROR, error_line, report
 from relay.errors import RelayError
 
 # `relay tail -f` checks for new output this often.
 TAIL_POLL_S = 0.2
+# What `relay` on Windows tells the user to do instead.
+WINDOWS_HINT = "run relay inside WSL2, where it works as on Linux (README: Platforms)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -317,6 +319,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:
         print(_table(table_rows(reports), TABLE_HEADERS))
+        print(_runtime_line(settings.runtime))
     problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
     store_line, store_ok = store_report(settings)  # relay.db: SQLite's integrity check and free space
     if not args.json:
@@ -388,7 +391,23 @@ COMMANDS = {
 }
 
 
+def _runtime_line(requested: str) -> str:
+    """Which process runtime CLI jobs run on, and why (for `relay doctor`)."""
+    from relay.runtime.choice import choose
+
+    try:
+        chosen = choose(requested)
+    except RelayError as err:
+        return f"runtime: none ({err.message}; {err.hint})"
+    return f"runtime: {chosen.name} ({chosen.reason})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.platform == "win32":  # before anything POSIX-only is imported: one line, no traceback
+        from relay.runtime.choice import unsupported_platform
+
+        print(error_line("UNSUPPORTED_PLATFORM", str(unsupported_platform()), WINDOWS_HINT), file=sys.stderr)
+        return EXIT_ERROR
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
