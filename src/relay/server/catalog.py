@@ -84,6 +84,7 @@ class Catalog:
         return list(dict.fromkeys([*BUILTIN, *self.aliases(), *PROFILES]))
 
     def canonical(self, server: str) -> str | None:
+        """The toolset or profile `server` names (an alias resolves to its toolset), or None."""
         if server in BUILTIN or server in PROFILES:
             return server
         return self.aliases().get(server)
@@ -96,8 +97,9 @@ class Catalog:
                 f"Server '{server}' not found",
                 f"available: {', '.join(self.server_names())}",
             )
-        if name in BUILTIN:
+        if name not in PROFILES:
             return list(self.registry(name).tools.values())
+        # A profile named like a toolset (gobby, zen) answers with the whole profile: what its users call.
         found: list[RegisteredTool] = []
         for toolset, subset in PROFILES[name]:
             found += [t for n, t in self.registry(toolset).tools.items() if subset is None or n in subset]

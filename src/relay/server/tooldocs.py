@@ -96,7 +96,9 @@ def catalog_tools(
     def no_engine() -> Engine:
         raise RuntimeError("documentation only")
 
-    catalog = Catalog(Deps(settings, no_engine, time.time()), DEFAULT_EXPOSURE)
+    deps = Deps(settings, no_engine, time.time())
+    deps.documenting = True
+    catalog = Catalog(deps, DEFAULT_EXPOSURE)
 
     def wire(tools: list[RegisteredTool]) -> list[dict[str, Any]]:
         return [wire_tool(t) for t in tools]

@@ -94,6 +94,8 @@ class Deps:
         # Filled in by the server: the HTTP port it serves on (None on stdio) and the toolsets it exposes.
         self.port: int | None = None
         self.exposed_toolsets: list[str] = []
+        # True while docs/tools.md is generated: tools that exist only on some machines are built too.
+        self.documenting = False
 
     @property
     def router(self) -> Router:

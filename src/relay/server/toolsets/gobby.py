@@ -289,7 +289,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             }
         )
 
-    if codex_found(deps):
+    if codex_found(deps) or deps.documenting:
         _codex_tools(reg, deps)
 
 
