@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from mcp import Client
 
 from relay.audit import IAC_FILE, Views, verify, views_config
-from tests.api.mock_servers import MockServer, Reply
+from tests.api.mock_servers import MockServer, Recorded, Reply
 from tests.compat.conftest import ProfileClient, call, data, logged, schemas, stdio_tool_names
 from tests.conftest import FAKES
 
@@ -274,4 +275,130 @@ async def test_a_failed_agent_reports_its_error_and_iac_shows_every_agent(spawne
     iac = (relay_home / IAC_FILE).read_text()
     assert re.search(rf"✅ \*\*Done\*\* \([0-9.]+s, \$0\.0000\) \| `#{ok}` \| codex", iac)
     assert re.search(rf"❌ \*\*Failed\*\*: .+ \| `#{bad}` \| claude \(", iac)
+    assert verify(relay_home).ok
+
+
+class SlowMock(MockServer):
+    """The mock vendor server, answering each request `delay_s` late (each request has its own thread)."""
+
+    delay_s = 2.0
+
+    def _next(self, body: Recorded) -> Reply:
+        reply = super()._next(body)
+        time.sleep(self.delay_s)
+        return reply
+
+
+async def test_six_agents_spawned_at_once_are_all_returned_by_wait_for_agents(
+    profile_client: ProfileClient, copilot_config: str
+) -> None:
+    with SlowMock("openai") as slow:
+        keys = {"XAI_API_KEY": XAI_KEY, "GEMINI_API_KEY": GEMINI_KEY, "MISTRAL_API_KEY": MISTRAL_KEY}
+        urls = {f"RELAY_{p}_BASE_URL": slow.base_url for p in ("XAI", "GEMINI_API", "MISTRAL")}
+        async with profile_client("powerspawn", copilot_config, **keys, **urls) as c:
+            ids = await six_spawns(c)
+            done = data(await call(c, "wait_for_agents", timeout=60))
+            records = [data(await call(c, "result", agent_id=a)) for a in ids]
+    assert done["status"] == "all_completed"
+    assert sorted(r["id"] for r in done["results"]) == sorted(ids)
+    assert all(r["success"] for r in done["results"])
+    assert [(r["agent_id"], r["success"]) for r in records] == [(a, True) for a in ids]
+
+
+async def six_spawns(c: Client) -> list[str]:
+    """One agent of each kind, all started before any can finish (the CLIs sleep, the API answers late)."""
+    return [
+        spawned(await call(c, "spawn_claude", prompt="one [[fake:echo,sleep=2]]"), "claude", "sonnet"),
+        spawned(await call(c, "spawn_codex", prompt="two [[fake:echo,sleep=2]]"), "codex", None),
+        spawned(await call(c, "spawn_copilot", prompt="three [[fake:echo,sleep=2]]"), "copilot", "gpt-5.1"),
+        spawned(await call(c, "spawn_grok", prompt="four"), "grok", "grok-3"),
+        spawned(await call(c, "spawn_gemini", prompt="five"), "gemini", "gemini-2.0-flash"),
+        spawned(await call(c, "spawn_mistral", prompt="six"), "mistral", "mistral-large-latest"),
+    ]
+
+
+def relay_config(argv_log: Path) -> str:
+    blocks = [
+        f'[agents.{name}]\ncommand = "{FAKES / name}"\n[agents.{name}.env]\nFAKE_ARGV_LOG = "{argv_log}"\n'
+        for name in ("claude", "codex", "copilot")
+    ]
+    return "\n".join(blocks)
+
+
+def relay_serve(relay_home: Path, workdir: Path, api_mock: MockServer) -> Client:
+    import os
+    import sys
+
+    from mcp import StdioServerParameters
+
+    env = {
+        **os.environ,
+        "RELAY_HOME": str(relay_home),
+        "XAI_API_KEY": XAI_KEY,
+        "GEMINI_API_KEY": GEMINI_KEY,
+        "MISTRAL_API_KEY": MISTRAL_KEY,
+        **{f"RELAY_{p}_BASE_URL": api_mock.base_url for p in ("XAI", "GEMINI_API", "MISTRAL")},
+    }
+    relay = str(Path(sys.executable).with_name("relay"))
+    params = StdioServerParameters(command=relay, args=["serve", "--profile", "powerspawn"], env=env, cwd=str(workdir))
+    return Client(params)
+
+
+def owners(relay_home: Path) -> set[int]:
+    import sqlite3
+
+    with sqlite3.connect(relay_home / "relay.db") as db:
+        return {int(row[0]) for row in db.execute("SELECT owner_pid FROM jobs WHERE owner_pid IS NOT NULL")}
+
+
+async def test_agents_outlive_a_relay_killed_with_sigkill_and_iac_shows_them_done(
+    relay_home: Path, workdir: Path, api_mock: MockServer, argv_log: Path
+) -> None:
+    import contextlib
+    import os
+    import signal
+
+    (relay_home / "config.toml").write_text(relay_config(argv_log))
+    cli = [
+        ("spawn_claude", "claude", "sonnet"),
+        ("spawn_codex", "codex", None),
+        ("spawn_copilot", "copilot", "gpt-5.1"),
+    ]
+    api = [("spawn_grok", "grok", "grok-3"), ("spawn_gemini", "gemini", "gemini-2.0-flash")]
+    api += [("spawn_mistral", "mistral", "mistral-large-latest")]
+    ids: dict[str, str] = {}
+    with contextlib.suppress(Exception, BaseExceptionGroup):
+        async with relay_serve(relay_home, workdir, api_mock) as c:
+            for tool, agent_type, model in cli:
+                prompt = f"{agent_type} survives [[fake:sleep=4,echo]]"
+                ids[agent_type] = spawned(await call(c, tool, prompt=prompt), agent_type, model)
+            for tool, agent_type, model in api:
+                ids[agent_type] = spawned(await call(c, tool, prompt=f"{agent_type} answers"), agent_type, model)
+            with anyio.fail_after(60):  # the API agents answer at once; the CLI agents are still sleeping
+                while {r["id"] for r in data(await call(c, "list"))["running"]} != {ids[a] for _, a, _ in cli}:
+                    await anyio.sleep(0.1)
+            (killed,) = owners(relay_home)
+            os.kill(killed, signal.SIGKILL)
+            await call(c, "list")  # the dead server cannot answer
+    async with relay_serve(relay_home, workdir, api_mock) as c:
+        done = data(await call(c, "wait_for_agents", timeout=60))
+        records = {a: data(await call(c, "result", agent_id=i)) for a, i in ids.items()}
+    # The CLI agents may have finished while relay was down (the new relay then finalizes them from their files).
+    if done["status"] == "all_completed":
+        assert {r["id"] for r in done["results"]} <= {ids[a] for _, a, _ in cli}
+    else:
+        assert done["status"] == "no_agents_running"
+    assert {a: (r["success"], r["result"]) for a, r in records.items()} == {
+        "claude": (True, records["claude"]["result"]),
+        "codex": (True, "codex survives [[fake:sleep=4,echo]]"),
+        "copilot": (True, "copilot survives [[fake:sleep=4,echo]]"),
+        "grok": (True, "ok"),
+        "gemini": (True, "ok"),
+        "mistral": (True, "ok"),
+    }
+    assert "claude survives" in records["claude"]["result"]
+    Views(relay_home, views_config(relay_home)).render()
+    iac = (relay_home / IAC_FILE).read_text()
+    for agent_id in ids.values():
+        assert re.search(rf"✅ \*\*Done\*\* \([0-9.]+s, \$[0-9.]+\) \| `#{agent_id}`", iac), agent_id
     assert verify(relay_home).ok
