@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from relay.errors import RelayError
 from relay.jobs.engine import Engine
+from relay.server.clientinfo import auto_threshold_for, cancelled_by_client_timeout
 from relay.server.models import Envelope
 
 FAILED_STATUSES = frozenset({"failed", "cancelled", "timed_out", "interrupted"})
@@ -84,10 +85,14 @@ async def wait_for_mode(engine: Engine, job_id: str, mode: str, ctx: Context[Any
     """Wait for a submitted job as `mode` says (auto: up to the auto threshold; sync: to the end; async: not)."""
     if mode == "async":
         return
-    limit = engine.settings.auto_threshold_s if mode == "auto" else float("inf")
+    # auto: hand the job back well before this client's own tool timeout (relay.clients.timeouts).
+    limit = auto_threshold_for(engine.settings, ctx) if mode == "auto" else float("inf")
     try:
         await wait_with_progress(engine, job_id, limit, ctx)
     except anyio.get_cancelled_exc_class():
-        with anyio.CancelScope(shield=True):
-            await engine.cancel(job_id)
+        # A user interrupt stops the work; a client whose own timeout ran out only stopped waiting,
+        # so the job runs on and its result stays readable (job_list, job_result).
+        if not cancelled_by_client_timeout(ctx):
+            with anyio.CancelScope(shield=True):
+                await engine.cancel(job_id)
         raise

@@ -23,7 +23,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter
 from pydantic import ValidationError
 
-from relay.server.stdio_wire import INVALID_REQUEST, encode, error_reply, parse_line, valid_id
+from relay.server.stdio_wire import CANCEL_REASONS, INVALID_REQUEST, encode, error_reply, parse_line, valid_id
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
@@ -97,6 +97,7 @@ async def stdio_transport(
             while line := await wire.readline():
                 obj, reply = parse_line(line)
                 if obj is not None:
+                    CANCEL_REASONS.record(obj)  # before the SDK cancels the call, so the tool can read why
                     message, reply = _to_message(obj)
                     if message is not None:
                         await to_server.send(message)

@@ -8,6 +8,8 @@ client waiting on a request id that never comes back waits forever.
 from __future__ import annotations
 
 import json
+import re
+from collections import OrderedDict
 from typing import Any
 
 PARSE_ERROR = -32700
@@ -95,3 +97,40 @@ def parse_line(line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | Non
     if isinstance(obj, dict):
         return None, _invalid(obj, why)  # pyright: ignore[reportUnknownArgumentType]
     return None, error_reply(INVALID_REQUEST, "Invalid Request", None, why)
+
+
+# A client that gives up on a call sends `notifications/cancelled` with a free-text reason; Claude
+# Code's on its tool timeout reads "McpError: MCP error -32001: Request timed out".
+TIMEOUT_REASON = re.compile(r"time[sd]?[ -]?out|-32001", re.IGNORECASE)
+# Reasons kept for calls that may still be running; older ones are forgotten first.
+MAX_CANCEL_REASONS = 1024
+
+
+class CancelReasons:
+    """Why the client cancelled each request (by request id), for the tool that is being cancelled to read."""
+
+    def __init__(self) -> None:
+        self._reasons: OrderedDict[str, str] = OrderedDict()
+
+    def record(self, message: dict[str, Any]) -> None:
+        """Remember the reason of a `notifications/cancelled` message (anything else is ignored)."""
+        params = message.get("params")
+        if message.get("method") != "notifications/cancelled" or not isinstance(params, dict):
+            return
+        fields: dict[str, Any] = params  # pyright: ignore[reportUnknownVariableType]
+        request_id, reason = fields.get("requestId"), fields.get("reason")
+        if valid_id(request_id) and isinstance(reason, str):
+            self._reasons[str(request_id)] = reason
+            while len(self._reasons) > MAX_CANCEL_REASONS:
+                self._reasons.popitem(last=False)
+
+    def pop(self, request_id: str) -> str | None:
+        return self._reasons.pop(request_id, None)
+
+    def timed_out(self, request_id: str) -> bool:
+        """Did the client cancel this request because its own tool timeout ran out?"""
+        reason = self.pop(request_id)
+        return reason is not None and TIMEOUT_REASON.search(reason) is not None
+
+
+CANCEL_REASONS = CancelReasons()
