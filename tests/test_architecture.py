@@ -16,7 +16,7 @@ MAX_MODULE_LINES = 650
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("relay.cli", "relay.web"),
     ("relay.server",),
-    ("relay.workflows", "relay.gateway", "relay.tracker", "relay.doctor"),
+    ("relay.workflows", "relay.gateway", "relay.tracker", "relay.hooks", "relay.sandbox", "relay.doctor"),
     ("relay.ask", "relay.threads", "relay.jobs"),
     ("relay.agents",),
     # relay.audit sits with the store, which records every job state change in it.
