@@ -34,7 +34,7 @@ from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page, read_text_page
 from relay.jobs.recovery import Recovery
-from relay.jobs.request import JobRequest, Prepared, check_depth, prepare
+from relay.jobs.request import JobRequest, Prepared, check_depth, prepare, with_inherited_depth
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
 from relay.runtime import choice, procinfo, supervisor
@@ -61,6 +61,8 @@ class Engine:
         self.settings = settings
         choice.use(settings.runtime)  # the process runtime, chosen once here at start-up (pidfd or portable)
         self.store = store or Store(settings.db_path)
+        # A relay started inside a job is one level deeper than that job, whatever its environment says.
+        settings = self.settings = with_inherited_depth(settings, self.store)
         self._state = JobState(settings, self.store)
         self._admission = Admission(self._state)
         self._lifecycle = Lifecycle(self._state, self._admission, spawn=spawn, which=which)
@@ -127,6 +129,7 @@ class Engine:
             "permission": ar.permission,
             "timeout_s": prepared.timeout_s,
             "idle_timeout_s": prepared.idle_timeout_s,
+            "depth": self.settings.depth,
         }
         self._make_dir(job_id)
         self.store.insert_job(

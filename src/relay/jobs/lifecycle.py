@@ -20,7 +20,7 @@ from relay.jobs.finish import STORE_STOP, Finisher, storage_failure
 from relay.jobs.gitprobe import git_status
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
-from relay.jobs.request import Prepared, prepare, request_from
+from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
 from relay.jobs.state import JobState, Live
 from relay.runtime import procinfo, supervisor
 from relay.runtime.supervisor import JobFiles, JobProcess
@@ -160,6 +160,9 @@ class Lifecycle:
         """`git status` before the job, the spawn marker, the spawn, the running row (thread-safe)."""
         state = self._state
         files = state.files(job_id)
+        # Checked again at the point of use: a queued job's directory may have been swapped (a symlink
+        # out of the allowed roots) since it was validated at submit.
+        check_cwd_unchanged(state.settings, prepared.invocation.cwd)
         live.git_before = git_status(prepared.invocation.cwd)
         # Mark the spawn before it happens: a relay killed between here and the shim writing
         # its pid must not run the job a second time after a restart.
