@@ -146,7 +146,7 @@ class Dashboard:
             "base": base,
             "csrf": csrf,
             "needs_login": self.access.needs_login,
-            "page": name.removesuffix(".html"),
+            "view": name.removesuffix(".html"),
             **context,
         }
         response = self.templates.TemplateResponse(request, name, full, status_code=status_code)

@@ -158,8 +158,8 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    const page = document.body.dataset.page;
-    if (page === "jobs") jobsPage();
-    if (page === "job") jobPage();
+    const view = document.body.dataset.view;
+    if (view === "jobs") jobsPage();
+    if (view === "job") jobPage();
   });
 })();
