@@ -26,6 +26,8 @@ from typing import Any, Protocol
 LOG_FILE = "audit.jsonl"
 HEAD_FILE = "audit.head"
 GENESIS = "0" * 64
+# audit.head is one fixed-size record, rewritten in place under the log's lock.
+HEAD_RECORD_BYTES = 128
 # Read this much of the log's end at a time when looking for its last line.
 TAIL_CHUNK = 64 * 1024
 # Failed appends remembered (and reported in a gap entry by the next append that works).
@@ -170,9 +172,15 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _write_head(path: Path, seq: int, line_hash: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"seq": seq, "hash": line_hash}), encoding="utf-8")
-    os.replace(tmp, path)
+    """Overwrite the head record in place: one small write at offset 0 (a rename would cost a flush on ext4)."""
+    record = json.dumps({"seq": seq, "hash": line_hash}).encode().ljust(HEAD_RECORD_BYTES - 1) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(fd, record, 0)
+        if os.fstat(fd).st_size > len(record):
+            os.ftruncate(fd, len(record))
+    finally:
+        os.close(fd)
 
 
 def read_head(home: Path) -> tuple[int, str] | None:

@@ -215,11 +215,11 @@ class Views:
             return
         with path.open("rb") as fh:
             fh.seek(self.state.offset)
-            data = fh.read(size - self.state.offset)
-        end = data.rfind(b"\n") + 1  # a line still being written waits for the next pass
-        for line in data[:end].split(b"\n")[:-1]:
-            self.state.fold_line(line)
-        self.state.offset += end
+            for raw in fh:
+                if not raw.endswith(b"\n"):  # a line still being written waits for the next pass
+                    break
+                self.state.fold_line(raw[:-1])
+                self.state.offset += len(raw)
 
 
 def _write_atomic(path: Path, text: str) -> None:
