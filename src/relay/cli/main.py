@@ -319,7 +319,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:
         print(_table(table_rows(reports), TABLE_HEADERS))
-        print(_runtime_line(settings.runtime))
+        print(f"\n{_runtime_line(settings.runtime)}")
     problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
     store_line, store_ok = store_report(settings)  # relay.db: SQLite's integrity check and free space
     if not args.json:
