@@ -1,0 +1,141 @@
+"""The README's client story, verbatim: in a temp HOME, `relay install CLIENT`, then the real client, headless,
+calls relay's `delegate`, which runs a real inner claude against the mock model, and the answer comes back.
+
+Nothing but what `relay install` wrote tells the client about relay: no --mcp-config, no
+--allowedTools, no MCP_CONNECTION_NONBLOCKING, no approval flags.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.client_mock import ClientModel, ToolCall, Turn, tool_output
+from tests.e2e.conftest import CODEX_KEY_VAR, MOCK_KEYS, World
+from tests.e2e.mocks import Reply
+
+pytestmark = pytest.mark.e2e
+
+RELAY = str(Path(sys.executable).with_name("relay"))
+INNER_TASK = "INNER-TASK: name the colour of the sky"
+INNER_ANSWER = "the inner agent says: blue-7f3a"
+# Seconds for one whole headless run of an outer client (its start, relay's start, the inner job).
+RUN_TIMEOUT_S = 180
+
+
+def brain_for(calls: list[ToolCall]) -> Any:
+    """The outer client's model: make each call in turn, then repeat what the last tool returned."""
+
+    def brain(api: str, body: dict[str, Any]) -> Turn:
+        output = tool_output(api, body)
+        made = sum(1 for _ in _tool_results(api, body))
+        if made < len(calls):
+            return calls[made]
+        return f"relay answered: {output}"
+
+    return brain
+
+
+def _tool_results(api: str, body: dict[str, Any]) -> list[Any]:
+    if api == "anthropic":
+        return [
+            block
+            for message in body.get("messages", [])
+            for block in (message.get("content") if isinstance(message.get("content"), list) else [])
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+    return [
+        item
+        for item in body.get("input", [])
+        if isinstance(item, dict) and str(item.get("type", "")).endswith("_output")
+    ]
+
+
+def install(world: World, client: str, env: dict[str, str]) -> None:
+    out = subprocess.run(
+        [RELAY, "install", client], env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def delegate_args(world: World) -> dict[str, Any]:
+    return {"prompt": INNER_TASK, "agent": "claude", "cwd": str(world.workdir), "mode": "sync"}
+
+
+def test_claude_code_after_relay_install_calls_delegate_headless(world: World) -> None:
+    world.settings()  # relay's config.toml: the inner claude runs against the shared mock
+    world.mock.always(Reply(text=INNER_ANSWER))
+    calls = [ToolCall("mcp__relay__delegate", delegate_args(world))]
+    with ClientModel(brain_for(calls)) as model:
+        outer_dir = world.home / ".claude-outer"
+        env = {
+            **world.relay_environ(),
+            "CLAUDE_CONFIG_DIR": str(outer_dir),
+            "ANTHROPIC_BASE_URL": model.url,
+            "ANTHROPIC_API_KEY": MOCK_KEYS["claude"],
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_MAX_RETRIES": "0",
+        }
+        install(world, "claude-code", env)
+        out = run(
+            [str(world.bin / "claude"), "-p", "OUTER: ask another agent", "--output-format", "json"], env, world.workdir
+        )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["is_error"] is False, out.stdout + out.stderr
+    assert "relay answered:" in result["result"] and "blue-7f3a" in result["result"], result["result"]
+
+
+def codex_env(world: World, model: ClientModel) -> dict[str, str]:
+    """Codex as the outer client: its config.toml points at `model` (relay install appends relay's table)."""
+    config = world.home / ".codex" / "config.toml"
+    config.write_text(config.read_text().replace(world.mock.url, model.url))
+    return {**world.relay_environ(), "CODEX_HOME": str(world.home / ".codex"), CODEX_KEY_VAR: MOCK_KEYS["codex"]}
+
+
+def test_codex_after_relay_install_finds_and_calls_delegate_headless(world: World) -> None:
+    world.settings()
+    world.mock.always(Reply(text=INNER_ANSWER))
+    calls = [
+        ToolCall("tool_search", {"query": "delegate to claude", "limit": 8}, kind="tool_search_call"),
+        ToolCall("delegate", delegate_args(world), namespace="mcp__relay"),
+    ]
+    with ClientModel(brain_for(calls)) as model:
+        env = codex_env(world, model)
+        install(world, "codex", env)
+        out = run([str(world.bin / "codex"), "exec", "--json", "OUTER: ask another agent"], env, world.workdir)
+    searched = [
+        item
+        for _, body in model.requests
+        for item in body.get("input", [])
+        if isinstance(item, dict) and item.get("type") == "tool_search_output"
+    ]
+    assert searched and '"name": "delegate"' in json.dumps(searched[0]), "tool_search did not find delegate"
+    messages = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    answers = [
+        m["item"]["text"]
+        for m in messages
+        if m.get("type") == "item.completed" and m["item"]["type"] == "agent_message"
+    ]
+    assert answers and "relay answered:" in answers[-1] and "blue-7f3a" in answers[-1], (
+        out.stdout[-3000:] + out.stderr[-3000:]
+    )
