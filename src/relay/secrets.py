@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
 REDACTED = "[redacted]"
 # Environment names whose values are credentials.
@@ -18,6 +19,10 @@ KEY_PREFIXES = ("sk-", "xai-", "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_")
 MIN_SECRET_LEN = 8
 # The shortest piece of a known key worth redacting on its own (vendors echo masked prefixes/suffixes).
 MIN_FRAGMENT = 6
+# Credentials inside a URL (`http://user:pass@proxy:3128`): the user-info part goes wherever it appears.
+URL_USERINFO = re.compile(r"(?<=://)[^\s/@:]+:[^\s/@]+@")
+# Environment names that hold a proxy URL (HTTPS_PROXY, http_proxy, ALL_PROXY ...).
+PROXY_NAME = re.compile(r"proxy$", re.I)
 # Placeholder keys that are not secret (local servers that need some value).
 NOT_SECRET = frozenset({"relay-local"})
 
@@ -26,7 +31,23 @@ def secret_values(environ: Mapping[str, str], extra: Iterable[str] = ()) -> tupl
     """The credential values in an environment (plus any known keys), longest first."""
     found = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
     found |= {v for v in extra if len(v) >= MIN_SECRET_LEN}
+    for key, value in environ.items():
+        if PROXY_NAME.search(key):
+            found |= set(_proxy_credentials(value))
     return tuple(sorted(found - NOT_SECRET, key=len, reverse=True))
+
+
+def _proxy_credentials(url: str) -> list[str]:
+    """The password (and user:password) of a proxy URL, when it carries them."""
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        password = parts.password
+    except ValueError:
+        return []
+    if not password:
+        return []
+    found = [f"{parts.username}:{password}"]
+    return [*found, password] if len(password) >= MIN_FRAGMENT else found
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -40,6 +61,8 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         text = text.replace(head, REDACTED).replace(tail, REDACTED)
     if any(prefix in text for prefix in KEY_PREFIXES):
         text = KEY_SHAPES.sub(REDACTED, text)
+    if "://" in text and "@" in text:
+        text = URL_USERINFO.sub(REDACTED + "@", text)
     return text
 
 

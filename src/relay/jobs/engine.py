@@ -39,6 +39,7 @@ from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
 from relay.runtime import choice, procinfo, supervisor
 from relay.runtime.supervisor import JobFiles
+from relay.secrets import redact
 from relay.store import JobRecord, Store
 from relay.store.health import os_error
 
@@ -203,6 +204,9 @@ class Engine:
         else:
             text, total = read_text_page(paths[view], offset, limit)
         end = offset + len(text)
+        if view in ("events", "stderr"):
+            # The agent's own output, kept as printed: what relay hands back is redacted (offsets stay raw).
+            text = redact(text, self._state.secrets)
         return {
             "job_id": rec.id,
             "status": rec.status,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,6 +115,9 @@ class Finisher:
         files = state.files(rec.id)
         text = redact(result.text, state.secrets)
         files.result.write_text(text, encoding="utf-8")
+        # The prompt file (a prompt passed on stdin) may hold a pasted key: not kept past the job's end.
+        with contextlib.suppress(OSError):
+            files.stdin.unlink(missing_ok=True)
         payload = state.redacted(
             {
                 "usage": result.usage.to_dict(),
