@@ -110,14 +110,25 @@ def test_doctor_without_any_agent_cli_reports_and_prints_no_error(bare_env: dict
 
 
 def test_an_unexpected_exception_is_one_internal_line_that_says_to_rerun_with_debug(
-    bare_env: dict[str, str], workdir: Path, relay_home: Path
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from relay.cli import main as cli_main
+
+    def broken(args: object) -> int:
+        raise ValueError("something relay did not expect")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "jobs", broken)
+    assert cli_main.main(["jobs"]) == 70
+    assert capsys.readouterr().err == (
+        "relay: INTERNAL: ValueError: something relay did not expect — hint: rerun with --debug and report it\n"
+    )
+
+
+def test_a_damaged_db_is_one_store_damaged_line(bare_env: dict[str, str], workdir: Path, relay_home: Path) -> None:
     (relay_home / "relay.db").write_bytes(b"this is no SQLite database, it is a corrupted file" * 40)
     out = relay(bare_env, workdir, "jobs")
-    assert one_error_line(out) == (
-        "relay: INTERNAL: DatabaseError: file is not a database — hint: rerun with --debug and report it"
-    )
-    assert out.returncode == 70
+    assert one_error_line(out).startswith("relay: STORE_DAMAGED: ")
+    assert out.returncode == 74
 
 
 @pytest.mark.parametrize("where", ["before the command", "after the command"])

@@ -108,7 +108,7 @@ async def test_a_read_only_home_gives_store_readonly_in_one_line(small_disk: Pat
     Store(settings.db_path).close()
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     run = cli(small_disk, workdir, "run", "claude", "hello", "--cwd", str(workdir))
-    assert run.returncode not in (0, 1, 70)
+    assert run.returncode == 74
     assert "STORE_READONLY" in one_line(run)
     jobs = cli(small_disk, workdir, "jobs")
     assert jobs.returncode == 0 or "STORE_READONLY" in one_line(jobs)
@@ -151,7 +151,7 @@ async def test_a_damaged_db_is_moved_aside_with_a_recovery_hint_never_silently_r
     original = settings.db_path.read_bytes()
     jobs = cli(relay_home, workdir, "jobs")
     line = one_line(jobs)
-    assert jobs.returncode not in (0, 1, 70)
+    assert jobs.returncode == 74
     assert "STORE_DAMAGED" in line and ".recover" in line
     moved = [
         p
@@ -227,7 +227,7 @@ async def test_relay_run_with_the_db_lock_held_prints_store_busy_in_one_line(
     held_lock: Settings, relay_home: Path, workdir: Path
 ) -> None:
     run = cli(relay_home, workdir, "run", "claude", "hello", "--cwd", str(workdir))
-    assert run.returncode not in (0, 1, 70)
+    assert run.returncode == 75
     assert "STORE_BUSY" in one_line(run)
     # Readers are not blocked by a writer (WAL).
     jobs = cli(relay_home, workdir, "jobs")

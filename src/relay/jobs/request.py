@@ -115,6 +115,19 @@ def check_cwd_unchanged(settings: Settings, cwd: str) -> None:
         )
 
 
+def _check_utf8(name: str, value: str) -> None:
+    """Refuse text that is not valid UTF-8 (bytes a shell passed as-is arrive as lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        shown = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"code point U+{ord(bad):04X}"
+        raise invalid(
+            f"{name} is not valid UTF-8 ({shown} at position {exc.start})",
+            f"pass {name} as UTF-8 text (check the terminal's or the file's encoding)",
+        ) from None
+
+
 def resolve_cwd(settings: Settings, raw: str | None) -> str:
     path = Path(raw).expanduser() if raw else Path.cwd()
     if not path.is_absolute():
@@ -149,6 +162,8 @@ def prepare(
         value = getattr(req, name)
         if isinstance(value, str) and "\x00" in value:
             raise invalid(f"{name} contains a NUL byte", f"remove the \\x00 character from {name}")
+        if isinstance(value, str) and not value.isascii():
+            _check_utf8(name, value)
     adapter = get_adapter(req.agent, settings)
     cfg = settings.agent(req.agent)
     model, permission, cwd_raw = req.model, req.permission, req.cwd
