@@ -4,7 +4,8 @@ The job shim is a child subreaper, so a descendant orphaned by its parent (even 
 setsid() to leave the job's process group) re-parents to the shim instead of init. When the shim
 finds children left after its agent exited, it execs this script (same pid, still the subreaper):
 SIGKILL every live descendant, reap what re-parents to it, repeat until none is left, bounded.
-Run as `python -I -S _reaper.py EXIT_CODE`; stdlib only, imports nothing from relay.
+Run as `python -I -S _reaper.py EXIT_CODE`; stdlib only, imports nothing from relay. Linux runtime only
+(it reads /proc): the portable runtime's shim ends by killing its group instead (see supervisor.py).
 """
 
 from __future__ import annotations

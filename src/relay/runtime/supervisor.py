@@ -29,7 +29,8 @@ from relay.runtime.invocation import Invocation
 from relay.runtime.seam import ExitWatch
 
 # How often a waiting loop wakes to read new output and check deadlines. Exit itself is seen at
-# once through a pidfd (kqueue, or a short poll, on the portable runtime); this only bounds how stale progress and timeout checks can be.
+# once through a pidfd (kqueue, or a short poll, on the portable runtime); this only bounds how
+# stale progress and timeout checks can be.
 POLL_INTERVAL_S = 0.1
 # After SIGKILL, how long to wait for the kernel to remove the group before giving up.
 KILL_CONFIRM_S = 5.0
@@ -160,7 +161,7 @@ async def _wait_group_gone(pgid: int, timeout: float) -> bool:
 
 
 class _ShimProcess:
-    """Shared logic: exit seen through the runtime's watch (pidfd, kqueue or poll), group killed by pgid (= the shim's pid)."""
+    """Shared logic: exit seen through the runtime's watch (pidfd, kqueue or poll), group killed by pgid (the shim's pid)."""
 
     def __init__(self, pid: int, start_ticks: int | None, files: JobFiles) -> None:
         self.pid = pid
