@@ -275,7 +275,11 @@ async def test_known_secrets_never_reach_the_store_or_job_files(
     stored = [p for p in relay_home.rglob("*") if p.is_file() and p.name != "stdout"]
     assert stored
     for path in stored:
-        assert key.encode() not in path.read_bytes(), path
+        try:
+            content = path.read_bytes()
+        except FileNotFoundError:  # a temporary file renamed into place meanwhile (the audit views)
+            continue
+        assert key.encode() not in content, path
 
 
 async def test_files_changed_comes_from_git_when_cwd_is_a_repository(
