@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 WIDTH = 720
@@ -15,6 +16,12 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 
 def color(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
+
+
+def money(value: float, top: float) -> str:
+    """An axis label with enough decimals to tell the gridlines apart (cents, or finer for tiny spends)."""
+    decimals = 2 if top >= 1 else min(6, 2 - math.floor(math.log10(top)) + 1)
+    return f"${value:.{decimals}f}"
 
 
 def stacked_bars(days: list[str], by_day: dict[str, dict[str, float]], series: list[str]) -> str:
@@ -32,7 +39,9 @@ def stacked_bars(days: list[str], by_day: dict[str, dict[str, float]], series: l
         value = top * i / 4
         y = PAD_TOP + plot_h - plot_h * i / 4
         parts.append(f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - 8}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        parts.append(f'<text class="axis" x="{PAD_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">${value:.2f}</text>')
+        parts.append(
+            f'<text class="axis" x="{PAD_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{money(value, top)}</text>'
+        )
     for i, day in enumerate(days):
         x = PAD_LEFT + i * slot + (slot - bar_w) / 2
         y = PAD_TOP + plot_h

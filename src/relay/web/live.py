@@ -22,7 +22,7 @@ from relay.jobs.engine import Engine
 from relay.web.views import ACTIVE, TRANSCRIPT_TAIL_CHARS, job_row
 
 # How often the feeds look at the store for changes.
-LIVE_POLL_S = 0.2
+LIVE_POLL_S = 0.1
 # A feed ends after this long; the browser's EventSource reconnects at once with its last event id
 # (which also bounds how long a forgotten tab holds a connection).
 FEED_MAX_S = 300.0
