@@ -146,7 +146,12 @@ def test_two_processes_appending_at_once_keep_one_valid_chain(tmp_path: Path) ->
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(per_process), name]) for name in ("a", "b")
     ]
+    # Verified while they write: a line being appended is never taken for a cut or broken one.
+    midway = []
+    while any(p.poll() is None for p in procs):
+        midway.append(verify(tmp_path))
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert midway and all(r.ok for r in midway), [r.problems for r in midway if not r.ok][:1]
     found = entries(tmp_path)
     assert len(found) == 2 * per_process
     assert [e["seq"] for e in found] == list(range(1, 2 * per_process + 1))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +46,23 @@ class Report:
 
 
 def verify(home: Path) -> Report:
-    """Check every line's own hash, its seq and its link to the line before, then the end against audit.head."""
+    """Check every line's own hash, its seq and its link to the line before, then the end against audit.head.
+
+    Holds a shared lock on the log meanwhile, so a line being appended is not mistaken for a cut one.
+    """
     path = home / LOG_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return _verify(home, path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return _verify(home, path)
+    finally:
+        os.close(fd)
+
+
+def _verify(home: Path, path: Path) -> Report:
     report = Report(str(path))
     flagged: set[int] = set()
 
