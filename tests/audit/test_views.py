@@ -208,13 +208,17 @@ def test_a_crash_mid_render_leaves_the_previous_views_whole(tmp_path: Path, monk
 def test_views_go_where_config_says(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    assert views_config(home) == ViewsConfig(home, 15)
+    assert views_config(home, environ={}) == ViewsConfig(home, 15)
     (home / "config.toml").write_text(f'[audit]\nviews_dir = "{tmp_path / "project"}"\niac_entries = 50\n')
-    assert views_config(home) == ViewsConfig(tmp_path / "project", 50)
+    assert views_config(home, environ={}) == ViewsConfig(tmp_path / "project", 50)
     (home / "config.toml").write_text('[audit]\nviews_dir = "workspace"\n')
-    assert views_config(home, cwd=tmp_path) == ViewsConfig(tmp_path, 15)
+    assert views_config(home, cwd=tmp_path, environ={}) == ViewsConfig(tmp_path, 15)
+    assert views_config(home, environ={"RELAY_AUDIT_VIEWS_DIR": str(tmp_path / "mine")}).out_dir == tmp_path / "mine"
     (home / "config.toml").write_text('[audit]\nviews_dir = ""\n')
-    assert views_config(home).out_dir is None
+    assert views_config(home, environ={}).out_dir is None
+    other = tmp_path / "other.toml"
+    other.write_text("[audit]\niac_entries = 3\n")
+    assert views_config(home, environ={"RELAY_CONFIG": str(other)}) == ViewsConfig(home, 3)
 
 
 @pytest.mark.anyio

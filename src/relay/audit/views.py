@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,14 +42,20 @@ class ViewsConfig:
     iac_entries: int = DEFAULT_IAC_ENTRIES
 
 
-def views_config(home: Path, cwd: Path | None = None) -> ViewsConfig:
-    """`[audit]` in RELAY_HOME/config.toml: `views_dir` (a path, "workspace" for relay's working directory,
-    or "" for no views; default RELAY_HOME) and `iac_entries`."""
+def views_config(home: Path, cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> ViewsConfig:
+    """`[audit]` in relay's config.toml: `views_dir` (a path, "workspace" for relay's working directory,
+    or "" for no views; default RELAY_HOME) and `iac_entries`. RELAY_AUDIT_VIEWS_DIR wins over the file,
+    so a project's MCP config can ask for the views in its own root.
+
+    The store (which has no Settings) opens the audit log, so this reads its two variables itself.
+    """
+    env = os.environ if environ is None else environ
+    config = Path(env["RELAY_CONFIG"]) if env.get("RELAY_CONFIG") else home / "config.toml"
     table: dict[str, Any] = {}
     with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
-        raw = tomllib.loads((home / "config.toml").read_text(encoding="utf-8")).get("audit")
+        raw = tomllib.loads(config.read_text(encoding="utf-8")).get("audit")
         table = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
-    where = table.get("views_dir", None)
+    where = env.get("RELAY_AUDIT_VIEWS_DIR", table.get("views_dir", None))
     entries = table.get("iac_entries", DEFAULT_IAC_ENTRIES)
     entries = entries if isinstance(entries, int) and entries > 0 else DEFAULT_IAC_ENTRIES
     if where is None:
