@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 from relay.config import Settings
 from relay.gateway import ServerRegistry, make_config
+from relay.runtime import procinfo
 from relay.threads import NewTurn, Threads, new_thread_id
 from relay.tracker import TaskStore, resolve_project
-from tests.web.conftest import HTML, DashboardFactory, Jobs
+from tests.web.conftest import HTML, DashboardFactory, Jobs, wait_until
 
 
 def test_the_jobs_page_lists_each_job_with_status_agent_model_cwd_age_duration_and_cost(
@@ -200,3 +203,21 @@ def test_the_audit_page_says_when_there_is_no_log_and_shows_the_log_when_there_i
     page = client.get("/audit", headers=HTML).text
     assert "Chain intact: 2 lines" in page
     assert 'href="/jobs/abcdef0123456789"' in page and "refactor it" in page and "running" in page
+
+
+def test_the_jobs_page_finalizes_a_job_whose_relay_died_as_relay_jobs_does(
+    dashboard: DashboardFactory, jobs: Jobs, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "pids"
+    started = jobs.start(f"x [[fake:hang,pidfile={pidfile}]]")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the fake to start")
+    started.proc.send_signal(signal.SIGKILL)  # relay dies; its job's process lives on in its own group
+    started.proc.wait(30)
+    group = jobs.get(started.job.id).pid
+    assert group is not None
+    os.killpg(group, signal.SIGKILL)  # then the job's processes end too
+    wait_until(lambda: not procinfo.is_alive(group, None), what="the job's processes to end")
+    page = dashboard().get("/jobs", headers=HTML).text
+    row = re.search(rf'<tr id="job-{started.job.id}".*?</tr>', page, re.S)
+    assert row is not None and "s-running" not in row.group(0)
+    assert jobs.get(started.job.id).is_final

@@ -216,6 +216,7 @@ class Dashboard:
             page = int(q.get("page", "1"))
         except ValueError:
             page = 1
+        await anyio.to_thread.run_sync(self.sources.reconcile)
         data = await anyio.to_thread.run_sync(jobs_page, self.sources.engine(), flt, page)
         query = "&".join(f"{k}={quote(v)}" for k, v in q.multi_items() if k != "page")
         return self.render(

@@ -48,6 +48,12 @@ class Sources:
             self._own_engine = Engine(self.settings)
         return self._own_engine
 
+    def reconcile(self) -> None:
+        """Finalize jobs whose relay died, as `relay jobs` does (a running server's engine does this itself)."""
+        engine = self.engine()
+        if engine is self._own_engine:
+            engine.reconcile()
+
     def close(self) -> None:
         if self._own_engine is not None:
             self._own_engine.store.close()
