@@ -85,6 +85,8 @@ class Settings:
     client_timeouts: Mapping[str, float] = field(default_factory=lambda: {})
     # Which process runtime runs CLI jobs (RUNTIMES); chosen once when the job engine starts.
     runtime: str = "auto"
+    # Extra Host names/addresses HTTP clients may use beyond the bound ones (`[server] allowed_hosts`).
+    allowed_hosts: tuple[str, ...] = ()
 
     @property
     def db_path(self) -> Path:
@@ -259,4 +261,5 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         toolsets=_str_tuple(env.get("RELAY_TOOLSETS") or server.get("toolsets"), "server.toolsets"),
         profile=(env.get("RELAY_PROFILE") or str(server.get("profile") or "")).strip() or None,
         runtime=runtime,
+        allowed_hosts=_str_tuple(env.get("RELAY_ALLOWED_HOSTS") or server.get("allowed_hosts"), "server.allowed_hosts"),
     )

@@ -36,12 +36,50 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def bound_names(host: str) -> list[str]:
+    """The addresses and names a server bound to `host` answers on: every local address for a wildcard."""
+    import socket
+
+    if host not in ("0.0.0.0", "::", ""):
+        return [host]
+    names: list[str] = [socket.gethostname(), socket.getfqdn()]
+    try:
+        import psutil
+
+        for addrs in psutil.net_if_addrs().values():
+            for addr in addrs:
+                if addr.family in (socket.AF_INET, socket.AF_INET6):
+                    names.append(addr.address.split("%", 1)[0])
+    except (ImportError, OSError):
+        pass
+    if host == "0.0.0.0":
+        names = [n for n in names if ":" not in n]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def host_values(names: list[str], port: int) -> list[str]:
+    """Host header values for names: each bare and with the port; IPv6 addresses in brackets."""
+    values: list[str] = []
+    for name in names:
+        shown = f"[{name}]" if ":" in name and not name.startswith("[") else name
+        values += [shown, f"{shown}:{port}"]
+    return list(dict.fromkeys(values))
+
+
 def build_http_app(server: RelayServer, host: str, port: int, token: str | None) -> Any:
     from mcp.server.transport_security import TransportSecuritySettings
 
-    hosts = [f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")] + ["127.0.0.1", "localhost"]
-    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
-        hosts += [host, f"{host}:{port}"]
+    names = ["127.0.0.1", "localhost", "::1"]
+    if token and host not in LOOPBACK:
+        # Bound beyond loopback (behind a token): the names and addresses it is reachable by are valid
+        # Hosts too; rebinding protection still refuses any other name, and Origin checks stay.
+        names += bound_names(host) + list(server.catalog.deps.settings.allowed_hosts)
+    elif host not in LOOPBACK:
+        names.append(host)
+    hosts = host_values(names, port)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=hosts,
