@@ -21,7 +21,7 @@ from relay.gateway.discover import launch_from_manifest, server_name
 from relay.gateway.importer import from_project_files
 from relay.server.app import build_server
 from tests.conftest import SettingsFactory
-from tests.gateway.conftest import TOY
+from tests.gateway.conftest import GATEWAY_ENV, TOY
 
 pytestmark = pytest.mark.anyio
 
@@ -115,7 +115,7 @@ def test_env_references_are_filled_from_relays_environment(project: Path) -> Non
 async def test_importing_a_project_records_what_is_complete_and_asks_for_the_rest(
     make_settings: SettingsFactory, project: Path
 ) -> None:
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway"))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
         _, reply = await call(
             c, "import_mcp_server", {"from_project": str(project), "servers": ["toy", "keyed", "docs"]}
         )
@@ -153,7 +153,7 @@ async def test_relays_own_records_for_a_project_are_imported(
         )
     )
     registry.close()
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway"))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
         _, reply = await call(c, "import_mcp_server", {"from_project": str(elsewhere)})
         assert reply == {"success": True, "imported": ["kept"]}
         _, servers = await call(c, "list_mcp_servers")
@@ -187,7 +187,7 @@ async def test_a_git_repository_with_an_npm_bin_becomes_an_npx_launch_that_needs
             "README.md": 'Set `WEATHER_API_KEY`.\n```json\n{"env": {"WEATHER_API_KEY": "...", "WEATHER_UNITS": "metric"}}\n```\n',
         },
     )
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway"))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
         _, reply = await call(c, "import_mcp_server", {"github_url": url})
     assert reply == {
         "status": "needs_configuration",
@@ -211,7 +211,7 @@ async def test_a_git_repository_with_a_python_package_is_imported_as_uvx(
         tmp_path / "py-repo",
         {"pyproject.toml": '[project]\nname = "mcp-server-clock"\n[project.scripts]\nclock = "clock:main"\n'},
     )
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway"))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
         _, reply = await call(c, "import_mcp_server", {"github_url": url})
         assert reply == {"success": True, "imported": ["clock"]}
         _, servers = await call(c, "list_mcp_servers")
@@ -305,7 +305,7 @@ async def test_a_registry_query_imports_the_best_match_or_asks_for_its_keys(
     make_settings: SettingsFactory, mock_registry: tuple[str, list[dict[str, list[str]]]]
 ) -> None:
     url, seen = mock_registry
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway", RELAY_MCP_REGISTRY_URL=url))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV, RELAY_MCP_REGISTRY_URL=url))) as c:
         _, reply = await call(c, "import_mcp_server", {"query": "weather forecasts"})
         assert reply["status"] == "needs_configuration"
         assert reply["missing"] == ["WEATHER_API_KEY"]
@@ -318,8 +318,6 @@ async def test_a_registry_query_imports_the_best_match_or_asks_for_its_keys(
 
 
 async def test_a_registry_that_cannot_be_reached_is_a_clear_error(make_settings: SettingsFactory) -> None:
-    async with Client(
-        build_server(make_settings(RELAY_TOOLSETS="core,gateway", RELAY_MCP_REGISTRY_URL="http://127.0.0.1:9"))
-    ) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV, RELAY_MCP_REGISTRY_URL="http://127.0.0.1:9"))) as c:
         failed, reply = await call(c, "import_mcp_server", {"query": "weather"})
     assert failed and "cannot be reached" in reply["error"] and "RELAY_MCP_REGISTRY_URL" in reply["hint"]

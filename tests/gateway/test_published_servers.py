@@ -12,7 +12,7 @@ from mcp import Client
 
 from relay.server.app import build_server
 from tests.conftest import SettingsFactory
-from tests.gateway.conftest import TOY
+from tests.gateway.conftest import GATEWAY_ENV, TOY
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +27,7 @@ async def call(c: Client, tool: str, args: dict[str, Any] | None = None) -> tupl
 async def test_the_everything_server_lists_describes_calls_and_serves_resources(
     make_settings: SettingsFactory, published: Path
 ) -> None:
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway"))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
         _, added = await call(
             c,
             "add_mcp_server",
@@ -72,7 +72,7 @@ async def test_the_filesystem_server_reads_inside_its_root_and_refuses_outside(
     root = tmp_path / "shared"
     root.mkdir()
     (root / "notes.txt").write_text("gateway notes\n")
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway"))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
         await call(
             c,
             "add_mcp_server",
@@ -106,7 +106,7 @@ async def test_the_filesystem_server_reads_inside_its_root_and_refuses_outside(
 async def test_published_and_own_servers_share_one_listing(
     make_settings: SettingsFactory, published: Path, tmp_path: Path
 ) -> None:
-    async with Client(build_server(make_settings(RELAY_TOOLSETS="core,gateway"))) as c:
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
         await call(
             c,
             "add_mcp_server",

@@ -100,6 +100,10 @@ async def _model_advice(deps: Deps, model: str, task: str, top: list[Ranked]) ->
         return template_recommendation(task, top)
 
 
+def _load_error(exc: Exception) -> str:
+    return exc.message if isinstance(exc, RelayError) else f"{type(exc).__name__}: {exc}"
+
+
 def _not_found(server: str, available: list[str]) -> CallToolResult:
     return json_result(
         {"success": False, "error": f"Server '{server}' not found", "available_servers": available}, is_error=True
@@ -126,13 +130,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     ) -> CallToolResult:
         router = deps.router
         if server is None:
-            servers: list[dict[str, Any]] = [
-                {
-                    "name": name,
-                    "tools": [{"name": t.name, "brief": _brief(t.description)} for t in router.tools_of(name)],
-                }
-                for name in router.server_names()
-            ]
+            servers: list[dict[str, Any]] = []
+            for name in router.server_names():
+                try:
+                    tools = [{"name": t.name, "brief": _brief(t.description)} for t in router.tools_of(name)]
+                except Exception as exc:  # fail-open: one toolset that cannot load hides no other server
+                    servers.append({"name": name, "tools": [], "state": "failed", "error": _load_error(exc)})
+                    continue
+                servers.append({"name": name, "tools": tools})
             for listed in await gateway_service(deps).list_tools():
                 entry: dict[str, Any] = {
                     "name": listed.name,
@@ -409,12 +414,18 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         agent_id: Annotated[str | None, Field(description="agent profile ID (accepted; relay has no profiles)")] = None,
     ) -> CallToolResult:
         router = deps.router
-        docs = [
-            ToolDoc(server=name, name=t.name, description=t.description or "", params=_params(t.input_schema))
-            for name in router.server_names()
-            if name in BUILTIN
-            for t in router.tools_of(name)
-        ]
+        docs: list[ToolDoc] = []
+        for name in router.server_names():
+            if name not in BUILTIN:
+                continue
+            try:
+                tools = router.tools_of(name)
+            except Exception:  # a toolset that cannot load is left out of the ranking, not the whole answer
+                continue
+            docs += [
+                ToolDoc(server=name, name=t.name, description=t.description or "", params=_params(t.input_schema))
+                for t in tools
+            ]
         downstream = await gateway_service(deps).list_tools()
         docs += [
             ToolDoc(server=s.name, name=t.name, description=t.description or "", params=_params(t.input_schema))
