@@ -242,3 +242,22 @@ async def test_a_toolset_that_cannot_load_hides_no_other_server(
         assert by_name["core"]["tools"] and "echo" in [t["name"] for t in by_name["toy"]["tools"]]
         _, recommended = await call(c, "recommend_tools", {"task_description": "echo text back"})
         assert recommended["tools"][0]["server"] == "toy"
+
+
+async def test_attached_servers_leave_the_default_tools_list_unchanged(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    async def default_tools() -> tuple[list[dict[str, Any]], Any]:
+        async with Client(build_server(make_settings(RELAY_GATEWAY_LIST_WAIT_S="30"))) as c:  # default toolsets
+            _, listed = await call(c, "list_tools")
+            tools = [t.model_dump(mode="json", by_alias=True) for t in (await c.list_tools()).tools]
+            return tools, listed
+
+    before, _ = await default_tools()
+    registry = ServerRegistry(make_settings().db_path, make_settings().home)
+    for name in ("one", "two"):
+        registry.put(make_config(name=name, transport="stdio", command=sys.executable, args=[str(TOY)]))
+    registry.close()
+    after, listed = await default_tools()
+    assert after == before
+    assert {"one", "two"} <= {s["name"] for s in listed["servers"] if s["tools"]}
