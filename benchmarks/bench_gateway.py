@@ -83,6 +83,8 @@ async def _overhead(results: list[Result]) -> None:
                 await via.call_tool("call_tool", args)
             direct_times: list[float] = []
             via_times: list[float] = []
+            hop_times: list[float] = []
+            schema_args = {"server_name": "core", "tool_name": "status"}
             for _ in range(SAMPLES):
                 t0 = time.perf_counter()
                 await direct.call_tool("echo", {"text": "ping"})
@@ -90,6 +92,9 @@ async def _overhead(results: list[Result]) -> None:
                 t0 = time.perf_counter()
                 await via.call_tool("call_tool", args)
                 via_times.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                await via.call_tool("get_tool_schema", schema_args)  # relay's own round trip, no downstream
+                hop_times.append(time.perf_counter() - t0)
     overhead = ms(median(via_times) - median(direct_times))
     results.append(
         Result(
@@ -104,6 +109,7 @@ async def _overhead(results: list[Result]) -> None:
                 "via_relay_median_ms": ms(median(via_times)),
                 "direct_p95_ms": ms(percentile(direct_times, 95)),
                 "via_relay_p95_ms": ms(percentile(via_times, 95)),
+                "relay_round_trip_without_downstream_median_ms": ms(median(hop_times)),
                 "samples": SAMPLES,
             },
         )
