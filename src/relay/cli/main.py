@@ -124,14 +124,25 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from relay.server.run import serve
-
     if not args.http and sys.stdin.isatty():
         from relay.cli._serve_banner import stdio_banner
 
         print(stdio_banner(), file=sys.stderr)
+    front = None
+    if not args.http:
+        from relay.server.stdio_front import start_front
+
+        front = start_front(args.toolsets, args.profile)  # initialize + tools/list answered while the SDK loads
+    from relay.server.run import serve
+
     return serve(
-        http=args.http, host=args.host, port=args.port, token=args.token, toolsets=args.toolsets, profile=args.profile
+        http=args.http,
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        toolsets=args.toolsets,
+        profile=args.profile,
+        front=front,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
@@ -19,6 +20,7 @@ def serve(
     token: str | None,
     toolsets: str | None = None,
     profile: str | None = None,
+    front: Any = None,
 ) -> int:
     settings = load_settings()
     if toolsets is not None or profile is not None:
@@ -31,7 +33,7 @@ def serve(
     if not http:
         from relay.server.stdio import run_stdio
 
-        run_stdio(server)  # answers malformed JSON-RPC lines too (the SDK's stdio drops them)
+        run_stdio(server, front)  # answers malformed JSON-RPC lines too (the SDK's stdio drops them)
         return 0
     token = token or settings.environ.get("RELAY_TOKEN")
     if host not in LOOPBACK and not token:

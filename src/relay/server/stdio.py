@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -23,16 +23,23 @@ from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter
 from pydantic import ValidationError
 
+from relay.server.stdio_front import Front
 from relay.server.stdio_wire import CANCEL_REASONS, INVALID_REQUEST, encode, error_reply, parse_line, valid_id
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
 
 
+class _Writer(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 class _Wire:
     """The two ends of the wire; writes are serialized so replies and error lines never interleave."""
 
-    def __init__(self, reader: IO[bytes], writer: IO[bytes]) -> None:
+    def __init__(self, reader: IO[bytes], writer: IO[bytes] | _Writer) -> None:
         self.reader = reader
         self.writer = writer
         self._lock = anyio.Lock()
@@ -82,7 +89,7 @@ def _to_message(obj: dict[str, Any]) -> tuple[SessionMessage | None, dict[str, A
 
 @asynccontextmanager
 async def stdio_transport(
-    reader: IO[bytes] | None = None, writer: IO[bytes] | None = None
+    reader: IO[bytes] | None = None, writer: IO[bytes] | _Writer | None = None
 ) -> AsyncGenerator[tuple[ReadStream, WriteStream]]:
     """(read, write) streams for the SDK's server loop over stdin/stdout (or the given binary files)."""
     restore: Callable[[], None] | None = None
@@ -121,13 +128,14 @@ async def stdio_transport(
             restore()
 
 
-async def serve_stdio(server: MCPServer[Any]) -> None:
-    """Run `server` over stdio until the client closes stdin."""
+async def serve_stdio(server: MCPServer[Any], front: Front | None = None) -> None:
+    """Run `server` over stdio (or behind the stdio front that already holds it) until the client closes stdin."""
     # The SDK's own run_stdio_async is this loop over its transport; it has no public hook for another one.
     lowlevel: Any = getattr(server, "_lowlevel_server")  # noqa: B009
-    async with stdio_transport() as (read_stream, write_stream):
+    reader, writer = (front.reader, front.writer) if front is not None else (None, None)
+    async with stdio_transport(reader, writer) as (read_stream, write_stream):
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
-def run_stdio(server: MCPServer[Any]) -> None:
-    anyio.run(serve_stdio, server)
+def run_stdio(server: MCPServer[Any], front: Front | None = None) -> None:
+    anyio.run(serve_stdio, server, front)
