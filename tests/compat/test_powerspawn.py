@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from relay.audit import IAC_FILE, Views, verify, views_config
+from relay.audit import IAC_FILE, LOG_FILE, Views, iter_lines, parse_loose, verify, views_config
 from tests.api.mock_servers import MockServer, Recorded, Reply
 from tests.compat.conftest import ProfileClient, call, data, logged, schemas, stdio_tool_names
 from tests.conftest import FAKES
@@ -179,7 +179,7 @@ async def test_cli_spawns_return_at_once_and_run_with_the_seeds_flags(
 
 
 async def test_api_spawns_ask_the_vendor_with_the_seeds_model_and_system_prompt(
-    spawner: Any, api_mock: MockServer
+    spawner: Any, api_mock: MockServer, relay_home: Path
 ) -> None:
     api_mock.script(Reply(text="grok says"), Reply(text="gemini says"), Reply(text="mistral says"))
     async with spawner() as c:
@@ -204,6 +204,19 @@ async def test_api_spawns_ask_the_vendor_with_the_seeds_model_and_system_prompt(
         f"Bearer {GEMINI_KEY}",
         f"Bearer {MISTRAL_KEY}",
     ]
+    # In-process API jobs are in the audit log like CLI jobs: queued, running, completed, with the answer.
+    logged_events = [e for e in map(parse_loose, iter_lines(relay_home / LOG_FILE)) if e]
+    per_job = {
+        agent_id: [
+            (e["event"], e["data"].get("output")) for e in logged_events if str(e["job_id"]).startswith(agent_id)
+        ]
+        for agent_id in (grok, gemini, mistral)
+    }
+    assert per_job == {
+        grok: [("queued", None), ("running", None), ("completed", "grok says")],
+        gemini: [("queued", None), ("running", None), ("completed", "gemini says")],
+        mistral: [("queued", None), ("running", None), ("completed", "mistral says")],
+    }
 
 
 async def test_keys_come_from_api_keys_json_first_then_the_seeds_env_aliases(
