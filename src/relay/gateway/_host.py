@@ -55,3 +55,4 @@ class TaskHost:
         self._stop.set()
         task, self._task = self._task, None
         await task
+        self._ready = self._stop = None  # a later use starts a fresh group
