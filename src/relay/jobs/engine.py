@@ -43,9 +43,24 @@ from relay.secrets import redact
 from relay.store import JobRecord, Store
 from relay.store.health import os_error
 
-__all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "new_job_id"]
+__all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
 
 Mode = Literal["sync", "async", "auto"]
+
+
+def job_cursor(rec: JobRecord) -> str:
+    """The cursor that continues a job list after `rec`: its creation time and id."""
+    return f"{rec.created_at!r}_{rec.id}"
+
+
+def _parse_cursor(cursor: str) -> tuple[float, str]:
+    created, _, job_id = cursor.partition("_")
+    try:
+        return float(created), job_id
+    except ValueError:
+        raise invalid(
+            f"cursor {cursor[:80]!r} is not one job_list gave", "pass next_cursor from the last page"
+        ) from None
 
 
 class Engine:
@@ -182,8 +197,13 @@ class Engine:
         since: float | None = None,
         session_id: str | None = None,
         limit: int = 50,
+        cursor: str | None = None,
     ) -> list[JobRecord]:
-        return self.store.list_jobs(statuses=statuses, agent=agent, since=since, session_id=session_id, limit=limit)
+        """Jobs newest first; `cursor` (from `job_cursor` of the last job of a page) continues after it."""
+        before = _parse_cursor(cursor) if cursor else None
+        return self.store.list_jobs(
+            statuses=statuses, agent=agent, since=since, session_id=session_id, limit=limit, before=before
+        )
 
     def read_output(self, job_id: str, view: str, offset: int, limit: int) -> dict[str, Any]:
         """A page of a job's full output: final text, transcript, raw stdout events, or stderr."""

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,13 @@ FINAL_STATUSES = ("completed", "failed", "cancelled", "timed_out", "interrupted"
 
 @dataclass(frozen=True)
 class JobRecord:
+    """A job row. Its JSON columns are decoded on first use: a list of 500 jobs decodes only what it shows."""
+
     id: str
     agent: str
     kind: str
     status: str
-    request: dict[str, Any]
+    request_json: str
     model: str | None
     cwd: str | None
     session_id: str | None
@@ -47,12 +50,24 @@ class JobRecord:
     cancel_requested: bool
     stop_reason: str | None
     exit_code: int | None
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
+    result_json: str | None
+    error_json: str | None
 
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_STATUSES
+
+    @cached_property
+    def request(self) -> dict[str, Any]:
+        return json.loads(self.request_json) if self.request_json else {}
+
+    @cached_property
+    def result(self) -> dict[str, Any] | None:
+        return json.loads(self.result_json) if self.result_json else None
+
+    @cached_property
+    def error(self) -> dict[str, Any] | None:
+        return json.loads(self.error_json) if self.error_json else None
 
 
 @dataclass(frozen=True)
@@ -69,12 +84,17 @@ class SessionRecord:
     last_used_at: float
 
 
-def _job(row: sqlite3.Row) -> JobRecord:
-    d = dict(row)
-    for key in ("request", "result", "error"):
-        d[key] = json.loads(d[key]) if d[key] else ({} if key == "request" else None)
-    d["cancel_requested"] = bool(d["cancel_requested"])
-    return JobRecord(**d)
+# The jobs columns in JobRecord's field order (named, so a column added later cannot shift them).
+JOB_COLUMNS = (
+    "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
+    " idle_timeout_s, pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, cancel_requested, stop_reason,"
+    " exit_code, result, error"
+)
+
+
+def _job(r: tuple[Any, ...]) -> JobRecord:
+    # r holds the 23 columns of JOB_COLUMNS, in JobRecord's field order (cancel_requested, 19th, is 0/1).
+    return JobRecord(*r[:18], bool(r[18]), *r[19:])  # pyright: ignore[reportCallIssue]
 
 
 class _Rows:
@@ -282,12 +302,15 @@ class Store:
         return True
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        row = self._exec("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return _job(row) if row else None
+        jobs = self._jobs(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,))
+        return jobs[0] if jobs else None
 
     def find_jobs(self, prefix: str) -> list[JobRecord]:
-        rows = self._exec("SELECT * FROM jobs WHERE id LIKE ? LIMIT 5", (prefix.replace("%", "") + "%",)).fetchall()
-        return [_job(r) for r in rows]
+        """Jobs whose id starts with `prefix` (at most 5): a range on the primary key, never a scan."""
+        return self._jobs(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT 5",
+            (prefix, prefix + "\U0010ffff"),
+        )
 
     def list_jobs(
         self,
@@ -297,9 +320,14 @@ class Store:
         since: float | None = None,
         session_id: str | None = None,
         limit: int = 50,
+        before: tuple[float, str] | None = None,
     ) -> list[JobRecord]:
+        """Jobs newest first (ties by id); `before` = (created_at, id) of the last job of the previous page."""
         where: list[str] = []
         params: list[Any] = []
+        if before is not None:
+            where.append("(created_at, id) < (?, ?)")
+            params += [before[0], before[1]]
         status_list = list(statuses)
         if status_list:
             where.append(f"status IN ({','.join('?' * len(status_list))})")
@@ -313,10 +341,21 @@ class Store:
         if session_id:
             where.append("session_id = ?")
             params.append(session_id)
-        sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
         params.append(limit)
-        return [_job(r) for r in self._exec(sql, params).fetchall()]
+        return self._jobs(sql, params)
+
+    def _jobs(self, sql: str, params: Sequence[Any]) -> list[JobRecord]:
+        """Job rows as records, read as plain tuples (no per-row dict) under the lock."""
+        with self._lock:
+            try:
+                cur = self._db.cursor()
+                cur.row_factory = None
+                rows: list[tuple[Any, ...]] = cur.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise sqlite_error(exc, self.path, self._busy_s) from None
+        return [_job(r) for r in rows]
 
     # events -----------------------------------------------------------------------------
 

@@ -242,6 +242,20 @@ def m007_hook_sessions(db: sqlite3.Connection) -> None:
     )
 
 
+def m008_indexes(db: sqlite3.Connection) -> None:
+    """List orders walk an index (newest first, ties by id) instead of sorting the table; these replace the
+    single-column created_at and status indexes they extend."""
+    db.executescript(
+        """
+        CREATE INDEX IF NOT EXISTS jobs_created_id ON jobs(created_at, id);
+        CREATE INDEX IF NOT EXISTS jobs_status_created_id ON jobs(status, created_at, id);
+        CREATE INDEX IF NOT EXISTS jobs_agent_created_id ON jobs(agent, created_at, id);
+        DROP INDEX IF EXISTS jobs_created;
+        DROP INDEX IF EXISTS jobs_status;
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -250,6 +264,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m005_mcp_servers", m005_mcp_servers),
     ("m006_tasks", m006_tasks),
     ("m007_hook_sessions", m007_hook_sessions),
+    ("m008_indexes", m008_indexes),
 ]
 
 
