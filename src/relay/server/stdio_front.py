@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import IO, Any
@@ -35,7 +34,9 @@ TOOLS_ID = PRIVATE + "tools"
 SNAPSHOT_FILE = "stdio-front.json"
 # Settings that change what initialize or tools/list answer.
 KEY_ENV = ("RELAY_TOOLSETS", "RELAY_PROFILE", "RELAY_CONFIG", "ANTHROPIC_MODEL", "ANTHROPIC_MODELS")
-DISABLE_ENV = "RELAY_STDIO_FRONT"  # "0" turns the front off (relay serves stdio directly)
+DISABLE_ENV = "RELAY_STDIO_FRONT"
+DEFAULT_SWITCH_INTERVAL_S = sys.getswitchinterval()
+STARTUP_SWITCH_INTERVAL_S = 0.0005  # "0" turns the front off (relay serves stdio directly)
 
 
 def relay_home(environ: dict[str, str]) -> Path:
@@ -81,14 +82,13 @@ class Snapshot:
 
     def save(self) -> None:
         data = {"key": self.key, "initialize": self.initialize, "tools": self.tools}
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".front.", dir=self.path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle)
+            tmp.write_text(json.dumps(data), encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError:
-            pass  # a cache that cannot be written only costs the next start its head start
+            tmp.unlink(missing_ok=True)  # a cache that cannot be written only costs the next start its head start
 
 
 class _ServerOut:
@@ -193,6 +193,7 @@ class Front:
     def _private_answer(self, msg: dict[str, Any]) -> None:
         if msg.get("id") == INIT_ID:
             self.ready = True
+            sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL_S)
             return
         result = msg.get("result")
         if msg.get("id") == TOOLS_ID and isinstance(result, dict) and result != self.snapshot.tools:
@@ -234,5 +235,8 @@ def start_front(toolsets: str | None, profile: str | None) -> Front | None:
     snapshot = Snapshot(home / "cache" / SNAPSHOT_FILE, snapshot_key(environ, home, toolsets, profile))
     wire_in, wire_out = _claim_std_fds()
     front = Front(wire_in, wire_out, snapshot)
+    # While the main thread imports the SDK it holds the GIL; a short switch interval lets the
+    # front's thread answer within a fraction of a millisecond (back to the default once ready).
+    sys.setswitchinterval(STARTUP_SWITCH_INTERVAL_S)
     threading.Thread(target=front.read_client, name="relay-stdio-front", daemon=True).start()
     return front
