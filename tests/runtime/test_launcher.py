@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -108,3 +109,48 @@ async def test_a_spawn_helper_that_died_is_replaced_and_no_spawn_fails_meanwhile
         while launcher.spawn(launch())[1] is not None:  # direct spawns until a new helper answers
             await anyio.sleep(0.05)
     assert launcher._zygote._proc is not helper  # pyright: ignore[reportPrivateUsage]
+
+
+async def until_the_helper_answers(launch: launcher.Launch) -> None:
+    with anyio.fail_after(BOUND_S):
+        while True:  # the first spawns go direct while the helper starts
+            pid, popen = launcher.spawn(launch)
+            with contextlib.suppress(ProcessLookupError):  # a short program may be gone already
+                os.killpg(pid, 9)
+            if popen is None:
+                return
+            popen.wait(BOUND_S)
+            await anyio.sleep(0.05)
+
+
+async def test_the_spawn_helper_answers_only_once_its_child_has_execd_as_the_leader_of_its_own_group(
+    tmp_path: Path,
+) -> None:
+    argv = ["/bin/sleep", "30"]
+    launch = launcher.Launch(
+        argv=argv, env={}, cwd=str(tmp_path), stdin=None, stdout=tmp_path / "o", stderr=tmp_path / "e"
+    )
+    await until_the_helper_answers(launch)
+    seen: list[tuple[bool, bytes]] = []
+    for _ in range(20):
+        pid, popen = launcher.spawn(launch)
+        assert popen is None
+        # Read at once, as relay may signal the group at once: the child must already be the new program.
+        seen.append((os.getsid(pid) == pid and os.getpgid(pid) == pid, Path(f"/proc/{pid}/cmdline").read_bytes()))
+        os.killpg(pid, 9)  # ESRCH here would mean the group did not exist yet
+    assert seen == [(True, b"\0".join(a.encode() for a in argv) + b"\0")] * 20
+
+
+async def test_the_spawn_helper_reports_a_failed_exec_as_the_oserror_a_direct_spawn_raises(tmp_path: Path) -> None:
+    def launch(program: str) -> launcher.Launch:
+        return launcher.Launch(
+            argv=[program], env={}, cwd=str(tmp_path), stdin=None, stdout=tmp_path / "o", stderr=tmp_path / "e"
+        )
+
+    missing = launch(str(tmp_path / "no-such-program"))
+    with pytest.raises(FileNotFoundError):
+        launcher.spawn_direct(missing)
+    await until_the_helper_answers(launch("/bin/true"))
+    with pytest.raises(FileNotFoundError):
+        launcher.spawn(missing)
+    assert launcher.spawn(launch("/bin/true"))[1] is None  # and the helper still serves

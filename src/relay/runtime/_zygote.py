@@ -5,9 +5,14 @@ a preexec_fn, which forces a real fork() of the calling process: in relay's larg
 that costs milliseconds per job. This helper is small, so its fork is cheap. relay starts it once,
 sends one JSON request per line on its stdin ({argv, env, cwd, stdin, stdout, stderr}: paths for
 the three streams, stdin null for /dev/null; argv[0] an absolute path) and reads one JSON reply per
-line: {"pid": N} as soon as the child is forked (relay does not wait for its exec), or
-{"errno": N, "error": "..."} when the spawn failed (a missing cwd, an unopenable file). It exits when relay closes its stdin; the jobs
-it started keep running in their own sessions. Run as `python -I -S _zygote.py`; stdlib only.
+line: {"pid": N} once the child has exec'd, or {"errno": N, "error": "..."} when the spawn failed (a
+missing cwd, an unopenable file, an exec that failed). The pid is never sent before the child leads
+its own session: relay may signal the job's group (killpg) as soon as it has the pid, so the group
+must exist by then. The child tells through a pipe whose write end is close-on-exec: EOF means it
+exec'd (after prctl and setsid), bytes are the errno and message of what failed; the wait is bounded
+(CHILD_START_S), and a child that has not exec'd by then is killed and reported as failed. It exits
+when relay closes its stdin; the jobs it started keep running in their own sessions. Run as
+`python -I -S _zygote.py`; stdlib only.
 """
 
 from __future__ import annotations
@@ -17,14 +22,19 @@ import ctypes
 import errno
 import json
 import os
+import select
 import signal
 import sys
+import time
 from types import FrameType
 from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
 # Upper bound of the descriptors a child closes before exec (only 0, 1 and 2 reach the job).
 MAX_FD = 65536
+# How long a forked child may take to exec before it is killed and the spawn reported as failed
+# (relay waits ZYGOTE_REPLY_S = 10 s for the whole reply; this must stay below that).
+CHILD_START_S = 5.0
 
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
@@ -44,14 +54,19 @@ def _reap(_signum: int = 0, _frame: FrameType | None = None) -> None:
             return
 
 
-def _exec_child(req: dict[str, Any], fds: tuple[int, int, int]) -> None:
-    """In the forked child: become the subreaper, lead a new session, wire the streams, exec. Never returns."""
+def _exec_child(req: dict[str, Any], fds: tuple[int, int, int], ready: int) -> None:
+    """In the forked child: become the subreaper, lead a new session, wire the streams, exec. Never returns.
+
+    `ready` is the close-on-exec write end of the pipe the helper waits on: the exec closes it (EOF:
+    started), a failure writes "errno:message" to it first.
+    """
     try:
         become_subreaper()
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        os.closerange(3, MAX_FD)
+        os.closerange(3, ready)
+        os.closerange(ready + 1, MAX_FD)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)  # Python's own dispositions must not reach the job
         if req["cwd"]:
@@ -59,14 +74,35 @@ def _exec_child(req: dict[str, Any], fds: tuple[int, int, int]) -> None:
         argv: list[str] = req["argv"]
         os.execve(argv[0], argv, req["env"])
     except BaseException as exc:  # the child must never return into the helper's loop
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
         with contextlib.suppress(OSError):
-            os.write(2, f"relay: could not start {req.get('argv', ['?'])[0]}: {exc}\n".encode())
+            os.write(ready, f"{code}:{exc}".encode(errors="replace")[:4000])
     finally:
         os._exit(127)
 
 
+def _await_exec(pid: int, ready: int) -> dict[str, Any]:
+    """The reply for child `pid`: its pid once `ready` reads EOF (it exec'd), else what failed (bounded)."""
+    deadline = time.monotonic() + CHILD_START_S
+    report = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([ready], [], [], left)[0]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # not started yet: it has no children, its pid is still ours
+            return {"errno": errno.ETIMEDOUT, "error": f"the job's process did not start within {CHILD_START_S:g} s"}
+        chunk = os.read(ready, 4096)
+        if not chunk:
+            break
+        report += chunk
+    if not report:
+        return {"pid": pid}
+    code, _, message = report.decode(errors="replace").partition(":")
+    return {"errno": int(code) if code.isdigit() else 0, "error": message or "the job's process could not start"}
+
+
 def _spawn(req: dict[str, Any]) -> dict[str, Any]:
-    """Fork and exec one job; reply with its pid at once (what can fail is checked before the fork)."""
+    """Fork and exec one job; reply with its pid once it has exec'd in its own session, or with what failed."""
     opened: list[int] = []
     try:
         argv = req["argv"]
@@ -77,10 +113,13 @@ def _spawn(req: dict[str, Any]) -> dict[str, Any]:
         opened.append(os.open(req["stdin"] or os.devnull, os.O_RDONLY | os.O_CLOEXEC))
         for key in ("stdout", "stderr"):
             opened.append(os.open(req[key], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        ready_r, ready_w = os.pipe()  # both close-on-exec (PEP 446)
+        opened += (ready_r, ready_w)
         pid = os.fork()
         if pid == 0:
-            _exec_child(req, (opened[0], opened[1], opened[2]))
-        return {"pid": pid}
+            _exec_child(req, (opened[0], opened[1], opened[2]), ready_w)
+        os.close(opened.pop())  # the write end: only the child may hold it, so its exec reads as EOF
+        return _await_exec(pid, ready_r)
     except OSError as exc:
         return {"errno": exc.errno or 0, "error": str(exc)}
     except (KeyError, TypeError, ValueError) as exc:

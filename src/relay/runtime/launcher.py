@@ -5,7 +5,9 @@ agent orphans (even one that left the job's process group with setsid()) re-pare
 dies with the job. Python's only hook there is preexec_fn, which turns the cheap vfork spawn into a
 full fork of relay's process (milliseconds each in a large server). So relay keeps one small helper
 process (`_zygote.py`) that forks cheaply and does the prctl; until that helper has started, or if
-it breaks, relay spawns directly with a preexec_fn (slower, same result).
+it breaks, relay spawns directly with a preexec_fn (slower, same result). Either way the pid comes
+back only once the shim has exec'd in its own session (the helper waits on a close-on-exec pipe, as
+Popen does), so the job's process group exists before relay can signal it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import IO, Any
 
 PR_SET_CHILD_SUBREAPER = 36
 ZYGOTE = Path(__file__).with_name("_zygote.py")
-# How long relay waits for the helper's reply to a spawn request before giving up on the helper.
+# How long relay waits for the helper's reply to a spawn request before giving up on the helper
+# (above the helper's own bound on a child's exec, _zygote.CHILD_START_S = 5 s).
 ZYGOTE_REPLY_S = 10.0
 # A helper that keeps dying is not restarted past this many starts: relay then always spawns directly.
 ZYGOTE_MAX_STARTS = 3
@@ -178,7 +181,7 @@ class _Unsure(Exception):
 
 
 class _SpawnFailed(Exception):
-    """The helper could not start the shim (bad cwd, unreadable file): the same failure a direct spawn gives."""
+    """The helper could not start the shim (bad cwd, unreadable file, failed exec): the failure a direct spawn gives."""
 
     def __init__(self, errno: int, message: str) -> None:
         super().__init__(message)
