@@ -217,7 +217,7 @@ class Dashboard:
         except ValueError:
             page = 1
         await anyio.to_thread.run_sync(self.sources.reconcile)
-        data = await anyio.to_thread.run_sync(jobs_page, self.sources.engine(), flt, page)
+        data = await anyio.to_thread.run_sync(jobs_page, self.sources.engine(), self.sources.queries(), flt, page)
         query = "&".join(f"{k}={quote(v)}" for k, v in q.multi_items() if k != "page")
         return self.render(
             request, "jobs.html", data | {"filter": flt, "statuses": STATUSES, "query": query, "page_title": "Jobs"}
@@ -286,7 +286,7 @@ class Dashboard:
             days = max(1, min(90, int(request.query_params.get("days", "14"))))
         except ValueError:
             days = 14
-        data = await anyio.to_thread.run_sync(costs, self.sources.engine(), self.settings, days)
+        data = await anyio.to_thread.run_sync(costs, self.sources.engine(), self.sources.queries(), self.settings, days)
         chart = Markup(stacked_bars(data["days"], data["by_day"], data["series"]))  # chart.py escapes every label
         return self.render(request, "costs.html", data | {"chart": chart, "days_n": days, "page_title": "Costs"})
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from relay.errors import RelayError
 from relay.jobs.engine import Engine
 from relay.jobs.envelope import job_title
 from relay.store import JobRecord
+from relay.web._queries import JobQueries
 
 STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
 ACTIVE = ("queued", "running")
@@ -34,6 +35,7 @@ class Sources:
     engine_provider: Callable[[], Engine | None] | None = None
     gateway_provider: Callable[[], Any] | None = None
     _own_engine: Engine | None = field(default=None, repr=False)
+    _queries: JobQueries | None = field(default=None, repr=False)
 
     def engine(self) -> Engine:
         """The server's running engine when the dashboard shares a process with it, else a reader of the store."""
@@ -48,6 +50,12 @@ class Sources:
             self._own_engine = Engine(self.settings)
         return self._own_engine
 
+    def queries(self) -> JobQueries:
+        if self._queries is None:
+            self.engine()  # the store exists, migrated, before a query-only connection opens it
+            self._queries = JobQueries(self.settings.db_path)
+        return self._queries
+
     def reconcile(self) -> None:
         """Finalize jobs whose relay died, as `relay jobs` does (a running server's engine does this itself)."""
         engine = self.engine()
@@ -55,6 +63,9 @@ class Sources:
             engine.reconcile()
 
     def close(self) -> None:
+        if self._queries is not None:
+            self._queries.close()
+            self._queries = None
         if self._own_engine is not None:
             self._own_engine.store.close()
             self._own_engine = None
@@ -97,26 +108,21 @@ class JobFilter:
     agent: str | None = None
     text: str | None = None
 
-    def matches(self, row: dict[str, Any]) -> bool:
-        if self.statuses and row["status"] not in self.statuses:
-            return False
-        if self.agent and row["agent"] != self.agent:
-            return False
-        needle = (self.text or "").lower()
-        return not needle or any(needle in str(row[k]).lower() for k in ("id", "title", "cwd", "model"))
 
-
-def jobs_page(engine: Engine, flt: JobFilter, page: int) -> dict[str, Any]:
-    """A page of the jobs table, newest first; text filtering reads a bounded window of recent jobs."""
+def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) -> dict[str, Any]:
+    """A page of the jobs table, newest first, filtered and paged by SQLite (only the page's rows are read)."""
     page = max(1, page)
-    want = page * PAGE_SIZE + 1
-    limit = want if not flt.text else max(want, 5000)
-    recs = engine.list(statuses=flt.statuses, agent=flt.agent, limit=limit)
+    ids = queries.job_ids(
+        statuses=flt.statuses, agent=flt.agent, text=flt.text, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE + 1
+    )
     now = time.time()
-    rows = [r for r in (job_row(rec, now) for rec in recs) if flt.matches(r)]
-    start = (page - 1) * PAGE_SIZE
-    shown = rows[start : start + PAGE_SIZE]
-    return {"rows": shown, "page": page, "has_next": len(rows) > start + PAGE_SIZE, "now": now}
+    rows: list[dict[str, Any]] = []
+    for job_id in ids[:PAGE_SIZE]:
+        try:
+            rows.append(job_row(engine.get(job_id), now))
+        except RelayError:  # removed between the two reads
+            continue
+    return {"rows": rows, "page": page, "has_next": len(ids) > PAGE_SIZE, "now": now}
 
 
 def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
@@ -152,28 +158,23 @@ def _day(ts: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(ts))
 
 
-def costs(engine: Engine, settings: Settings, days: int = 14, now: float | None = None) -> dict[str, Any]:
-    """Spend per day and per agent/model from finished jobs' results, and how close the caps are."""
-    now = time.time() if now is None else now
-    since = now - days * 86400
-    recs = engine.list(since=since, limit=1_000_000)
+def costs(engine: Engine, queries: JobQueries, settings: Settings, days: int = 14) -> dict[str, Any]:
+    """Spend per day and per agent/model from jobs' results (summed by SQLite), and how close the caps are."""
+    now = time.time()
     day_list = [_day(now - (days - 1 - i) * 86400) for i in range(days)]
+    since = time.mktime(time.strptime(day_list[0], "%Y-%m-%d"))
     by_day: dict[str, dict[str, float]] = {d: {} for d in day_list}
     totals: dict[str, dict[str, Any]] = {}
-    for rec in recs:
-        result = rec.result or {}
-        cost = _cost(rec) or 0.0
-        key = f"{rec.agent} · {rec.model or '-'}"
-        usage: dict[str, Any] = result.get("usage") or {}
+    for row in queries.costs(since):
+        key = f"{row.agent} · {row.model or '-'}"
         t = totals.setdefault(key, {"key": key, "jobs": 0, "cost_usd": 0.0, "input": 0, "output": 0, "cached": 0})
-        t["jobs"] += 1
-        t["cost_usd"] += cost
-        for k in ("input", "output", "cached"):
-            value = usage.get(k)
-            t[k] += int(value) if isinstance(value, int) else 0
-        day = _day(rec.created_at)
-        if day in by_day and cost:
-            by_day[day][key] = by_day[day].get(key, 0.0) + cost
+        t["jobs"] += row.jobs
+        t["cost_usd"] += row.cost_usd
+        t["input"] += row.input
+        t["output"] += row.output
+        t["cached"] += row.cached
+        if row.day in by_day and row.cost_usd:
+            by_day[row.day][key] = by_day[row.day].get(key, 0.0) + row.cost_usd
     keys = sorted(totals, key=lambda k: -totals[k]["cost_usd"])
     return {
         "days": day_list,
@@ -181,20 +182,22 @@ def costs(engine: Engine, settings: Settings, days: int = 14, now: float | None 
         "series": keys,
         "totals": [totals[k] for k in keys],
         "total_usd": sum(t["cost_usd"] for t in totals.values()),
-        "caps": caps(engine, settings, recs),
+        "caps": caps(engine, queries, settings, since),
     }
 
 
-def caps(engine: Engine, settings: Settings, recs: Iterable[JobRecord]) -> dict[str, Any]:
+def caps(engine: Engine, queries: JobQueries, settings: Settings, since: float) -> dict[str, Any]:
     """The per-job and per-session spend caps, with the jobs and sessions nearest to them."""
     job_cap = settings.max_cost_usd
     session_cap = settings.max_session_cost_usd
-    jobs = sorted(((r, _cost(r) or 0.0) for r in recs), key=lambda x: -x[1])[:5]
     sessions = sorted(engine.store.list_sessions(limit=200), key=lambda s: -s.total_cost_usd)[:5]
     return {
         "job_cap": job_cap,
         "session_cap": session_cap,
-        "jobs": [{"id": r.id, "agent": r.agent, "cost_usd": c, "pct": _pct(c, job_cap)} for r, c in jobs if c > 0],
+        "jobs": [
+            {"id": job_id, "agent": agent, "cost_usd": cost, "pct": _pct(cost, job_cap)}
+            for job_id, agent, cost in queries.costliest(since, 5)
+        ],
         "sessions": [
             {
                 "agent": s.agent,

@@ -1,0 +1,91 @@
+"""The dashboard's own read-only queries over relay.db: text search and deep paging of jobs, and cost totals.
+
+The store's `list_jobs` decodes every row it returns, which is right for a page of jobs but not for
+finding page 50 of a filtered list or summing the costs of 100,000 jobs. These queries let SQLite
+do that work (ids only, or sums) on a connection that can only read; the rows a page shows are
+then read through the engine, like everywhere else.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# How long a read waits for a writer holding the database (ms).
+BUSY_TIMEOUT_MS = 5000
+
+
+@dataclass(frozen=True)
+class CostRow:
+    day: str
+    agent: str
+    model: str | None
+    jobs: int
+    cost_usd: float
+    input: int
+    output: int
+    cached: int
+
+
+class JobQueries:
+    """A query-only connection to relay.db, safe to share between worker threads."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        self._db.execute("PRAGMA query_only = ON")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def job_ids(
+        self, *, statuses: Sequence[str], agent: str | None, text: str | None, offset: int, limit: int
+    ) -> list[str]:
+        """Ids of the jobs matching the filters, newest first, one page of them."""
+        where: list[str] = []
+        params: list[Any] = []
+        if statuses:
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
+            params += list(statuses)
+        if agent:
+            where.append("agent = ?")
+            params.append(agent)
+        if text:
+            escaped = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            columns = ("id", "json_extract(request, '$.prompt')", "cwd", "model")
+            where.append("(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in columns) + ")")
+            params += [escaped] * len(columns)
+        sql = "SELECT id FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        return [str(r[0]) for r in self._rows(sql, [*params, limit, offset])]
+
+    def costs(self, since: float) -> list[CostRow]:
+        """Jobs, spend and tokens per local day, agent and model, for jobs created since `since`."""
+        rows = self._rows(
+            "SELECT date(created_at, 'unixepoch', 'localtime') AS day, agent, model, COUNT(*),"
+            " TOTAL(json_extract(result, '$.cost_usd')), TOTAL(json_extract(result, '$.usage.input')),"
+            " TOTAL(json_extract(result, '$.usage.output')), TOTAL(json_extract(result, '$.usage.cached'))"
+            " FROM jobs WHERE created_at >= ? GROUP BY day, agent, model",
+            (since,),
+        )
+        return [
+            CostRow(str(r[0]), str(r[1]), r[2], int(r[3]), float(r[4]), int(r[5]), int(r[6]), int(r[7])) for r in rows
+        ]
+
+    def costliest(self, since: float, limit: int) -> list[tuple[str, str, float]]:
+        """(id, agent, cost) of the costliest jobs created since `since`."""
+        rows = self._rows(
+            "SELECT id, agent, json_extract(result, '$.cost_usd') AS cost FROM jobs"
+            " WHERE created_at >= ? AND cost > 0 ORDER BY cost DESC LIMIT ?",
+            (since, limit),
+        )
+        return [(str(r[0]), str(r[1]), float(r[2])) for r in rows]
