@@ -10,6 +10,7 @@ import pytest
 
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, job_cursor
+from relay.store import Store
 from tests.reliability.conftest import AdvSettings
 
 
@@ -66,3 +67,29 @@ def test_id_prefix_lookups_and_job_lists_use_indexes_not_scans(adv_settings: Adv
     db.commit()
     assert engine.get("fedcba").id == "fedcba9876543210"
     assert "m008_indexes" in engine.store.applied_migrations()
+
+
+@pytest.mark.anyio
+async def test_the_job_list_tool_pages_with_next_cursor_until_null(adv_settings: AdvSettings) -> None:
+    from mcp import Client
+
+    from relay.server.app import build_server
+
+    settings = adv_settings()
+    Store(settings.db_path).close()
+    expected = fill(settings.db_path, 45)
+    seen: list[str] = []
+    cursors: list[str | None] = []
+    async with Client(build_server(settings)) as client:
+        args: dict[str, object] = {"limit": 20}
+        while True:
+            page = await client.call_tool("job_list", args)
+            data = page.structured_content
+            assert data is not None and not page.is_error, page
+            seen += [j["job_id"] for j in data["jobs"]]
+            cursors.append(data["next_cursor"])
+            if data["next_cursor"] is None:
+                break
+            args = {"limit": 20, "cursor": data["next_cursor"]}
+    assert seen == [job_id for _, job_id in expected]
+    assert len(cursors) == 3 and cursors[-1] is None

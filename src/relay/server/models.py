@@ -54,6 +54,7 @@ class JobSummary(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobSummary]
+    next_cursor: str | None = Field(None, description="pass as cursor for the next page; null on the last page")
 
 
 class WaitResult(BaseModel):

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from relay import __version__
 from relay.agents import get_adapter, known_agents
-from relay.jobs.engine import Engine, JobRequest
+from relay.jobs.engine import Engine, JobRequest, job_cursor
 from relay.jobs.envelope import job_title
 from relay.server.models import (
     AgentInfo,
@@ -156,10 +156,16 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         since: Annotated[float | None, Field(description="unix time")] = None,
         session_id: str | None = None,
         limit: Annotated[int, Field(ge=1, le=500)] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
     ) -> Annotated[CallToolResult, JobList]:
         async def go() -> CallToolResult:
             records = deps.engine().list(
-                statuses=tuple(status or ()), agent=agent, since=since, session_id=session_id, limit=limit
+                statuses=tuple(status or ()),
+                agent=agent,
+                since=since,
+                session_id=session_id,
+                limit=limit,
+                cursor=cursor,
             )
             jobs = [
                 JobSummary(
@@ -173,7 +179,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 )
                 for r in records
             ]
-            return model_result(JobList(jobs=jobs))
+            more = job_cursor(records[-1]) if len(records) == limit else None
+            return model_result(JobList(jobs=jobs, next_cursor=more))
 
         return await run_guarded(go)
 
