@@ -57,7 +57,7 @@ async def handshake(env: dict[str, str], cwd: Path) -> tuple[dict[str, Any], dic
         seen: list[Any] = []
         while (message := await raw.next()).get("id") != 2:
             seen.append(message.get("method"))
-        assert message["result"]["structuredContent"] == {"jobs": []}
+        assert message["result"]["structuredContent"]["jobs"] == []
         await raw.stdin.aclose()
         assert await proc.wait() == 0
     return init, tools, seen

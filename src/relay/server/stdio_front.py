@@ -122,6 +122,7 @@ class Front:
         self.client_protocol: str | None = None
         # ids of the client's initialize / tools/list forwarded while no snapshot existed: record their answers
         self._capture: dict[str, str] = {}
+        self._server_spoke = False
 
     # the client side ------------------------------------------------------------------------
 
@@ -183,6 +184,9 @@ class Front:
     # the server side ------------------------------------------------------------------------
 
     def from_server(self, data: bytes) -> None:
+        if not self._server_spoke:  # the SDK is loaded: back to the default GIL switch interval
+            self._server_spoke = True
+            sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL_S)
         if data.startswith(b'{"jsonrpc":"2.0","id":"' + PRIVATE.encode()):
             self._private_answer(json.loads(data))
             return
@@ -193,7 +197,6 @@ class Front:
     def _private_answer(self, msg: dict[str, Any]) -> None:
         if msg.get("id") == INIT_ID:
             self.ready = True
-            sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL_S)
             return
         result = msg.get("result")
         if msg.get("id") == TOOLS_ID and isinstance(result, dict) and result != self.snapshot.tools:
