@@ -7,11 +7,12 @@ from starlette.testclient import TestClient
 from relay.config import Settings
 from relay.server.app import build_server
 from relay.server.http import build_http_app
+from relay.web import for_server
 from tests.web.conftest import HTML
 
 
 def test_the_http_server_serves_the_dashboard_under_ui_behind_the_same_token(settings: Settings) -> None:
-    app = build_http_app(build_server(settings), "0.0.0.0", 8765, "s3cret")
+    app = build_http_app(build_server(settings), "0.0.0.0", 8765, "s3cret", for_server)
     with TestClient(app, base_url="http://127.0.0.1:8765") as client:
         first = client.get("/ui/jobs", headers=HTML, follow_redirects=False)
         assert first.status_code == 303 and first.headers["location"] == "/ui/login?next=%2Fjobs"
@@ -26,7 +27,7 @@ def test_the_http_server_serves_the_dashboard_under_ui_behind_the_same_token(set
 
 
 def test_on_loopback_the_dashboard_under_ui_needs_no_login(settings: Settings) -> None:
-    app = build_http_app(build_server(settings), "127.0.0.1", 8765, None)
+    app = build_http_app(build_server(settings), "127.0.0.1", 8765, None, for_server)
     with TestClient(app, base_url="http://127.0.0.1:8765") as client:
         page = client.get("/ui/jobs", headers=HTML)
         assert page.status_code == 200 and "<h1>Jobs</h1>" in page.text

@@ -133,6 +133,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from relay.server.stdio_front import start_front
 
         front = start_front(args.toolsets, args.profile)  # initialize + tools/list answered while the SDK loads
+    dashboard = None
+    if args.http:
+        from relay.web import for_server as dashboard  # the web dashboard under /ui
     from relay.server.run import serve
 
     return serve(
@@ -143,6 +146,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         toolsets=args.toolsets,
         profile=args.profile,
         front=front,
+        dashboard=dashboard,
     )
 
 

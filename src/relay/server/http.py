@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 from relay.server.app import RelayServer
@@ -69,7 +70,9 @@ def host_values(names: list[str], port: int) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def build_http_app(server: RelayServer, host: str, port: int, token: str | None) -> Any:
+def build_http_app(
+    server: RelayServer, host: str, port: int, token: str | None, dashboard: Callable[..., Any] | None = None
+) -> Any:
     from mcp.server.transport_security import TransportSecuritySettings
 
     names = ["127.0.0.1", "localhost", "::1"]
@@ -86,25 +89,28 @@ def build_http_app(server: RelayServer, host: str, port: int, token: str | None)
         allowed_origins=[f"http://{h}" for h in hosts],
     )
     app = server.streamable_http_app(transport_security=security, host=host)
-    # The web dashboard under /ui: same Host/Origin rules and token (asked once on a login form, so the
-    # bearer check below lets /ui through to it).
-    from starlette.routing import Mount
+    if dashboard is not None:
+        # The web dashboard (a surface above this one, handed in by the CLI) under /ui: it asks for the
+        # token itself (login form and cookie), so the bearer check below lets /ui through to it.
+        from starlette.routing import Mount
 
-    from relay.web import Access, build_app
-
-    deps = server.catalog.deps
-    dashboard = build_app(
-        deps.settings,
-        access=Access(host=host, port=port, token=token),
-        engine_provider=deps.engine,
-        gateway_provider=lambda: deps.existing_service("gateway"),
-    )
-    app.router.routes.insert(0, Mount(DASHBOARD_PREFIX, dashboard))
+        deps = server.catalog.deps
+        ui = dashboard(
+            settings=deps.settings,
+            host=host,
+            port=port,
+            token=token,
+            engine=deps.engine,
+            gateway=lambda: deps.existing_service("gateway"),
+        )
+        app.router.routes.insert(0, Mount(DASHBOARD_PREFIX, ui))
     return BearerAuth(app, token) if token else app
 
 
-def run_http(server: RelayServer, *, host: str, port: int, token: str | None) -> None:
+def run_http(
+    server: RelayServer, *, host: str, port: int, token: str | None, dashboard: Callable[..., Any] | None = None
+) -> None:
     import uvicorn
 
-    app = build_http_app(server, host, port, token)
+    app = build_http_app(server, host, port, token, dashboard)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -21,6 +21,7 @@ def serve(
     toolsets: str | None = None,
     profile: str | None = None,
     front: Any = None,
+    dashboard: Any = None,
 ) -> int:
     settings = load_settings()
     if toolsets is not None or profile is not None:
@@ -45,5 +46,5 @@ def serve(
     from relay.server.http import run_http
 
     print(f"relay {os.getpid()}: serving MCP on http://{host}:{port}/mcp", file=sys.stderr)
-    run_http(server, host=host, port=port, token=token)
+    run_http(server, host=host, port=port, token=token, dashboard=dashboard)
     return 0

@@ -7,10 +7,31 @@ Streamable HTTP server.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp
+
+from relay.config import Settings
 from relay.web.app import build_app
 from relay.web.security import Access
 
-__all__ = ["Access", "build_app", "run_dashboard"]
+__all__ = ["Access", "build_app", "for_server", "run_dashboard"]
+
+
+def for_server(
+    *,
+    settings: Settings,
+    host: str,
+    port: int,
+    token: str | None,
+    engine: Callable[[], Any],
+    gateway: Callable[[], Any],
+) -> ASGIApp:
+    """The dashboard for `relay serve --http` to mount under /ui, reading the server's engine and gateway."""
+    return build_app(
+        settings, access=Access(host=host, port=port, token=token), engine_provider=engine, gateway_provider=gateway
+    )
 
 
 def run_dashboard(*, host: str, port: int, token: str | None, open_browser: bool = False) -> None:
