@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from relay.config import Settings
+from relay.events import Event
 from relay.gateway import ServerRegistry, make_config
 from relay.runtime import procinfo
 from relay.threads import NewTurn, Threads, new_thread_id
@@ -221,3 +222,18 @@ def test_the_jobs_page_finalizes_a_job_whose_relay_died_as_relay_jobs_does(
     row = re.search(rf'<tr id="job-{started.job.id}".*?</tr>', page, re.S)
     assert row is not None and "s-running" not in row.group(0)
     assert jobs.get(started.job.id).is_final
+
+
+def test_a_jobs_usage_is_counted_once_even_when_its_transcript_repeats_entries(
+    dashboard: DashboardFactory, jobs: Jobs, relay_home: Path
+) -> None:
+    job = jobs.run("hi")
+    usage = Event("turn.completed", {"usage": {"input": 10, "output": 5, "cached": 0}, "cost_usd": 0.000175})
+    jobs.store.add_events(job.id, jobs.store.max_event_seq(job.id) + 1, [usage, usage, usage])
+    transcript = relay_home / "jobs" / job.id / "transcript.txt"
+    transcript.write_text(transcript.read_text() * 3)
+    page = dashboard().get("/costs", headers=HTML).text
+    totals = re.search(r'<table id="cost-totals">.*?</table>', page, re.S)
+    assert totals is not None
+    cells = [c.strip() for c in re.findall(r"<td>(.*?)</td>", totals.group(0))]
+    assert cells[1:] == ["1", "$0.0002", "10", "5", "0"]
