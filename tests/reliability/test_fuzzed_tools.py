@@ -191,11 +191,11 @@ def classify(result: Any) -> str:
     content = result.structured_content
     assert isinstance(content, dict), f"an error result without structured content: {result.content}"
     if content.get("success") is False:
-        # The gateway's tools answer in seed 003's shape: {success: false, error: text, error_type: CODE, hint}.
+        # The gateway's tools answer in seed 003's shape ({success: false, error: text, error_type}) plus relay's code and hint.
         assert isinstance(content.get("error"), str) and content["error"], f"no error text: {content}"
-        assert content.get("error_type") in CODES, f"error_type {content.get('error_type')!r}: {content['error']}"
+        assert content.get("code") in CODES, f"code {content.get('code')!r}: {content['error']}"
         assert isinstance(content.get("hint"), str) and content["hint"].strip(), f"no hint: {content}"
-        return str(content["error_type"])
+        return str(content["code"])
     error = content.get("error")
     assert isinstance(error, dict), f"an error result without error: {content}"
     assert error.get("code") in CODES, f"error code {error.get('code')!r}: {error.get('message')}"

@@ -66,10 +66,16 @@ def _failure(error: RelayError, **extra: Any) -> CallToolResult:
             **extra,
             "error": error.message,
             "error_type": SEED_ERROR_TYPES.get(error.code, error.code.value),
+            "code": error.code.value,
             "hint": error.hint,
         },
         is_error=True,
     )
+
+
+def _seed_failure(body: dict[str, Any], code: ErrorCode, hint: str) -> CallToolResult:
+    """A failure in seed 003's shape (`success: false`, `error` text) that also carries relay's code and hint."""
+    return json_result({"success": False, **body, "code": code.value, "hint": hint}, is_error=True)
 
 
 def _wire(model: Any) -> dict[str, Any]:
@@ -105,8 +111,10 @@ def _load_error(exc: Exception) -> str:
 
 
 def _not_found(server: str, available: list[str]) -> CallToolResult:
-    return json_result(
-        {"success": False, "error": f"Server '{server}' not found", "available_servers": available}, is_error=True
+    return _seed_failure(
+        {"error": f"Server '{server}' not found", "available_servers": available},
+        ErrorCode.SERVER_NOT_FOUND,
+        f"servers: {', '.join(available)}; add one with add_mcp_server",
     )
 
 
@@ -178,14 +186,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             tool = next((t for t in tools if t.name == tool_name), None)
             if tool is None:
                 available = [t.name for t in tools]
-                return json_result(
+                return _seed_failure(
                     {
-                        "success": False,
                         "server": server_name,
                         "error": f"Tool '{tool_name}' not found on '{server_name}'. Available: {', '.join(available)}",
                         "available_tools": available,
                     },
-                    is_error=True,
+                    ErrorCode.TOOL_NOT_FOUND,
+                    f"list_tools(server='{server_name}') lists them",
                 )
             out = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
             return json_result({"success": True, "server": server_name, "tool": out})
@@ -230,27 +238,24 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 err: Any = structured.get("error") if structured is not None else None
                 error = RelayError.from_dict(cast(dict[str, Any], err)) if isinstance(err, dict) else None
                 out: dict[str, Any] = {
-                    "success": False,
                     "server": server_name,
                     "tool": tool_name,
                     "error": error.message if error else str(payload),
                     "error_type": error.code.value if error else "ToolError",
                 }
-                if error and error.hint:
-                    out["hint"] = error.hint
                 if structured is not None and set(structured) != {"error"}:
                     out["result"] = structured
-                return json_result(out, is_error=True)
+                code = error.code if error else ErrorCode.UPSTREAM_ERROR
+                return _seed_failure(
+                    out, code, (error.hint if error else "") or "see result for what the tool returned"
+                )
             return json_result({"success": True, "result": payload})
         if not known(server_name):
-            return json_result(
-                {
-                    "success": False,
-                    "server": server_name,
-                    "error": f"Server '{server_name}' not found",
-                    "available_servers": all_names(),
-                },
-                is_error=True,
+            names = all_names()
+            return _seed_failure(
+                {"server": server_name, "error": f"Server '{server_name}' not found", "available_servers": names},
+                ErrorCode.SERVER_NOT_FOUND,
+                f"servers: {', '.join(names)}; add one with add_mcp_server",
             )
         gateway = gateway_service(deps)
         try:
@@ -263,16 +268,16 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         wire = _wire(downstream)
         if downstream.is_error:
             text = " ".join(getattr(c, "text", "") for c in downstream.content).strip()
-            return json_result(
+            return _seed_failure(
                 {
-                    "success": False,
                     "server": server_name,
                     "tool": tool_name,
                     "error": text or f"{tool_name} failed",
                     "error_type": "ToolError",
                     "result": wire,
                 },
-                is_error=True,
+                ErrorCode.UPSTREAM_ERROR,
+                f"{server_name}'s {tool_name} reported an error: result holds what it returned",
             )
         return json_result({"success": True, "result": wire})
 
