@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import shlex
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -13,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from relay.cli._status import ERASE, StatusLine
+from relay.cli._watch import HOME_AND_CLEAR
 from relay.events import Event
 from tests.conftest import SettingsFactory
-from tests.web.conftest import RELAY
+from tests.web.conftest import RELAY, Jobs
 
 
 def test_the_line_tells_agent_model_elapsed_last_tool_tokens_and_cost() -> None:
@@ -130,3 +133,56 @@ def test_in_tmux_the_line_updates_while_the_fake_runs_and_only_the_answer_reache
         assert answer.read_text() == "hi from mock\n"
     finally:
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True)
+
+
+HOME_CLEAR = HOME_AND_CLEAR.encode()
+
+
+def test_jobs_watch_on_a_terminal_redraws_the_table_as_a_job_changes_and_stops_on_ctrl_c(
+    jobs: Jobs, relay_home: Path, workdir: Path
+) -> None:
+    started = jobs.start("watch me [[fake:sleep=2]]")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [RELAY, "jobs", "--watch"],
+        env={**os.environ, "RELAY_HOME": str(relay_home)},
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while not re.search(rf"{started.job.id}\s+claude\s+completed".encode(), seen.split(HOME_CLEAR)[-1]):
+            assert time.monotonic() < deadline, seen[-2000:]
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                seen += os.read(master, 65536)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+        if proc.stderr:
+            proc.stderr.close()
+    frames = seen.split(HOME_CLEAR)
+    assert any(re.search(rf"{started.job.id}\s+claude\s+running".encode(), f) for f in frames)
+
+
+def test_jobs_watch_without_a_terminal_prints_the_table_once(jobs: Jobs, relay_home: Path, workdir: Path) -> None:
+    job = jobs.run("once")
+    out = subprocess.run(
+        [RELAY, "jobs", "--watch"],
+        env={**os.environ, "RELAY_HOME": str(relay_home)},
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    assert out.returncode == 0
+    lines = out.stdout.decode().splitlines()
+    assert lines[0].split() == ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]
+    assert lines[1].split()[:3] == [job.id, "claude", "completed"] and len(lines) == 2

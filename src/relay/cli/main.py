@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--agent")
     jobs.add_argument("--limit", type=int, default=20)
     jobs.add_argument("--json", action="store_true")
+    jobs.add_argument("--watch", action="store_true", help="on a terminal, redraw the table every second")
 
     show = sub.add_parser("show", help="show one job's envelope")
     show.add_argument("job")
@@ -212,13 +213,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from relay.jobs.envelope import job_title
-
     engine = _engine()
-    records = engine.list(statuses=args.status or (), agent=args.agent, limit=args.limit)
+    if args.watch and not args.json and sys.stdout.isatty():
+        from relay.cli._watch import watch
+
+        def render() -> str:
+            engine.reconcile()
+            return _jobs_table(engine, args)
+
+        return watch(render, sys.stdout)
     if args.json:
+        records = engine.list(statuses=args.status or (), agent=args.agent, limit=args.limit)
         print(json.dumps([engine.envelope(r.id) for r in records], indent=2))
         return 0
+    print(_jobs_table(engine, args))
+    return 0
+
+
+def _jobs_table(engine: Any, args: argparse.Namespace) -> str:
+    from relay.jobs.envelope import job_title
+
+    records = engine.list(statuses=args.status or (), agent=args.agent, limit=args.limit)
     rows = [
         [
             r.id,
@@ -230,8 +245,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         ]
         for r in records
     ]
-    print(_table(rows, ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]) if rows else "no jobs")
-    return 0
+    return _table(rows, ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]) if rows else "no jobs"
 
 
 def cmd_show(args: argparse.Namespace) -> int:
