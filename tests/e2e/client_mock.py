@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.e2e.mocks import Reply, _sse, anthropic_stream, responses_stream  # pyright: ignore[reportPrivateUsage]
+from tests.e2e.mocks import (  # pyright: ignore[reportPrivateUsage]
+    Reply,
+    _sse,
+    anthropic_stream,
+    gemini_side_answer,
+    gemini_stream,
+    responses_stream,
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,13 @@ def responses_tool_call(call: ToolCall, model: str) -> Iterator[bytes]:
     yield event("response.completed", {"response": {**base, "status": "completed", "output": [item], "usage": usage}})
 
 
+def gemini_call(call: ToolCall) -> Iterator[bytes]:
+    part = {"functionCall": {"name": call.name, "args": call.arguments}}
+    candidate = {"content": {"role": "model", "parts": [part]}, "index": 0, "finishReason": "STOP"}
+    usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
+    yield _sse(None, {"candidates": [candidate], "modelVersion": "mock", "usageMetadata": usage})
+
+
 class ClientModel:
     """A model API on 127.0.0.1 whose every turn `brain` decides; records each request body."""
 
@@ -138,6 +152,11 @@ class ClientModel:
                     body = {}
                 path = self.path.split("?")[0]
                 api = "anthropic" if path.endswith("/messages") else "responses" if path.endswith("/responses") else ""
+                if path.endswith(":streamGenerateContent"):
+                    api = "gemini"
+                elif path.endswith(":generateContent"):  # Gemini's side requests (routing, next speaker)
+                    self._reply_json(200, gemini_side_answer(body))
+                    return
                 if not api:
                     self._reply_json(404, {"error": {"message": f"no route {path}"}})
                     return
@@ -145,7 +164,9 @@ class ClientModel:
                     model.requests.append((api, body))
                 turn = model.brain(api, body)
                 name = str(body.get("model") or "mock-model")
-                if isinstance(turn, ToolCall):
+                if api == "gemini":
+                    events = gemini_call(turn) if isinstance(turn, ToolCall) else gemini_stream(Reply(text=turn), turn)
+                elif isinstance(turn, ToolCall):
                     events = anthropic_tool_use(turn, name) if api == "anthropic" else responses_tool_call(turn, name)
                 else:
                     reply = Reply(text=turn)
@@ -195,6 +216,11 @@ def tool_output(api: str, body: dict[str, Any]) -> str | None:
                     if isinstance(inner, list):
                         inner = "".join(str(c.get("text", "")) for c in inner if isinstance(c, dict))
                     found = str(inner)
+    elif api == "gemini":
+        for content in body.get("contents", []):
+            for part in content.get("parts", []):
+                if isinstance(part, dict) and "functionResponse" in part:
+                    found = json.dumps(part["functionResponse"].get("response"))
     else:
         for item in body.get("input", []):
             if isinstance(item, dict) and str(item.get("type", "")).endswith("_output"):

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.client_mock import ClientModel, ToolCall, Turn, tool_output
-from tests.e2e.conftest import CODEX_KEY_VAR, MOCK_KEYS, World
+from tests.e2e.conftest import CODEX_KEY_VAR, GEMINI_MODEL, MOCK_KEYS, World
 from tests.e2e.mocks import Reply
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +42,13 @@ def brain_for(calls: list[ToolCall]) -> Any:
 
 
 def _tool_results(api: str, body: dict[str, Any]) -> list[Any]:
+    if api == "gemini":
+        return [
+            part
+            for content in body.get("contents", [])
+            for part in content.get("parts", [])
+            if isinstance(part, dict) and "functionResponse" in part
+        ]
     if api == "anthropic":
         return [
             block
@@ -138,4 +145,34 @@ def test_codex_after_relay_install_finds_and_calls_delegate_headless(world: Worl
     ]
     assert answers and "relay answered:" in answers[-1] and "blue-7f3a" in answers[-1], (
         out.stdout[-3000:] + out.stderr[-3000:]
+    )
+
+
+def test_gemini_after_relay_install_calls_delegate_headless(world: World) -> None:
+    world.settings()
+    world.mock.always(Reply(text=INNER_ANSWER))
+    offered: list[list[str]] = []
+    calls = [ToolCall("mcp_relay_delegate", delegate_args(world))]
+    brain = brain_for(calls)
+
+    def gemini_brain(api: str, body: dict[str, Any]) -> Turn:
+        names = [f.get("name", "") for t in body.get("tools", []) for f in t.get("functionDeclarations", [])]
+        offered.append(names)
+        return brain(api, body)
+
+    with ClientModel(gemini_brain) as model:
+        env = {
+            **world.relay_environ(),
+            "GEMINI_CLI_HOME": str(world.home),
+            "GOOGLE_GEMINI_BASE_URL": model.url,
+            "GEMINI_API_KEY": MOCK_KEYS["gemini"],
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",  # Gemini's folder trust, not relay's business
+        }
+        install(world, "gemini", env)
+        argv = [str(world.bin / "gemini"), "-p", "OUTER: ask another agent", "-m", GEMINI_MODEL, "-o", "json"]
+        out = run(argv, env, world.workdir)
+    assert offered and "mcp_relay_delegate" in offered[0], offered[:1]
+    result = json.loads(out.stdout)
+    assert "relay answered:" in result["response"] and "blue-7f3a" in result["response"], (
+        out.stdout + out.stderr[-3000:]
     )
