@@ -186,3 +186,43 @@ def test_jobs_watch_without_a_terminal_prints_the_table_once(jobs: Jobs, relay_h
     lines = out.stdout.decode().splitlines()
     assert lines[0].split() == ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]
     assert lines[1].split()[:3] == [job.id, "claude", "completed"] and len(lines) == 2
+
+
+def test_on_a_terminal_ask_shows_the_status_line_until_the_answer_streams(tmp_path: Path, workdir: Path) -> None:
+    from tests.api.mock_servers import MockServer, Reply
+
+    home = tmp_path / "ask-home"
+    home.mkdir()
+    with MockServer("anthropic") as mock:
+        mock.script(Reply(text="the answer"))
+        env = {
+            **os.environ,
+            "RELAY_HOME": str(home),
+            "RELAY_ANTHROPIC_BASE_URL": mock.base_url,
+            "ANTHROPIC_API_KEY": "sk-ant-test-0123456789abcdefghij",
+        }
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            [RELAY, "ask", "sonnet", "a question"],
+            env=env,
+            cwd=str(workdir),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+        )
+        os.close(slave)
+        try:
+            terminal = _read_all(master, proc, 60).decode()
+            stdout = proc.stdout.read() if proc.stdout else b""
+            assert proc.wait(30) == 0, terminal
+        finally:
+            os.close(master)
+            if proc.poll() is None:
+                proc.kill()
+            if proc.stdout:
+                proc.stdout.close()
+    status_at = terminal.index("relay: ")
+    assert ERASE in terminal[status_at:]  # drawn, then erased
+    after = terminal.split(ERASE)[-1]  # what the terminal shows once the line is erased
+    assert "relay: " not in after and after.startswith("[anthropic:") and "--continuation-id" in after
+    assert stdout == b"the answer\n"

@@ -127,4 +127,6 @@ def for_job(engine: Any, job_id: str, stream: TextIO) -> LiveStatus | None:
     if not LiveStatus.wanted(stream):
         return None
     rec = engine.get(job_id)
-    return LiveStatus(stream, StatusLine(rec.agent, rec.model))
+    live = LiveStatus(stream, StatusLine(rec.agent, rec.model))
+    live.draw()  # at once, so even a quick job shows it before its answer
+    return live
