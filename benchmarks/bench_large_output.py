@@ -11,6 +11,10 @@ the fake appends every stdout line to PATH too). Measured:
       until `next_offset` is null, concatenated and UTF-8 encoded, compared with the tee file.
       Target 0.
 
+Also (d) flat memory: one job emitting 256 MB as claude stream-json, 256 MB of plain text (a
+generic CLI, `output = "text"`), and a single 64 MB line; for each, a fresh `relay serve`'s peak
+RSS (VmHWM) after the job minus its RSS before it. Target: ≤ 30 MB in every case.
+
 Run alone: .venv/bin/python benchmarks/bench_large_output.py
 """
 
@@ -47,6 +51,39 @@ TARGET_LATENCY_S = 0.3
 TARGET_RSS_MB = 100
 CALL_TIMEOUT_S = 180.0
 REPEATS = 3
+TARGET_GROWTH_MB = 30
+MEMORY_CALL_TIMEOUT_S = 900.0
+
+# Emitters for the memory cases: argv[1] is the case; each writes its output with bounded memory.
+EMITTER = r"""
+import json, sys
+case = next((a for a in sys.argv[1:] if a.startswith("case-")), "case-stream")
+out = sys.stdout.buffer
+sid = "f1a7f1a7-0000-4000-8000-000000000256"
+def line(obj): out.write(json.dumps(obj).encode() + b"\n")
+if case == "case-text":
+    row = (b"plain text output line " * 200)[:4095] + b"\n"
+    for _ in range((256 << 20) // len(row)):
+        out.write(row)
+    sys.exit(0)
+line({"type": "system", "subtype": "init", "session_id": sid, "model": "m"})
+if case == "case-stream":
+    text = "y" * 65536
+    for _ in range(256 * 16):
+        line({"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}, "session_id": sid})
+else:  # one 64 MB line: an assistant event whose text is 64 MB, written in pieces
+    out.write(b'{"type": "assistant", "message": {"content": [{"type": "text", "text": "')
+    for _ in range(64):
+        out.write(b"z" * (1 << 20))
+    out.write(b'"}]}, "session_id": "' + sid.encode() + b'"}\n')
+line({"type": "result", "subtype": "success", "is_error": False, "result": "done", "num_turns": 1,
+      "session_id": sid, "total_cost_usd": 0, "usage": {"input_tokens": 1, "output_tokens": 1}})
+"""
+MEMORY_CASES = {
+    "claude stream-json, 256 MB": ("claude", "case-stream"),
+    "plain text (generic CLI), 256 MB": ("plain", "case-text"),
+    "one 64 MB line (stream-json)": ("claude", "case-line"),
+}
 
 
 def prompt(tee: Path) -> str:
@@ -207,5 +244,73 @@ async def run() -> list[Result]:
     ]
 
 
+async def memory_case(agent: str, case: str) -> dict[str, Any]:
+    """A fresh relay serve runs one job of `case`; its RSS before and peak after, and the job's status."""
+    with bench_env() as benv:
+        emitter = benv.root / "emitter.py"
+        emitter.write_text(EMITTER)
+        wrapper = benv.root / "emit"
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {emitter} "$@"\n')
+        wrapper.chmod(0o755)
+        (benv.home / "config.toml").write_text(
+            f'[agents.claude]\ncommand = "{wrapper}"\n'
+            f'[agents.plain]\ncommand = "{wrapper}"\nargs = ["{{prompt}}"]\noutput = "text"\n'
+            "[jobs]\ntimeout_s = 900\nidle_timeout_s = 900\n"
+        )
+        params = StdioServerParameters(command=str(RELAY_BIN), args=["serve"], env=benv.env, cwd=str(benv.work))
+        with anyio.fail_after(MEMORY_CALL_TIMEOUT_S + 60):
+            async with Client(params, read_timeout_seconds=MEMORY_CALL_TIMEOUT_S) as client:
+                st = await client.call_tool("status", {})
+                pid = int((st.structured_content or {})["pid"])
+                before = proc_status(pid)
+                t0 = time.perf_counter()
+                res = await client.call_tool(
+                    "delegate",
+                    {"agent": agent, "prompt": case, "mode": "async", "cwd": str(benv.work)},
+                )
+                job_id = str((res.structured_content or {}).get("job_id"))
+                status = "running"
+                while status in ("queued", "running"):
+                    waited = await client.call_tool("job_wait", {"job_ids": [job_id], "timeout_s": 60})
+                    jobs = (waited.structured_content or {}).get("jobs") or [{}]
+                    status = str(jobs[0].get("status"))
+                elapsed = time.perf_counter() - t0
+                after = proc_status(pid)
+                kill_descendants(pid)
+    base = kib(before["VmRSS"]) / 1024
+    peak = kib(after["VmHWM"]) / 1024
+    return {
+        "status": status,
+        "rss_before_mb": round(base, 1),
+        "peak_mb": round(peak, 1),
+        "growth_mb": round(peak - base, 1),
+        "seconds": round(elapsed, 1),
+    }
+
+
+async def run_memory() -> list[Result]:
+    results: list[Result] = []
+    for label, (agent, case) in MEMORY_CASES.items():
+        got = await memory_case(agent, case)
+        results.append(
+            Result(
+                NAME,
+                f"peak RSS growth, {label}",
+                got["growth_mb"],
+                "MB",
+                target=f"≤ {TARGET_GROWTH_MB} MB",
+                passed=got["growth_mb"] <= TARGET_GROWTH_MB and got["status"] == "completed",
+                details=got,
+            )
+        )
+    return results
+
+
+async def run_all() -> list[Result]:
+    return await run() + await run_memory()
+
+
 if __name__ == "__main__":
-    sys.exit(main_for(NAME, run))
+    if "--memory" in sys.argv:
+        sys.exit(main_for(NAME + "_memory", run_memory))
+    sys.exit(main_for(NAME, run_all))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -179,6 +180,52 @@ def as_list(value: Any) -> list[Any]:
 
 def as_int(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+# The most answer text a parser keeps in memory: past it, the oldest text is dropped from the answer
+# (all of it stays in the job's stdout and transcript), so memory stays flat however much an agent prints.
+ANSWER_KEEP_CHARS = 4 << 20
+
+
+class TextTail:
+    """Appended pieces of an answer, keeping only the last ANSWER_KEEP_CHARS characters (and saying so)."""
+
+    def __init__(self, keep: int = ANSWER_KEEP_CHARS) -> None:
+        self.keep = keep
+        self.pieces: deque[str] = deque()
+        self.size = 0
+        self.dropped = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.pieces)
+
+    def append(self, piece: str) -> None:
+        self.pieces.append(piece)
+        self.size += len(piece) + 1
+        while self.size > self.keep and len(self.pieces) > 1:
+            first = self.pieces.popleft()
+            self.size -= len(first) + 1
+            self.dropped += len(first) + 1
+        if self.size > self.keep:  # one piece alone is too long: keep its end
+            cut = self.size - self.keep
+            self.pieces[0] = self.pieces[0][cut:]
+            self.size -= cut
+            self.dropped += cut
+
+    def extend_last(self, piece: str) -> None:
+        """Add to the last piece (a streamed delta) instead of starting a new one."""
+        if not self.pieces:
+            self.append(piece)
+            return
+        last = self.pieces.pop()
+        self.size -= len(last) + 1
+        self.append(last + piece)
+
+    def join(self, sep: str = "\n") -> str:
+        text = sep.join(self.pieces)
+        if self.dropped:
+            return f"[{self.dropped} earlier characters of this answer are in the job's transcript]\n{text}"
+        return text
 
 
 def stderr_last_line(stderr_tail: str) -> str:

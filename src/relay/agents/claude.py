@@ -10,6 +10,7 @@ from relay.agents.base import (
     CliAdapter,
     HostContext,
     Invocation,
+    TextTail,
     agent_failed,
     as_dict,
     as_int,
@@ -79,7 +80,7 @@ class ClaudeParser:
         self.session_id: str | None = None
         self.model: str | None = None
         self.result: dict[str, Any] | None = None
-        self.texts: list[str] = []
+        self.texts = TextTail()
         self.tools: dict[str, dict[str, Any]] = {}
         self.tool_order: list[str] = []
 
@@ -148,11 +149,11 @@ class ClaudeParser:
                 ok=False,
                 session_id=self.session_id,
                 model=self.model,
-                text="\n".join(self.texts),
+                text=self.texts.join(),
                 tool_uses=tool_uses,
                 error=_error_from_text(detail, None, exit_code),
             )
-        text = res.get("result") if isinstance(res.get("result"), str) else "\n".join(self.texts)
+        text = res.get("result") if isinstance(res.get("result"), str) else self.texts.join()
         cost = res.get("total_cost_usd")
         denials = tuple(as_dict(d) for d in as_list(res.get("permission_denials")))
         model_usage = as_dict(res.get("modelUsage"))

@@ -10,6 +10,7 @@ from relay.agents.base import (
     AgentRequest,
     HostContext,
     Invocation,
+    TextTail,
     agent_failed,
     as_dict,
     child_env,
@@ -96,8 +97,8 @@ class GenericParser:
     def __init__(self, name: str, output: str) -> None:
         self.name = name
         self.output = output
-        self.lines: list[str] = []
-        self.pieces: list[str] = []
+        self.lines = TextTail()
+        self.pieces = TextTail()
         self.last_was_delta = False
         self.final: str | None = None
         self.session_id: str | None = None
@@ -132,7 +133,7 @@ class GenericParser:
             return out
         delta = obj.get("delta") is True
         if delta and self.last_was_delta and self.pieces:
-            self.pieces[-1] += piece
+            self.pieces.extend_last(piece)
         else:
             self.pieces.append(piece)
         self.last_was_delta = delta
@@ -141,9 +142,9 @@ class GenericParser:
 
     def finish(self, exit_code: int | None, stderr_tail: str) -> AgentResult:
         if self.output == "jsonl":
-            text = self.final if self.final is not None else "\n".join(self.pieces)
+            text = self.final if self.final is not None else self.pieces.join()
         else:
-            text = "\n".join(self.lines).strip("\n")
+            text = self.lines.join().strip("\n")
         if exit_code == 0:
             return AgentResult(ok=True, text=text, session_id=self.session_id, model=self.model)
         detail = self.error or stderr_last_line(stderr_tail) or f"{self.name} exited with code {exit_code}"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import codecs
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 # Bytes read per step; bounds memory however much an agent prints.
 READ_CHUNK = 1 << 20
+# A line longer than this reaches the parser in pieces of this size (each counted in
+# `LineReader.split_pieces`), never whole: one 64 MB line must not mean 64 MB in memory.
+MAX_LINE_BYTES = 1 << 20
 
 
 class LineReader:
@@ -19,6 +22,8 @@ class LineReader:
         self.path = path
         self.offset = offset
         self._partial = b""
+        # How many pieces of over-long lines were handed on (a line of 3.5 MB counts 3, its end is a line).
+        self.split_pieces = 0
 
     def read(self, final: bool = False) -> Iterator[str]:
         try:
@@ -36,10 +41,28 @@ class LineReader:
                 lines = data.split(b"\n")
                 self._partial = lines.pop()
                 for raw in lines:
-                    yield raw.decode("utf-8", "replace")
+                    yield from self._pieces(raw, whole=True)
+                self._partial = yield from self._pieces(self._partial, whole=False)
         if final and self._partial:
             tail, self._partial = self._partial, b""
             yield tail.decode("utf-8", "replace")
+
+    def _pieces(self, data: bytes, *, whole: bool) -> Generator[str, None, bytes]:
+        """Yield `data` cut in MAX_LINE_BYTES pieces on UTF-8 character boundaries; return the rest.
+
+        `whole`: data is a complete line, so its last piece is yielded too (and the rest is empty).
+        """
+        while len(data) > MAX_LINE_BYTES:
+            cut = MAX_LINE_BYTES
+            while cut > MAX_LINE_BYTES - 4 and (data[cut] & 0xC0) == 0x80:  # never before a continuation byte
+                cut -= 1
+            self.split_pieces += 1
+            yield data[:cut].decode("utf-8", "replace")
+            data = data[cut:]
+        if whole:
+            yield data.decode("utf-8", "replace")
+            return b""
+        return data
 
 
 # Per file (path, size, mtime): (character, byte) positions at chunk boundaries and the total
