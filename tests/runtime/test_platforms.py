@@ -13,8 +13,7 @@ import anyio
 import psutil
 import pytest
 
-from relay.cli._errors import EXIT_ERROR
-from relay.cli.main import _runtime_line, main  # pyright: ignore[reportPrivateUsage]
+from relay.cli.main import _runtime_line  # pyright: ignore[reportPrivateUsage]
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
@@ -80,25 +79,6 @@ def test_forcing_the_linux_runtime_without_pidfd_fails_once_at_start_up(
         Engine(make_settings(RELAY_RUNTIME="linux"))
     assert caught.value.code is ErrorCode.CONFIG_INVALID
     assert "os.pidfd_open is missing" in caught.value.message and "portable" in caught.value.hint
-
-
-def test_windows_is_refused_by_the_runtime_choice_with_the_wsl2_hint(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "platform", "win32")
-    with pytest.raises(RelayError) as caught:
-        choice.choose("auto")
-    assert "Windows" in caught.value.message and "WSL2" in caught.value.hint
-
-
-def test_relay_on_windows_stops_at_start_with_one_line_and_the_wsl2_hint(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(sys, "platform", "win32")
-    for argv in (["serve"], ["run", "claude", "hi"], ["doctor"]):
-        assert main(argv) == EXIT_ERROR
-        out, err = capsys.readouterr()
-        assert out == "" and err.count("\n") == 1 and "Traceback" not in err
-        assert err.startswith("relay: UNSUPPORTED_PLATFORM: relay does not run natively on Windows")
-        assert "hint: run relay inside WSL2" in err
 
 
 def test_relay_doctor_names_the_runtime_in_use_and_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,13 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay import __version__
-from relay.cli._errors import EXIT_ERROR, error_line, report
+from relay.cli._errors import error_line, report
 from relay.errors import RelayError
 
 # `relay tail -f` checks for new output this often.
 TAIL_POLL_S = 0.2
-# What `relay` on Windows tells the user to do instead.
-WINDOWS_HINT = "run relay inside WSL2, where it works as on Linux (README: Platforms)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -432,11 +430,7 @@ def _runtime_line(requested: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if sys.platform == "win32":  # before anything POSIX-only is imported: one line, no traceback
-        from relay.runtime.choice import unsupported_platform
-
-        print(error_line("UNSUPPORTED_PLATFORM", str(unsupported_platform()), WINDOWS_HINT), file=sys.stderr)
-        return EXIT_ERROR
+    # On Windows relay starts too: CLI jobs are refused one by one (UNSUPPORTED_PLATFORM, see runtime/choice.py).
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

@@ -12,7 +12,7 @@ from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
 from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.runtime import procinfo
+from relay.runtime import choice, procinfo
 from relay.store import JobRecord, Store
 
 # Agents whose CLI takes a system prompt / a turn limit as flags.
@@ -165,6 +165,7 @@ def prepare(
         if isinstance(value, str) and not value.isascii():
             _check_utf8(name, value)
     adapter = get_adapter(req.agent, settings)
+    choice.active().runtime.check_spawn()  # no CLI jobs where there is no job runtime (Windows): say so now
     cfg = settings.agent(req.agent)
     model, permission, cwd_raw = req.model, req.permission, req.cwd
     if req.session_id:

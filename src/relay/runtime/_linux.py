@@ -147,6 +147,9 @@ class LinuxRuntime:
     name = "linux"
     subreaper = True
 
+    def check_spawn(self) -> None:
+        """Nothing to refuse: CLI jobs run here."""
+
     boot_id = staticmethod(boot_id)
     reads_boot_id = staticmethod(reads_boot_id)
     start_ticks = staticmethod(start_ticks)

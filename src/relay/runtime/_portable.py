@@ -218,6 +218,9 @@ class PortableRuntime:
     name = "portable"
     subreaper = False
 
+    def check_spawn(self) -> None:
+        """Nothing to refuse: CLI jobs run here."""
+
     def __init__(self, *, kqueue: bool) -> None:
         self.kqueue = kqueue
 

@@ -6,8 +6,10 @@ poll. `auto` (the default) takes `linux` when everything it needs is there, else
 setting (`RELAY_RUNTIME`, read by relay.config) can force either; forcing one the platform cannot
 run is a configuration error at start-up, never a failure of each job.
 
-Windows is not a platform relay runs on natively (no POSIX process groups, no `sh` shim): see
-`unsupported_platform()`. WSL2 is Linux.
+Windows (and any platform without POSIX process groups) gets a third runtime, `none`
+(`_unsupported.py`): relay starts and serves everything that needs no local CLI process, and every CLI
+job is refused with one clear error (UNSUPPORTED_PLATFORM, hint: WSL2). This is the one place that
+branches on the platform for it (`unsupported_platform()`). WSL2 is Linux.
 """
 
 from __future__ import annotations
@@ -58,23 +60,39 @@ def linux_missing() -> str | None:
 
 
 def unsupported_platform() -> str | None:
-    """Why relay cannot run on this platform at all (None: it can)."""
+    """What CLI jobs need and this platform lacks (None: nothing); relay still serves everything else."""
     if sys.platform == "win32" or os.name == "nt":
-        return "relay does not run natively on Windows (it needs POSIX process groups and a POSIX sh)"
+        return "it needs POSIX process groups, a POSIX sh for the job shim and a process-tree kill"
     if not hasattr(os, "killpg"):
-        return f"{sys.platform} has no POSIX process groups"
+        return "it has no POSIX process groups"
     return None
 
 
+def platform_name() -> str:
+    return "Windows" if sys.platform == "win32" or os.name == "nt" else sys.platform
+
+
 def choose(requested: str = "auto") -> Choice:
-    """The runtime for `requested` (auto, linux or portable) on this platform; RelayError if it cannot run here."""
+    """The runtime for `requested` (auto, linux or portable) on this platform; RelayError if it cannot run here.
+
+    Where CLI jobs cannot run at all (Windows), `auto` gives the `none` runtime, which refuses them.
+    """
     if requested not in RUNTIMES:
         raise RelayError(
             ErrorCode.CONFIG_INVALID, f"RELAY_RUNTIME={requested!r} is not a runtime", "use auto, linux or portable"
         )
-    fatal = unsupported_platform()
-    if fatal is not None:
-        raise RelayError(ErrorCode.CONFIG_INVALID, fatal, "run relay inside WSL2, where it works as on Linux")
+    lacking = unsupported_platform()
+    if lacking is not None:
+        if requested != "auto":
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID,
+                f"RELAY_RUNTIME={requested} cannot run on {platform_name()}: {lacking}",
+                "unset RELAY_RUNTIME; for CLI jobs run relay inside WSL2, where it works as on Linux",
+            )
+        from relay.runtime._unsupported import UnsupportedRuntime
+
+        why = f"no CLI jobs on {platform_name()}: {lacking}; model-API tools, the gateway and the tracker work"
+        return Choice(UnsupportedRuntime(platform_name(), lacking), requested, why)
     missing = linux_missing()
     if requested == "linux" and missing is not None:
         raise RelayError(

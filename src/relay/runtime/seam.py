@@ -1,8 +1,9 @@
 """The runtime seam: what the supervisor and the job engine need from the platform, as two protocols.
 
-Two implementations: `_linux.LinuxRuntime` (pidfd, /proc, a subreaper shim) and
-`_portable.PortableRuntime` (psutil, kqueue or a poll, killpg plus a descendants walk).
-`choice` picks one once, at start-up.
+Three implementations: `_linux.LinuxRuntime` (pidfd, /proc, a subreaper shim),
+`_portable.PortableRuntime` (psutil, kqueue or a poll, killpg plus a descendants walk) and, where CLI
+jobs cannot run at all (Windows), `_unsupported.UnsupportedRuntime` (every spawn refused with one
+clear error, process queries through psutil). `choice` picks one once, at start-up.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ class Runtime(Protocol):
     @property
     def subreaper(self) -> bool:
         """Whether a job's shim is a child subreaper (Linux): then nothing its agent orphans escapes it."""
+        ...
+
+    def check_spawn(self) -> None:
+        """Raise RelayError if CLI jobs cannot run on this runtime (checked before a job exists)."""
         ...
 
     def boot_id(self) -> str: ...

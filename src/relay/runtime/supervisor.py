@@ -263,8 +263,13 @@ class AttachedProcess(_ShimProcess):
 
 
 def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
-    """Start the invocation in a new session (its own process group) under the runtime's shim, output to files."""
-    subreaper = choice.active().runtime.subreaper
+    """Start the invocation in a new session (its own process group) under the runtime's shim, output to files.
+
+    RelayError (UNSUPPORTED_PLATFORM) where the runtime cannot run CLI jobs (Windows).
+    """
+    runtime = choice.active().runtime
+    runtime.check_spawn()
+    subreaper = runtime.subreaper
     files.dir.mkdir(parents=True, exist_ok=True)
     if invocation.stdin_text is not None:
         files.stdin.write_text(invocation.stdin_text, encoding="utf-8")
