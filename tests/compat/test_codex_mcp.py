@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.conftest import ProfileClient, call, error_message, logged, schemas, stdio_tool_names, text
+from tests.compat.conftest import ProfileClient, call, data, error_message, logged, schemas, stdio_tool_names, text
 
 pytestmark = pytest.mark.anyio
 
@@ -119,6 +119,9 @@ async def test_review_with_a_prompt_and_uncommitted_is_refused(profile_client: P
         result = await call(c, "review", prompt="focus on security", uncommitted=True)
     assert error_message(result) == (
         "The review prompt cannot be combined with uncommitted=true. Use a base/commit review or omit the prompt."
+    )
+    assert data(result)["error"]["hint"] == (
+        "drop the prompt to review the uncommitted changes, or pass base or commit with the prompt"
     )
 
 

@@ -279,3 +279,34 @@ async def test_the_profile_is_reachable_through_relays_discovery_tools(profile_c
         jobs = await call(c, "call_tool", server_name="surreal", tool_name="call_jobs", arguments={})
     assert not listed.is_error and "cwd" in str(data(listed))
     assert data(jobs) == {"success": True, "result": {"jobs": [], "total": 0}}
+
+
+async def test_a_misspelt_call_cc_model_is_refused_naming_the_nearest_model_and_the_choices(
+    profile_client: ProfileClient, workdir: Path
+) -> None:
+    async with profile_client("surreal") as c:
+        result = await call(c, "call_cc", prompt="hi", cwd=str(workdir), model="sonet")
+    assert (result.is_error, data(result)["error"]) == (
+        True,
+        {
+            "code": "INVALID_ARGUMENT",
+            "message": "model must be one of claude-sonnet-4-5, claude-haiku-4-5, claude-opus-4-5; "
+            "did you mean `sonnet`?",
+            "hint": "pass one of claude-sonnet-4-5, claude-haiku-4-5, claude-opus-4-5, "
+            "or a short name: h, s, o, haiku, sonnet, opus",
+        },
+    )
+
+
+async def test_cancelling_a_finished_job_says_how_to_read_its_result(
+    profile_client: ProfileClient, workdir: Path
+) -> None:
+    async with profile_client("surreal") as c:
+        done = data(await call(c, "call_gem", prompt="hi", cwd=str(workdir)))
+        job_id = done["metadata"]["job_id"]
+        refused = await call(c, "call_cancel", job_id=job_id)
+    assert data(refused)["error"] == {
+        "code": "INVALID_ARGUMENT",
+        "message": "Cannot cancel job in 'completed' status",
+        "hint": f"the job already ended (completed); call_status {job_id} reads its result",
+    }

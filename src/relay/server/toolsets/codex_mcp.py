@@ -133,7 +133,13 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ] = None,
     ) -> CallToolResult:
         if prompt and uncommitted:
-            return error_result(RelayError(ErrorCode.INVALID_ARGUMENT, TEXTS["review_conflict"], ""))
+            return error_result(
+                RelayError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    TEXTS["review_conflict"],
+                    "drop the prompt to review the uncommitted changes, or pass base or commit with the prompt",
+                )
+            )
         if uncommitted:
             target = TEXTS["review_uncommitted"]
         elif base:

@@ -18,7 +18,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
 from relay.server.results import error_result, json_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
 from relay.store import JobRecord
 
 PROFILE = "surreal"
@@ -142,7 +142,12 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         max_response_chars: MaxChars = DEFAULT_MAX_RESPONSE_CHARS,
     ) -> CallToolResult:
         if model not in claude_enum and model.lower() not in MODEL_ALIASES:
-            return _invalid(f"model must be one of {', '.join(claude_enum)}")
+            near = did_you_mean(model, [*claude_enum, *(a for a in MODEL_ALIASES if len(a) > 1)])
+            return _error(
+                ErrorCode.INVALID_ARGUMENT,
+                f"model must be one of {', '.join(claude_enum)}" + (f"; {near}" if near else ""),
+                f"pass one of {', '.join(claude_enum)}, or a short name: {', '.join(MODEL_ALIASES)}",
+            )
         call = _Call(
             prompt=prompt,
             cwd=cwd,
@@ -280,7 +285,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         if previous == "cancelled":
             return json_result(compat.cancel_shape(previous, "cancelled", found.id, TEXTS["already_cancelled"]))
         if found.is_final:
-            return _error(ErrorCode.INVALID_ARGUMENT, TEXTS["cannot_cancel"].format(status=previous), "")
+            return _error(
+                ErrorCode.INVALID_ARGUMENT,
+                TEXTS["cannot_cancel"].format(status=previous),
+                f"the job already ended ({previous}); call_status {found.id} reads its result",
+            )
         rec = await compat.cancel(engine, found)
         return json_result(compat.cancel_shape(previous, compat.seed_status(rec.status), rec.id, TEXTS["cancelled"]))
 
