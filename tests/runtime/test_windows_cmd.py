@@ -52,7 +52,7 @@ NPM_DIR = r"C:\Users\dev\AppData\Roaming\npm"
 def test_an_npm_shim_resolves_to_node_on_path_and_the_package_script() -> None:
     resolved = resolve_cmd_shim(NPM_SHIM, SHIM_PATH)
     assert resolved == ShimCommand("node", (NPM_DIR + r"\node_modules\@anthropic-ai\claude-code\cli.js",))
-    assert resolved.argv(["-p", 'say "100%"']) == [
+    assert resolved is not None and resolved.argv(["-p", 'say "100%"']) == [
         "node",
         NPM_DIR + r"\node_modules\@anthropic-ai\claude-code\cli.js",
         "-p",
