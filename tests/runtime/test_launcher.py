@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -154,3 +156,35 @@ async def test_the_spawn_helper_reports_a_failed_exec_as_the_oserror_a_direct_sp
     with pytest.raises(FileNotFoundError):
         launcher.spawn(missing)
     assert launcher.spawn(launch("/bin/true"))[1] is None  # and the helper still serves
+
+
+def test_the_helper_replies_with_the_pid_at_eof_with_the_errno_a_child_wrote_and_kills_a_child_that_never_execs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relay.runtime import _zygote
+
+    def reply_for(child: subprocess.Popen[bytes], written: bytes | None) -> dict[str, object]:
+        read, write = os.pipe()
+        if written is not None:
+            os.write(write, written)
+            os.close(write)  # what the child's exec (or exit) does to the write end
+        try:
+            return _zygote._await_exec(child.pid, read)  # pyright: ignore[reportPrivateUsage]
+        finally:
+            os.close(read)
+            if written is None:
+                os.close(write)
+
+    monkeypatch.setattr(_zygote, "CHILD_START_S", 0.3)
+    with subprocess.Popen(["/bin/sleep", "30"]) as child:
+        assert reply_for(child, b"") == {"pid": child.pid}
+        assert reply_for(child, b"2:[Errno 2] No such file or directory: '/x'") == {
+            "errno": 2,
+            "error": "[Errno 2] No such file or directory: '/x'",
+        }
+        assert child.poll() is None
+        assert reply_for(child, None) == {
+            "errno": errno.ETIMEDOUT,
+            "error": "the job's process did not start within 0.3 s",
+        }
+        assert child.wait(BOUND_S) == -9  # killed: it would never have been recorded as a job

@@ -34,7 +34,7 @@ PR_SET_CHILD_SUBREAPER = 36
 MAX_FD = 65536
 # How long a forked child may take to exec before it is killed and the spawn reported as failed
 # (relay waits ZYGOTE_REPLY_S = 10 s for the whole reply; this must stay below that).
-CHILD_START_S = 5.0
+CHILD_START_S = 8.0
 
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 

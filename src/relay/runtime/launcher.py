@@ -27,7 +27,7 @@ from typing import IO, Any
 PR_SET_CHILD_SUBREAPER = 36
 ZYGOTE = Path(__file__).with_name("_zygote.py")
 # How long relay waits for the helper's reply to a spawn request before giving up on the helper
-# (above the helper's own bound on a child's exec, _zygote.CHILD_START_S = 5 s).
+# (above the helper's own bound on a child's exec, _zygote.CHILD_START_S = 8 s).
 ZYGOTE_REPLY_S = 10.0
 # A helper that keeps dying is not restarted past this many starts: relay then always spawns directly.
 ZYGOTE_MAX_STARTS = 3
