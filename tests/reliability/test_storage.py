@@ -175,7 +175,7 @@ async def test_doctor_checks_the_db_integrity_and_free_space(relay_home: Path, w
     damaged = check_store(settings.db_path)
     assert damaged.integrity != "ok" and not damaged.ok
     doctor = cli(relay_home, workdir, "doctor")
-    assert doctor.returncode != 0 and "truncated" in doctor.stdout
+    assert doctor.returncode != 0 and "DAMAGED" in doctor.stdout
 
 
 # a held lock -------------------------------------------------------------------------------------
@@ -248,3 +248,32 @@ def test_sqlite_failures_never_escape_untranslated(tmp_path: Path) -> None:
     ):
         err = sqlite_error(exc, tmp_path / "relay.db", 1.0)
         assert err.code is not ErrorCode.INTERNAL and err.hint, exc
+
+
+def test_opening_the_store_while_another_connection_checkpoints_never_moves_it_aside(
+    relay_home: Path, workdir: Path
+) -> None:
+    import threading
+
+    settings = settings_for(relay_home, workdir)
+    writer = Store(settings.db_path)
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            writer.insert_job(f"{i:016x}", "claude", "cli", {"prompt": "x" * 2000}, None, None)
+            if i % 20 == 0:
+                writer._exec("PRAGMA wal_checkpoint(PASSIVE)")  # pyright: ignore[reportPrivateUsage]
+            i += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        for _ in range(800):
+            Store(settings.db_path).close()
+    finally:
+        stop.set()
+        thread.join()
+    assert [p.name for p in relay_home.iterdir() if ".damaged-" in p.name] == []
+    assert writer.get_job("0000000000000000") is not None
