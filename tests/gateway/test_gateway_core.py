@@ -299,3 +299,14 @@ async def test_a_definition_changed_across_a_restart_is_refused(gateway: Gateway
         await gateway.call_tool("toy", "echo", {"text": "b"})
     assert caught.value.code is ErrorCode.TOOL_CHANGED
     assert (await gateway.call_tool("toy", "add", {"a": 1, "b": 2})).structured_content == {"sum": 3}
+
+
+async def test_closing_relay_does_not_wait_for_a_server_hanging_at_start(
+    registry: ServerRegistry, relay_home: Path, tmp_path: Path
+) -> None:
+    gw = Gateway(registry, relay_home, PROJECT, LIMITS.__class__(connect_timeout_s=60, list_wait_s=1))
+    await gw.add(toy_config("stuck", "hang", state=tmp_path))
+    await gw.list_tools()  # starts the stuck server, which never answers initialize
+    with anyio.fail_after(10):  # far below the 60 s connect timeout it would otherwise sit out
+        await gw.aclose()
+    assert {s["name"]: s["state"] for s in gw.statuses()} == {"stuck": "configured"}

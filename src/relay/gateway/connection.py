@@ -71,6 +71,8 @@ class _Session:
     done: anyio.Event
     client: Client | None = None
     eof: bool = False
+    # The owner task's scope: cancelled when the session is closed while the server is still starting.
+    scope: anyio.CancelScope | None = None
 
     def saw_eof(self) -> None:
         self.eof = True
@@ -221,6 +223,7 @@ class Connection:
         # One scope around the whole session (the client's own scopes must nest inside it); its
         # deadline bounds the start and is lifted once the server has answered.
         scope = anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout_s)
+        session.scope = scope
         try:
             with scope:
                 async with AsyncExitStack() as stack:
@@ -345,6 +348,8 @@ class Connection:
         session, self._session = self._session, None
         if session is not None:
             session.stop.set()
+            if session.client is None and session.scope is not None:
+                session.scope.cancel()  # still starting (perhaps hung): nothing to close gracefully, stop waiting
             await session.done.wait()
         self.state = "closed"
 
