@@ -69,7 +69,7 @@ async def test_the_everything_server_lists_describes_calls_and_serves_resources(
 async def test_the_filesystem_server_reads_inside_its_root_and_refuses_outside(
     make_settings: SettingsFactory, published: Path, tmp_path: Path
 ) -> None:
-    root = tmp_path / "shared"
+    root = tmp_path / "exported"
     root.mkdir()
     (root / "notes.txt").write_text("gateway notes\n")
     async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
