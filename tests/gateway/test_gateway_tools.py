@@ -261,3 +261,16 @@ async def test_attached_servers_leave_the_default_tools_list_unchanged(
     after, listed = await default_tools()
     assert after == before
     assert {"one", "two"} <= {s["name"] for s in listed["servers"] if s["tools"]}
+
+
+async def test_a_misspelt_server_name_is_refused_naming_the_nearest_server(make_settings: SettingsFactory) -> None:
+    async with relay(make_settings) as c:
+        failed_call, called = await call(
+            c, "call_tool", {"server_name": "zne", "tool_name": "challenge", "arguments": {"prompt": "x"}}
+        )
+        failed_list, listed = await call(c, "list_tools", {"server": "gobby-task"})
+    assert (failed_call, failed_list) == (True, True)
+    assert (called["server"], called["error"], called["code"]) == ("zne", "Server 'zne' not found", "SERVER_NOT_FOUND")
+    assert called["hint"].startswith("did you mean `zen`? servers: core, gateway, ")
+    assert called["hint"].endswith("; add one with add_mcp_server")
+    assert listed["hint"].startswith("did you mean `gobby-tasks`")

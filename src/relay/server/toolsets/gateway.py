@@ -24,7 +24,7 @@ from relay.gateway.manager import scope_for
 from relay.gateway.search import Ranked, ToolDoc, rank, recommend_with_model, template_recommendation
 from relay.server.results import json_result
 from relay.server.toolsets import BUILTIN
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
 
 # list_tools shows this much of each tool's description (seed 003's "brief").
 BRIEF_CHARS = 100
@@ -110,11 +110,12 @@ def _load_error(exc: Exception) -> str:
     return exc.message if isinstance(exc, RelayError) else f"{type(exc).__name__}: {exc}"
 
 
-def _not_found(server: str, available: list[str]) -> CallToolResult:
+def _not_found(wanted: str, available: list[str], **fields: Any) -> CallToolResult:
+    near = did_you_mean(wanted, available)
     return _seed_failure(
-        {"error": f"Server '{server}' not found", "available_servers": available},
+        {**fields, "error": f"Server '{wanted}' not found", "available_servers": available},
         ErrorCode.SERVER_NOT_FOUND,
-        f"servers: {', '.join(available)}; add one with add_mcp_server",
+        (f"{near} " if near else "") + f"servers: {', '.join(available)}; add one with add_mcp_server",
     )
 
 
@@ -251,12 +252,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 )
             return json_result({"success": True, "result": payload})
         if not known(server_name):
-            names = all_names()
-            return _seed_failure(
-                {"server": server_name, "error": f"Server '{server_name}' not found", "available_servers": names},
-                ErrorCode.SERVER_NOT_FOUND,
-                f"servers: {', '.join(names)}; add one with add_mcp_server",
-            )
+            return _not_found(server_name, all_names(), server=server_name)
         gateway = gateway_service(deps)
         try:
             downstream = await gateway.call_tool(server_name, tool_name, args)
