@@ -17,6 +17,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
 from relay.server.catalog import Catalog
+from relay.server.tasks_ext import TasksExtension
 from relay.server.toolsets import resolve_exposure
 from relay.server.toolsets._registry import Deps
 
@@ -83,6 +84,9 @@ def build_server(
                 holder.engine = None
                 await deps.close()
 
-    server = RelayServer("relay", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    tasks = TasksExtension(deps, lambda: server.catalog)  # MCP Tasks over jobs, for clients that opt in
+    server = RelayServer(
+        "relay", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, extensions=[tasks]
+    )
     server.catalog = Catalog(deps, exposure)
     return server

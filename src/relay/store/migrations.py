@@ -256,6 +256,23 @@ def m008_indexes(db: sqlite3.Connection) -> None:
     )
 
 
+def m009_mcp_tasks(db: sqlite3.Connection) -> None:
+    """MCP Tasks (server/tasks_ext.py): an unguessable task id per job, and a whole tool call's result."""
+    db.executescript(
+        """
+        CREATE TABLE mcp_tasks (
+            task_id TEXT PRIMARY KEY,
+            job_id TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            result TEXT
+        );
+        CREATE INDEX mcp_tasks_job ON mcp_tasks(job_id);
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -265,6 +282,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m006_tasks", m006_tasks),
     ("m007_hook_sessions", m007_hook_sessions),
     ("m008_indexes", m008_indexes),
+    ("m009_mcp_tasks", m009_mcp_tasks),
 ]
 
 

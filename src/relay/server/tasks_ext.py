@@ -1,0 +1,291 @@
+"""MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663) over relay's durable jobs.
+
+A client that declares the extension (for its session, or in one request's `_meta` client
+capabilities) and calls `delegate`, `ask` or a zen workflow tool gets a task at once:
+`{"resultType": "task", "taskId", "status": "working", ...}`. The work is an ordinary relay job;
+the task id is a random token mapped to the job id in relay.db (`mcp_tasks`, migration m009),
+written before the id is returned. `tasks/get` polls (and inlines the tool result once done),
+`tasks/update` is acknowledged (relay's jobs never wait on client input), `tasks/cancel` cancels
+the job. Every other client, and every other tool, gets the ordinary synchronous call; the job
+tools (job_wait, job_result, job_cancel) stay for them.
+
+Status mapping: a queued or running job is `working`; a finished job is `completed` with the
+tool's result inlined, `isError` when the job failed (a failed job is a tool result, never a
+protocol error); a cancelled job is `cancelled`; `failed` (with a JSON-RPC error) is kept for a
+call whose result was lost, e.g. an in-process workflow cut off by a relay restart.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver.server import require_client_extension
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult, TextContent
+from mcp_types import CallToolRequestParams, RequestParams
+from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field
+
+from relay.errors import RelayError
+from relay.events import AgentResult, Event
+from relay.jobs.engine import Engine
+from relay.server.catalog import Catalog
+from relay.server.models import AskEnvelope
+from relay.server.results import envelope_result, json_result
+from relay.server.toolsets._registry import Deps, RegisteredTool
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+
+# How often a client should poll tasks/get: relay's jobs take seconds to minutes.
+POLL_INTERVAL_MS = 2000
+# How long SQLite waits for a lock held by another relay process on the same RELAY_HOME.
+BUSY_TIMEOUT_S = 5.0
+
+Kind = Literal["job", "ask", "call"]
+"""How a task's job was started: `job` a CLI job (delegate), `ask` a model API job, `call` a whole
+tool call run as an in-process job (the zen workflows), whose result is kept in the task's row."""
+
+# (toolset, tool) -> kind: the tools a task-augmented call turns into a task.
+TASK_TOOLS: dict[tuple[str, str], Kind] = {
+    ("core", "delegate"): "job",
+    ("core", "ask"): "ask",
+    **{("zen", name): "call" for name in ("chat", "clink", "consensus", "planner", "codereview", "debug", "thinkdeep")},
+}
+
+
+class TaskParams(RequestParams):
+    task_id: str = Field(alias="taskId")
+
+
+class UpdateTaskParams(TaskParams):
+    input_responses: dict[str, Any] | None = Field(alias="inputResponses", default=None)
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _dump(result: CallToolResult) -> dict[str, Any]:
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class TaskStore:
+    """The `mcp_tasks` table of relay.db (created by migration m009): task id -> job id, durably."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def add(self, task_id: str, job_id: str, tool: str, kind: Kind, created_at: float) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO mcp_tasks (task_id, job_id, tool, kind, created_at) VALUES (?, ?, ?, ?, ?)",
+                (task_id, job_id, tool, kind, created_at),
+            )
+
+    def set_result(self, task_id: str, result: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute("UPDATE mcp_tasks SET result = ? WHERE task_id = ?", (json.dumps(result), task_id))
+
+    def get(self, task_id: str) -> tuple[str, str, Kind, float, dict[str, Any] | None] | None:
+        """(job id, tool, kind, created at, stored result) of a task, or None for an unknown id."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT job_id, tool, kind, created_at, result FROM mcp_tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+        if row is None:
+            return None
+        return row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None
+
+
+def opted_in(ctx: ServerRequestContext[Any, Any], meta: Any) -> bool:
+    """The client declared the tasks extension for its session or in this request's `_meta`."""
+    caps = ctx.session.client_capabilities
+    if caps is not None and caps.extensions and TASKS_EXTENSION in caps.extensions:
+        return True
+    declared = _member(meta, CLIENT_CAPABILITIES_META)
+    extensions = _member(declared, "extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
+def _member(value: Any, key: str) -> Any:
+    """`value[key]` when `value` is a JSON object, else None."""
+    if not isinstance(value, dict):
+        return None
+    obj: dict[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
+    return obj.get(key)
+
+
+def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+    """Over HTTP, an `Mcp-Name` header on tasks/* must name the task in the body (SEP-2243, SEP-2663)."""
+    request: Any = ctx.request
+    headers: Any = getattr(request, "headers", None)
+    if headers is None:
+        return
+    value: Any = headers.get("mcp-name")
+    if isinstance(value, str) and value.strip() != task_id:
+        raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
+
+
+class TasksExtension(Extension):
+    """Task-augmented tools/call for delegate, ask and the zen workflows; tasks/get, tasks/update, tasks/cancel."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(
+        self, deps: Deps, catalog: Callable[[], Catalog], task_tools: dict[tuple[str, str], Kind] | None = None
+    ) -> None:
+        self.deps = deps
+        self.catalog = catalog
+        self.task_tools = TASK_TOOLS if task_tools is None else task_tools
+
+    def store(self) -> TaskStore:
+        def make() -> TaskStore:
+            store = TaskStore(self.deps.settings.db_path)
+
+            async def close() -> None:
+                store.close()
+
+            self.deps.on_close(close)
+            return store
+
+        return self.deps.service("mcp_tasks", make)
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return (
+            MethodBinding("tasks/get", TaskParams, self._get),
+            MethodBinding("tasks/update", UpdateTaskParams, self._update),
+            MethodBinding("tasks/cancel", TaskParams, self._cancel),
+        )
+
+    # tools/call ---------------------------------------------------------------------------------
+
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        registered = self.catalog().exposed.get(params.name)
+        kind = self.task_tools.get((registered.toolset, registered.name)) if registered is not None else None
+        if (
+            registered is None
+            or kind is None
+            or ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS  # a task result cannot travel on a legacy wire
+            or not opted_in(ctx, params.meta)
+        ):
+            return await call_next(ctx)
+        arguments = dict(params.arguments or {})
+        engine = self.deps.engine()
+        if kind == "call":
+            return self._start_call(engine, registered, arguments)
+        # delegate and ask submit their job and hand it back at once in async mode.
+        result = await self.catalog().run(registered, {**arguments, "mode": "async"}, None)
+        job_id = _member(result.structured_content, "job_id")
+        if not isinstance(job_id, str):
+            return result  # refused before any job existed (bad arguments, unknown agent): an ordinary result
+        return self._created(job_id, registered.name, kind, engine)
+
+    def _start_call(self, engine: Engine, registered: RegisteredTool, arguments: dict[str, Any]) -> dict[str, Any]:
+        task_id = secrets.token_urlsafe(24)
+        store = self.store()
+        catalog = self.catalog()
+
+        async def run(emit: Callable[[Event], None]) -> AgentResult:
+            result = await catalog.run(registered, arguments, None)
+            store.set_result(task_id, _dump(result))
+            text = "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+            return AgentResult(ok=not result.is_error, text=text)
+
+        job_id = engine.submit_task(f"mcp:{registered.name}", {"tool": registered.name, "arguments": arguments}, run)
+        # Recorded before the task can run (it starts at the next await) and before its id is returned.
+        return self._created(job_id, registered.name, "call", engine, task_id)
+
+    def _created(
+        self, job_id: str, tool: str, kind: Kind, engine: Engine, task_id: str | None = None
+    ) -> dict[str, Any]:
+        task_id = task_id or secrets.token_urlsafe(24)
+        created = engine.get(job_id).created_at
+        self.store().add(task_id, job_id, tool, kind, created)
+        return {
+            "resultType": "task",
+            "taskId": task_id,
+            "status": "working",
+            "createdAt": _iso(created),
+            "lastUpdatedAt": _iso(created),
+            "ttlMs": None,  # kept as long as the job is
+            "pollIntervalMs": POLL_INTERVAL_MS,
+        }
+
+    # tasks/* ------------------------------------------------------------------------------------
+
+    def _lookup(
+        self, ctx: ServerRequestContext[Any, Any], task_id: str
+    ) -> tuple[str, str, Kind, float, dict[str, Any] | None]:
+        if not opted_in(ctx, None):
+            require_client_extension(ctx, TASKS_EXTENSION)
+        _check_name_header(ctx, task_id)
+        found = self.store().get(task_id)
+        if found is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown task {task_id[:80]!r}")
+        return found
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        job_id, _tool, kind, created, stored = self._lookup(ctx, params.task_id)
+        engine = self.deps.engine()
+        rec = engine.get(job_id)
+        updated = rec.finished_at or rec.started_at or rec.created_at
+        task: dict[str, Any] = {
+            "taskId": params.task_id,
+            "createdAt": _iso(created),
+            "lastUpdatedAt": _iso(updated),
+            "ttlMs": None,
+            "pollIntervalMs": POLL_INTERVAL_MS,
+        }
+        if not rec.is_final:
+            return task | {"status": "working", "statusMessage": f"job {job_id} is {rec.status}"}
+        if rec.status == "cancelled":
+            return task | {"status": "cancelled", "statusMessage": f"job {job_id} was cancelled"}
+        if kind == "call":
+            if stored is None:
+                error = {"code": INTERNAL_ERROR, "message": f"job {job_id} ended ({rec.status}) without a result"}
+                return task | {"status": "failed", "statusMessage": error["message"], "error": error}
+            return task | {"status": "completed", "result": stored}
+        return task | {"status": "completed", "result": _dump(self._job_result(engine, job_id, kind))}
+
+    @staticmethod
+    def _job_result(engine: Engine, job_id: str, kind: Kind) -> CallToolResult:
+        """What the tool itself returns for a finished job: delegate's envelope, ask's envelope + thread."""
+        if kind == "ask":
+            from relay.ask import ask_envelope
+
+            env = ask_envelope(engine, job_id)
+            is_error = bool(envelope_result(env).is_error)
+            return json_result(AskEnvelope.model_validate(env).model_dump(mode="json"), is_error=is_error)
+        return envelope_result(engine.envelope(job_id))
+
+    async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
+        # relay's jobs never ask the client for input: responses are acknowledged and ignored.
+        self._lookup(ctx, params.task_id)
+        return {}
+
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        job_id = self._lookup(ctx, params.task_id)[0]
+        try:
+            await self.deps.engine().cancel(job_id)
+        except RelayError as err:
+            raise MCPError(code=INTERNAL_ERROR, message=f"{err.message} ({err.hint})") from None
+        return {}
