@@ -10,7 +10,6 @@ line, so lines cut off the end are found too. Writers in several processes take 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -22,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from relay.osfiles import lock
 
 LOG_FILE = "audit.jsonl"
 HEAD_FILE = "audit.head"
@@ -141,7 +142,7 @@ class AuditLog:
         self.home.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock(fd)
             size = os.fstat(fd).st_size
             tail = self._tail if self._tail is not None and self._tail.size == size else _read_tail(fd, size)
             if size and tail.size != size:  # the last line was cut short: close it so the new one stands alone

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from relay.audit.log import GENESIS, LOG_FILE, iter_lines, parse_loose, read_head, sha256, unseal
+from relay.osfiles import lock
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def verify(home: Path) -> Report:
     except FileNotFoundError:
         return _verify(home, path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        lock(fd, shared=True)
         return _verify(home, path)
     finally:
         os.close(fd)

@@ -9,7 +9,6 @@ view whole. Rendering runs in a worker thread, never in a job's way.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import threading
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from relay.audit.log import LOG_FILE, parse_loose
+from relay.osfiles import lock as lock_fd
 
 IAC_FILE = "IAC.md"
 CONTEXT_FILE = "CONTEXT.md"
@@ -202,7 +202,7 @@ class Views:
             return
         self.home.mkdir(parents=True, exist_ok=True)
         with (self.home / LOCK_FILE).open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock_fd(lock.fileno())
             self._catch_up()
             stamp = now if now is not None else datetime.now(UTC).timestamp()
             entries = list(self.state.entries.values())

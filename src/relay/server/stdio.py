@@ -9,7 +9,6 @@ wire.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 from collections.abc import AsyncGenerator, Callable
@@ -23,6 +22,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter
 from pydantic import ValidationError
 
+from relay.osfiles import private_dup
 from relay.server.stdio_front import Front
 from relay.server.stdio_wire import CANCEL_REASONS, INVALID_REQUEST, encode, error_reply, parse_line, valid_id
 
@@ -60,8 +60,8 @@ class _Wire:
 def _claim_std_fds() -> tuple[IO[bytes], IO[bytes], Callable[[], None]]:
     """Serve the wire from private duplicates of fd 0/1; point fd 0 at /dev/null and fd 1 at stderr meanwhile."""
     sys.stdout.flush()
-    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_in = private_dup(0)
+    wire_out = private_dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)

@@ -16,7 +16,6 @@ Every line that is not a JSON-RPC message is answered at once (stdio_wire).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from relay import __version__
+from relay.osfiles import private_dup
 from relay.server.stdio_wire import encode, parse_line
 
 PRIVATE = "relay-front-"
@@ -220,8 +220,8 @@ class Front:
 def _claim_std_fds() -> tuple[IO[bytes], IO[bytes]]:
     """Take the wire off fd 0/1 (fd 0 reads /dev/null, fd 1 goes to stderr), as the SDK's stdio transport does."""
     sys.stdout.flush()
-    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_in = private_dup(0)
+    wire_out = private_dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
