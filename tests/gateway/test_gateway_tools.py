@@ -274,3 +274,25 @@ async def test_a_misspelt_server_name_is_refused_naming_the_nearest_server(make_
     assert called["hint"].startswith("did you mean `zen`? servers: core, gateway, ")
     assert called["hint"].endswith("; add one with add_mcp_server")
     assert listed["hint"].startswith("did you mean `gobby-tasks`")
+
+
+async def test_a_misspelt_tool_name_is_refused_naming_the_nearest_tool_on_every_kind_of_server(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    async with relay(make_settings) as c:
+        await call(c, "add_mcp_server", toy_args(tmp_path))
+        _, called = await call(c, "call_tool", {"server_name": "toy", "tool_name": "ecco"})
+        _, described = await call(c, "get_tool_schema", {"server_name": "toy", "tool_name": "ecco"})
+        _, own = await call(c, "get_tool_schema", {"server_name": "zen", "tool_name": "chalenge"})
+    assert (called["code"], called["hint"]) == (
+        "TOOL_NOT_FOUND",
+        "did you mean `echo`? call list_tools(server='toy') for the tools it has",
+    )
+    assert (described["code"], described["hint"]) == (
+        "TOOL_NOT_FOUND",
+        "did you mean `echo`? call list_tools(server='toy') for the tools it has",
+    )
+    assert (own["code"], own["hint"]) == (
+        "TOOL_NOT_FOUND",
+        "did you mean `challenge` or `chat`? list_tools(server='zen') lists them",
+    )

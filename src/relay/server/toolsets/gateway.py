@@ -110,6 +110,12 @@ def _load_error(exc: Exception) -> str:
     return exc.message if isinstance(exc, RelayError) else f"{type(exc).__name__}: {exc}"
 
 
+def _nearest(wanted: str, available: list[str]) -> str:
+    """`did you mean `x`? ` (with the trailing space) when a name is close to `wanted`, else nothing."""
+    near = did_you_mean(wanted, available)
+    return f"{near} " if near else ""
+
+
 def _not_found(wanted: str, available: list[str], **fields: Any) -> CallToolResult:
     near = did_you_mean(wanted, available)
     return _seed_failure(
@@ -194,7 +200,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                         "available_tools": available,
                     },
                     ErrorCode.TOOL_NOT_FOUND,
-                    f"list_tools(server='{server_name}') lists them",
+                    _nearest(tool_name, available) + f"list_tools(server='{server_name}') lists them",
                 )
             out = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
             return json_result({"success": True, "server": server_name, "tool": out})
@@ -206,7 +212,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         except RelayError as err:
             extra: dict[str, Any] = {"server": server_name}
             if err.code is ErrorCode.TOOL_NOT_FOUND:
-                extra["available_tools"] = [t.name for t in gateway.connection(server_name).tools]
+                extra["available_tools"] = names = [t.name for t in gateway.connection(server_name).tools]
+                err = RelayError(err.code, err.message, _nearest(tool_name, names) + err.hint)
             return _failure(err, **extra)
         described: dict[str, Any] = {
             "name": found.name,
@@ -259,7 +266,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         except RelayError as err:
             extra: dict[str, Any] = {"server": server_name, "tool": tool_name}
             if err.code is ErrorCode.TOOL_NOT_FOUND:
-                extra["available_tools"] = [t.name for t in gateway.connection(server_name).tools]
+                extra["available_tools"] = names = [t.name for t in gateway.connection(server_name).tools]
+                err = RelayError(err.code, err.message, _nearest(tool_name, names) + err.hint)
             return _failure(err, **extra)
         wire = _wire(downstream)
         if downstream.is_error:
