@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.conftest import ProfileClient, call, error_message, logged, schemas, stdio_tool_names, text
+from tests.compat.conftest import ProfileClient, call, data, error_message, logged, schemas, stdio_tool_names, text
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +52,23 @@ async def test_a_work_folder_that_does_not_exist_falls_back_to_home(
         result = await call(c, "claude_code", prompt="hi", workFolder=str(workdir / "missing"))
     assert not result.is_error, text(result)
     assert logged(argv_log)[0]["cwd"] == str(relay_home)
+
+
+async def test_a_home_fallback_outside_the_allowed_roots_says_to_pass_work_folder(
+    profile_client: ProfileClient, relay_home: Path, workdir: Path
+) -> None:
+    async with profile_client("claude-code-mcp") as c:
+        without = await call(c, "claude_code", prompt="hi")
+        missing = await call(c, "claude_code", prompt="hi", workFolder=str(workdir / "missing"))
+    assert error_message(without) == f"Claude CLI execution failed: cwd '{relay_home}' is outside the allowed roots"
+    assert data(without)["error"]["code"] == "CWD_NOT_ALLOWED"
+    assert data(without)["error"]["hint"].startswith(
+        f"no workFolder was given, so Claude was to run in the home directory {relay_home}: pass workFolder (use a "
+    )
+    assert data(missing)["error"]["hint"].startswith(
+        f"workFolder '{workdir / 'missing'}' is not a directory, so Claude was to run in the home directory "
+        f"{relay_home}: pass workFolder (use a "
+    )
 
 
 @pytest.mark.parametrize("args", [{}, {"prompt": 42}, {"prompt": None}])

@@ -47,7 +47,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     ) -> CallToolResult:
         if not isinstance(prompt, str):
             return _error(ErrorCode.INVALID_ARGUMENT, TEXTS["bad_prompt"], "pass the task as the string prompt")
-        cwd = _work_folder(workFolder, str(deps.settings.environ.get("HOME") or Path.home()))
+        home = str(deps.settings.environ.get("HOME") or Path.home())
+        cwd = _work_folder(workFolder, home)
         engine = deps.engine()
         req = JobRequest(
             agent="claude",
@@ -59,7 +60,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         try:
             job_id = compat.start(engine, req, profile=PROFILE, tool="claude_code")
         except RelayError as err:
-            return _error(err.code, TEXTS["failed"].format(details=err.message), err.hint)
+            return _error(
+                err.code, TEXTS["failed"].format(details=err.message), _start_hint(err, workFolder, cwd, home)
+            )
         rec = await compat.wait_sync(engine, job_id, ctx)
         hint = f"job_result(job_id='{rec.id}') in relay's core tools shows the whole job"
         if compat.timed_out(rec):
@@ -79,6 +82,14 @@ def _work_folder(work_folder: str | None, home: str) -> str:
         if folder.is_dir():
             return str(folder)
     return home
+
+
+def _start_hint(err: RelayError, work_folder: str | None, cwd: str, home: str) -> str:
+    """The hint of a job that could not start; says why Claude was to run in the home directory."""
+    if err.code is not ErrorCode.CWD_NOT_ALLOWED or cwd != home or work_folder == home:
+        return err.hint
+    why = f"workFolder {work_folder!r} is not a directory" if work_folder else "no workFolder was given"
+    return f"{why}, so Claude was to run in the home directory {home}: pass workFolder ({err.hint})"
 
 
 def _error(code: ErrorCode, message: str, hint: str) -> CallToolResult:
