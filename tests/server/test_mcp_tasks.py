@@ -299,3 +299,29 @@ async def test_a_task_over_http_survives_a_relay_restart(
     assert caught.value.error.code == -32021
     assert done["status"] == "completed"
     assert done["result"]["structuredContent"]["output"] == "hi from mock"
+
+
+# -- the extension's own rules, on the conformance fixture server (relay's pieces, test-only tools) -----
+
+
+async def test_a_protocol_error_in_a_task_call_makes_the_task_failed_with_the_error_and_no_result(
+    relay_home: Path,
+) -> None:
+    from tests.server.tasks_fixture import build_fixture_server
+
+    async with Client(build_fixture_server(relay_home), extensions=[Tasks()]) as c:
+        created = await start_task(c, "protocol_error_job", {})
+        done = await poll_until_final(c, created.task_id)
+    assert done["status"] == "failed" and "result" not in done
+    assert done["error"] == {"code": -32603, "message": "protocol_error_job crashed"}
+
+
+async def test_a_task_only_tool_refuses_a_client_that_did_not_opt_in(relay_home: Path) -> None:
+    from tests.server.tasks_fixture import build_fixture_server
+
+    async with Client(build_fixture_server(relay_home)) as c:
+        with pytest.raises(MCPError) as caught:
+            await c.call_tool("failing_job", {})
+        slow = await c.call_tool("slow_compute", {"seconds": 0, "label": "sync"})
+    assert caught.value.error.code == -32021
+    assert slow.is_error is False and slow.content[0].model_dump()["text"] == "computed sync after 0.0s"

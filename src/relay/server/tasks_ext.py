@@ -24,10 +24,11 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.server import require_client_extension
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
@@ -39,7 +40,6 @@ from pydantic import Field
 from relay.errors import RelayError
 from relay.events import AgentResult, Event
 from relay.jobs.engine import Engine
-from relay.server.catalog import Catalog
 from relay.server.models import AskEnvelope
 from relay.server.results import envelope_result, json_result
 from relay.server.toolsets._registry import Deps, RegisteredTool
@@ -62,6 +62,17 @@ TASK_TOOLS: dict[tuple[str, str], Kind] = {
     ("core", "ask"): "ask",
     **{("zen", name): "call" for name in ("chat", "clink", "consensus", "planner", "codereview", "debug", "thinkdeep")},
 }
+
+
+class ToolHost(Protocol):
+    """Where tools are found and run: relay's catalog (or a test's fixture host)."""
+
+    @property
+    def exposed(self) -> dict[str, RegisteredTool]: ...
+
+    async def run(
+        self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+    ) -> CallToolResult: ...
 
 
 class TaskParams(RequestParams):
@@ -99,12 +110,13 @@ class TaskStore:
                 (task_id, job_id, tool, kind, created_at),
             )
 
-    def set_result(self, task_id: str, result: dict[str, Any]) -> None:
+    def set_outcome(self, task_id: str, outcome: dict[str, Any]) -> None:
+        """A whole call's outcome: `{"result": CallToolResult}` or `{"error": JSON-RPC error}`."""
         with self._lock:
-            self._db.execute("UPDATE mcp_tasks SET result = ? WHERE task_id = ?", (json.dumps(result), task_id))
+            self._db.execute("UPDATE mcp_tasks SET result = ? WHERE task_id = ?", (json.dumps(outcome), task_id))
 
     def get(self, task_id: str) -> tuple[str, str, Kind, float, dict[str, Any] | None] | None:
-        """(job id, tool, kind, created at, stored result) of a task, or None for an unknown id."""
+        """(job id, tool, kind, created at, stored outcome) of a task, or None for an unknown id."""
         with self._lock:
             row = self._db.execute(
                 "SELECT job_id, tool, kind, created_at, result FROM mcp_tasks WHERE task_id = ?", (task_id,)
@@ -149,11 +161,17 @@ class TasksExtension(Extension):
     identifier = TASKS_EXTENSION
 
     def __init__(
-        self, deps: Deps, catalog: Callable[[], Catalog], task_tools: dict[tuple[str, str], Kind] | None = None
+        self,
+        deps: Deps,
+        catalog: Callable[[], ToolHost],
+        task_tools: dict[tuple[str, str], Kind] | None = None,
+        required: frozenset[str] = frozenset(),
     ) -> None:
         self.deps = deps
         self.catalog = catalog
         self.task_tools = TASK_TOOLS if task_tools is None else task_tools
+        # Tools that run only as tasks (taskSupport "required"): a client that did not opt in gets -32021.
+        self.required = required
 
     def store(self) -> TaskStore:
         def make() -> TaskStore:
@@ -181,12 +199,13 @@ class TasksExtension(Extension):
     ) -> HandlerResult:
         registered = self.catalog().exposed.get(params.name)
         kind = self.task_tools.get((registered.toolset, registered.name)) if registered is not None else None
-        if (
-            registered is None
-            or kind is None
-            or ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS  # a task result cannot travel on a legacy wire
-            or not opted_in(ctx, params.meta)
-        ):
+        if registered is None or kind is None:
+            return await call_next(ctx)
+        if not opted_in(ctx, params.meta):
+            if registered.name in self.required:
+                require_client_extension(ctx, TASKS_EXTENSION)
+            return await call_next(ctx)
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:  # a task result cannot travel on a legacy wire
             return await call_next(ctx)
         arguments = dict(params.arguments or {})
         engine = self.deps.engine()
@@ -205,8 +224,14 @@ class TasksExtension(Extension):
         catalog = self.catalog()
 
         async def run(emit: Callable[[Event], None]) -> AgentResult:
-            result = await catalog.run(registered, arguments, None)
-            store.set_result(task_id, _dump(result))
+            try:
+                result = await catalog.run(registered, arguments, None)
+            except MCPError as exc:  # a protocol-level failure: the task fails with it
+                store.set_outcome(
+                    task_id, {"error": exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                )
+                return AgentResult(ok=False, text=exc.error.message)
+            store.set_outcome(task_id, {"result": _dump(result)})
             text = "\n".join(c.text for c in result.content if isinstance(c, TextContent))
             return AgentResult(ok=not result.is_error, text=text)
 
@@ -260,10 +285,13 @@ class TasksExtension(Extension):
         if rec.status == "cancelled":
             return task | {"status": "cancelled", "statusMessage": f"job {job_id} was cancelled"}
         if kind == "call":
-            if stored is None:
-                error = {"code": INTERNAL_ERROR, "message": f"job {job_id} ended ({rec.status}) without a result"}
-                return task | {"status": "failed", "statusMessage": error["message"], "error": error}
-            return task | {"status": "completed", "result": stored}
+            if stored is not None and "result" in stored:
+                return task | {"status": "completed", "result": stored["result"]}
+            error: dict[str, Any] = (stored or {}).get("error") or {
+                "code": INTERNAL_ERROR,
+                "message": f"job {job_id} ended ({rec.status}) without a result",
+            }
+            return task | {"status": "failed", "statusMessage": str(error.get("message", "")), "error": error}
         return task | {"status": "completed", "result": _dump(self._job_result(engine, job_id, kind))}
 
     @staticmethod
