@@ -169,3 +169,15 @@ async def test_a_plain_language_operation_without_a_model_names_the_built_ins(go
         out = await tool(c, "process_large_dataset", data=ROWS, operation="find the odd one out")
     assert (out["success"], out["error_type"]) == (False, "AUTH_MISSING")
     assert "filter, select, sort, top_k" in out["hint"]
+
+
+async def test_a_misspelt_language_is_refused_naming_the_nearest_one(gobby_settings: Settings) -> None:
+    async with Client(build_server(gobby_settings)) as c:
+        bad = await tool(c, "execute_code", code="print(1)", language="pyton")
+    assert bad == {
+        "success": False,
+        "language": "pyton",
+        "error": "language 'pyton' is not supported",
+        "error_type": "ValueError",
+        "hint": "did you mean `python`? use one of: python, bash, node",
+    }

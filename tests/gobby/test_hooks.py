@@ -192,3 +192,16 @@ async def test_unknown_hook_types_and_missing_session_ids_fail_in_seed_shape(gob
         "session_id is required",
         "ValueError",
     )
+
+
+async def test_a_misspelt_hook_type_is_refused_naming_the_nearest_one(gobby_settings: Settings) -> None:
+    async with Client(build_server(gobby_settings)) as c:
+        unknown = await tool(c, "call_hook", hook_type="SessionStrat", params={"session_id": "x"})
+    assert (unknown["success"], unknown["error"], unknown["error_type"]) == (
+        False,
+        "Unknown hook type: SessionStrat",
+        "ValueError",
+    )
+    assert unknown["hint"] == (
+        "did you mean `SessionStart` or `SessionEnd` or `SubagentStart`? hook types: " + ", ".join(HOOK_TYPES)
+    )

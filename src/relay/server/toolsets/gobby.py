@@ -22,11 +22,12 @@ from pydantic import Field
 
 from relay.agents import get_adapter
 from relay.errors import ErrorCode, RelayError
-from relay.hooks import Hooks, HookStore
+from relay.hooks import HOOK_TYPES, Hooks, HookStore
 from relay.jobs.engine import Engine, JobRequest
-from relay.sandbox import datasets, read_outcome, submit_execute
+from relay.sandbox import LANGUAGES, datasets, read_outcome, submit_execute
+from relay.sandbox.runner import ALIASES as LANGUAGE_ALIASES
 from relay.server.results import json_result, wait_for_mode
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
 from relay.tracker import TaskStore
 from relay.tracker.ai import engine_asker
 
@@ -185,6 +186,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         source: Annotated[str | None, Field(description="the CLI, e.g. Codex or Gemini")] = None,
     ) -> CallToolResult:
         reply = await hooks_service(deps).call(hook_type, params, source)
+        if "available_types" in reply and "hint" not in reply:
+            near = did_you_mean(hook_type, list(HOOK_TYPES))
+            reply["hint"] = (f"{near} " if near else "") + f"hook types: {', '.join(HOOK_TYPES)}"
         return json_result(reply, is_error=not reply["success"])
 
     @reg.tool(
@@ -204,6 +208,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 engine, code, language, timeout=timeout, context=context, hidden=(deps.settings.home, Path.home())
             )
         except RelayError as err:
+            near = did_you_mean(language, list(LANGUAGES)) if language.lower() not in LANGUAGE_ALIASES else ""
+            if near:
+                err = RelayError(err.code, err.message, f"{near} {err.hint}")
             return failure(err, language=language)
         return await _sandbox_reply(engine, job_id, ctx, language)
 
