@@ -110,3 +110,17 @@ async def test_a_failing_cli_is_an_error_result_naming_the_cli(zen_settings: Set
     assert failed and out["status"] == "error"
     assert out["content"].startswith("CLI 'codex' execution failed: ")
     assert out["metadata"]["job_id"] and out["metadata"]["error"]["code"]
+
+
+async def test_clink_refuses_a_misspelt_cli_naming_the_nearest_configured_one(
+    zen_settings: SettingsFactory, argv_log: Path
+) -> None:
+    async with zen_client(zen_settings()) as client:
+        failed, out = await call(client, "clink", {"prompt": "hi", "cli_name": "claud"})
+    assert failed
+    assert out["error"] == {
+        "code": "INVALID_ARGUMENT",
+        "message": "CLI 'claud' is not configured. Available clients: claude, codex, copilot, gemini",
+        "hint": "did you mean `claude`? cli_name is one of: claude, codex, copilot, gemini",
+    }
+    assert logged(argv_log) == []

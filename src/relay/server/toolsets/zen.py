@@ -14,7 +14,7 @@ from pydantic.config import JsonDict
 
 from relay.errors import RelayError
 from relay.server.results import json_result, run_guarded
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
 from relay.workflows import clink as clink_core
 from relay.workflows import messages as msg
 from relay.workflows.consensus import ConsensusStep, ModelSpec, consensus_step
@@ -105,6 +105,16 @@ def _clink_unknown(tool: str, unknown: list[str], valid: list[str]) -> RelayErro
     return msg.clink_unknown_arguments(unknown, valid)
 
 
+def _clink_nearest(err: RelayError, cli_name: str, available: list[str]) -> RelayError:
+    """clink's refusal of a CLI it does not know, with the nearest configured CLI in the hint."""
+    if not err.message.startswith(f"CLI '{cli_name}' is not configured"):
+        return err
+    near = did_you_mean(cli_name, available)
+    return RelayError(
+        err.code, err.message, (f"{near} " if near else "") + f"cli_name is one of: {', '.join(available)}"
+    )
+
+
 def build(reg: ToolRegistry, deps: Deps) -> None:
     settings = deps.settings
     cli_enum = clink_core.cli_names(settings)
@@ -189,7 +199,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         req = clink_core.ClinkRequest(
             prompt, cli_name, role, _paths(absolute_file_paths), _paths(images), continuation_id
         )
-        return await _guard(lambda: clink_core.clink(deps.engine(), req))
+
+        async def run() -> Reply:
+            try:
+                return await clink_core.clink(deps.engine(), req)
+            except RelayError as err:
+                raise _clink_nearest(err, cli_name, clink_core.cli_names(settings)) from None
+
+        return await _guard(run)
 
     @reg.tool(
         description="Ask several models at once, each with a stance (for/against/neutral), blinded to the others. "
