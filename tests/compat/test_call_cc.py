@@ -109,9 +109,24 @@ async def test_an_empty_prompt_and_unknown_jobs_are_structured_errors(profile_cl
         empty = await call(c, "call_cc", prompt="  ")
         unknown = await call(c, "call_cc_status", job_id="nope")
         blank = await call(c, "call_cc_cancel", job_id="")
-    assert data(empty) == {"status": "error", "error": TEXTS["prompt_empty"], "code": "INVALID_ARGUMENT"}
-    assert data(unknown) == {"status": "error", "error": "Job not found: nope", "code": "JOB_NOT_FOUND"}
-    assert data(blank) == {"status": "error", "error": "job_id cannot be empty", "code": "INVALID_ARGUMENT"}
+    assert data(empty) == {
+        "status": "error",
+        "error": TEXTS["prompt_empty"],
+        "code": "INVALID_ARGUMENT",
+        "hint": "pass the task for Claude as prompt",
+    }
+    assert data(unknown) == {
+        "status": "error",
+        "error": "Job not found: nope",
+        "code": "JOB_NOT_FOUND",
+        "hint": "call_cc_jobs lists the jobs",
+    }
+    assert data(blank) == {
+        "status": "error",
+        "error": "job_id cannot be empty",
+        "code": "INVALID_ARGUMENT",
+        "hint": "pass the job_id call_cc returned (call_cc_jobs lists them)",
+    }
     assert empty.is_error and unknown.is_error and blank.is_error
 
 
@@ -191,3 +206,18 @@ async def test_an_async_job_survives_a_relay_restart(profile_client: ProfileClie
         listed = data(await call(c, "job_list"))
     assert (status["status"], status["output"]) == ("completed", "hi from mock")
     assert started["job_id"] in [j["job_id"] for j in listed["jobs"]]
+
+
+async def test_cancelling_a_finished_job_is_refused_saying_how_to_read_it(
+    profile_client: ProfileClient, workdir: Path
+) -> None:
+    async with profile_client("call-cc") as c:
+        done = data(await call(c, "call_cc", prompt="hi", working_directory=str(workdir)))
+        refused = await call(c, "call_cc_cancel", job_id=done["job_id"])
+    assert refused.is_error
+    assert data(refused) == {
+        "status": "error",
+        "error": "Cannot cancel job in 'completed' status",
+        "code": "INVALID_ARGUMENT",
+        "hint": "the job already ended (completed); call_cc_status reads its output",
+    }

@@ -16,6 +16,7 @@ from tests.compat.conftest import (
     CALL_TIMEOUT_S,
     ProfileClient,
     call,
+    data,
     error_message,
     logged,
     schemas,
@@ -100,6 +101,10 @@ async def test_a_blank_prompt_gives_the_originals_message(profile_client: Profil
     assert error_message(ask) == TEXTS["no_prompt"]
     assert error_message(ask).startswith("Please provide a prompt for analysis. Use @ syntax to include files")
     assert error_message(storm) == "You must provide a valid brainstorming challenge or question to explore"
+    assert (data(ask)["error"]["hint"], data(storm)["error"]["hint"]) == (
+        "pass prompt: a question or task, with @path to include files",
+        "pass prompt: the challenge or question to brainstorm",
+    )
 
 
 async def test_a_pro_quota_error_is_retried_once_on_flash(profile_client: ProfileClient, argv_log: Path) -> None:

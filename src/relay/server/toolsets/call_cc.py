@@ -67,7 +67,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ] = False,
     ) -> CallToolResult:
         if compat.blank(prompt):
-            return _error("INVALID_ARGUMENT", TEXTS["prompt_empty"])
+            return _error("INVALID_ARGUMENT", TEXTS["prompt_empty"], "pass the task for Claude as prompt")
         tier = (model or DEFAULT_MODEL).strip()
         timeout = timeout_ms
         req = JobRequest(
@@ -166,7 +166,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         if previous == "cancelled":
             return json_result(compat.cancel_shape(previous, "cancelled", found.id, TEXTS["already_cancelled"]))
         if found.is_final:
-            return _error("INVALID_ARGUMENT", TEXTS["cannot_cancel"].format(status=previous))
+            return _error(
+                "INVALID_ARGUMENT",
+                TEXTS["cannot_cancel"].format(status=previous),
+                f"the job already ended ({previous}); call_cc_status reads its output",
+            )
         rec = await compat.cancel(engine, found)
         return json_result(compat.cancel_shape(previous, compat.seed_status(rec.status), rec.id, TEXTS["cancelled"]))
 
@@ -192,10 +196,14 @@ def _failure(rec: JobRecord, timeout_ms: int) -> CallToolResult:
 
 def _job(engine: Engine, job_id: str) -> JobRecord | CallToolResult:
     if compat.blank(job_id):
-        return _error("INVALID_ARGUMENT", TEXTS["job_id_empty"])
+        return _error(
+            "INVALID_ARGUMENT", TEXTS["job_id_empty"], "pass the job_id call_cc returned (call_cc_jobs lists them)"
+        )
     rec = compat.find_job(engine, job_id.strip())
     if rec is None:
-        return _error(ErrorCode.JOB_NOT_FOUND.value, TEXTS["job_not_found"].format(job_id=job_id))
+        return _error(
+            ErrorCode.JOB_NOT_FOUND.value, TEXTS["job_not_found"].format(job_id=job_id), "call_cc_jobs lists the jobs"
+        )
     return rec
 
 

@@ -138,7 +138,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         chunkCacheKey: Annotated[str | None, Field(description="Optional cache key for continuation")] = None,
     ) -> CallToolResult:
         if not prompt.strip():
-            return _error(ErrorCode.INVALID_ARGUMENT, TEXTS["no_prompt"])
+            return _error(
+                ErrorCode.INVALID_ARGUMENT,
+                TEXTS["no_prompt"],
+                "pass prompt: a question or task, with @path to include files",
+            )
         index = _chunk_number(chunkIndex)
         if changeMode and index and chunkCacheKey:
             if not CACHE_KEY_RE.match(chunkCacheKey):
@@ -184,7 +188,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ] = True,
     ) -> CallToolResult:
         if not prompt.strip():
-            return _error(ErrorCode.INVALID_ARGUMENT, TEXTS["no_challenge"])
+            return _error(
+                ErrorCode.INVALID_ARGUMENT,
+                TEXTS["no_challenge"],
+                "pass prompt: the challenge or question to brainstorm",
+            )
         request = _brainstorm_prompt(
             prompt.strip(), methodology, domain, constraints, existingContext, ideaCount, includeAnalysis
         )
