@@ -296,3 +296,16 @@ async def test_a_misspelt_tool_name_is_refused_naming_the_nearest_tool_on_every_
         "TOOL_NOT_FOUND",
         "did you mean `challenge` or `chat`? list_tools(server='zen') lists them",
     )
+
+
+async def test_list_tools_lists_each_toolset_once_with_its_aliases(make_settings: SettingsFactory) -> None:
+    async with relay(make_settings) as c:
+        _, everything = await call(c, "list_tools")
+        _, by_alias = await call(c, "list_tools", {"server": "pal"})
+    names = [s["name"] for s in everything["servers"]]
+    assert len(names) == len(set(names))
+    assert "pal" not in names and "gobby-tasks" not in names
+    entries = {s["name"]: s for s in everything["servers"]}
+    assert (entries["zen"]["aliases"], entries["tasks"]["aliases"]) == (["pal"], ["gobby-tasks"])
+    assert "aliases" not in entries["core"]
+    assert [t["name"] for t in by_alias["tools"]] == [t["name"] for t in entries["zen"]["tools"]]

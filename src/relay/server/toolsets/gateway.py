@@ -146,13 +146,22 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         router = deps.router
         if server is None:
             servers: list[dict[str, Any]] = []
+            # An alias (gobby-tasks, pal) is listed with its toolset, not as a second copy of its tools.
+            aliases: dict[str, list[str]] = {}
             for name in router.server_names():
+                target = router.canonical(name)
+                if target is not None and target != name:
+                    aliases.setdefault(target, []).append(name)
+            for name in router.server_names():
+                if router.canonical(name) not in (None, name):
+                    continue
+                named = {"name": name, **({"aliases": aliases[name]} if name in aliases else {})}
                 try:
                     tools = [{"name": t.name, "brief": _brief(t.description)} for t in router.tools_of(name)]
                 except Exception as exc:  # fail-open: one toolset that cannot load hides no other server
-                    servers.append({"name": name, "tools": [], "state": "failed", "error": _load_error(exc)})
+                    servers.append({**named, "tools": [], "state": "failed", "error": _load_error(exc)})
                     continue
-                servers.append({"name": name, "tools": tools})
+                servers.append({**named, "tools": tools})
             for listed in await gateway_service(deps).list_tools():
                 entry: dict[str, Any] = {
                     "name": listed.name,
