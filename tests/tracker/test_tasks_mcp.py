@@ -119,6 +119,7 @@ async def test_seed_003_task_workflow_runs_verbatim_and_each_step_returns_the_do
             "tool": "update_task",
             "error": "Task gt-abc123 not found",
             "error_type": "TASK_NOT_FOUND",
+            "code": "TASK_NOT_FOUND",
             "hint": "list_tasks shows this project's tasks; tasks are scoped by project (pass project=<repository path>)",
         }
         claimed = await call_tool(c, "gobby-tasks", "update_task", {"task_id": task_id, "status": "in_progress"})
