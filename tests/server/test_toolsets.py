@@ -7,11 +7,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pytest
 from mcp import Client
 from mcp.types import CallToolResult
+from pydantic import BaseModel, Field
 
 from relay.errors import ErrorCode, RelayError
 from relay.server.app import build_server
@@ -32,6 +33,12 @@ GATEWAY_TOOLS = (
 )
 
 pytestmark = pytest.mark.anyio
+
+
+class Pick(BaseModel):
+    """A nested argument with an enum (for the nested-enum test)."""
+
+    stance: Literal["for", "against", "neutral"]
 
 
 def data(result: CallToolResult) -> dict[str, Any]:
@@ -255,3 +262,49 @@ def test_relay_serve_with_a_profile_over_stdio_lists_exactly_that_profile(cli_en
                 return [t.name for t in (await c.list_tools()).tools]
 
     assert anyio.run(listed, ["serve", "--toolsets", "gateway"]) == list(GATEWAY_TOOLS)
+
+
+def test_camel_case_and_longer_argument_names_point_at_the_valid_one() -> None:
+    from relay.server.toolsets._registry import closest
+
+    valid = ["prompt", "cwd", "model", "timeout_s"]
+    assert closest("workingDirectory", valid)[0] == "cwd"
+    assert closest("working_directory_absolute_path", valid)[0] == "cwd"
+    assert closest("timeoutMs", valid)[0] == "timeout_s"
+
+
+async def test_a_bad_value_of_a_nested_enum_names_the_nearest_one(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay.server.toolsets import _registry
+
+    def build(reg: _registry.ToolRegistry, deps: _registry.Deps) -> None:
+        @reg.tool(description="nested", annotations=_registry.READ_ONLY)
+        async def nested(picks: Annotated[list[Pick], Field(description="picks")]) -> dict[str, Any]:
+            return {"n": len(picks)}
+
+    import types
+
+    module = types.ModuleType("relay_test_nested_toolset")
+    module.TOOLSET = _registry.Toolset("nested", "test only", build)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "relay_test_nested_toolset", module)
+    monkeypatch.setitem(BUILTIN, "nested", "relay_test_nested_toolset")
+    async with Client(build_server(make_settings(RELAY_TOOLSETS="nested"))) as c:
+        bad = await c.call_tool("nested", {"picks": [{"stance": "agains"}]})
+        good = await c.call_tool("nested", {"picks": [{"stance": "for"}]})
+    assert bad.is_error and "`against`" in data(bad)["error"]["message"]
+    assert data(good) == {"n": 1}
+
+
+def test_an_unknown_toolset_names_each_candidate_once() -> None:
+    with pytest.raises(RelayError) as caught:
+        resolve_exposure(("core", "zne"), None)
+    assert "did you mean zen?" in caught.value.message
+    assert caught.value.hint.count("zen,") + caught.value.hint.count("zen ") <= 1
+
+
+async def test_a_misspelt_agent_names_the_nearest_one(make_settings: SettingsFactory) -> None:
+    async with Client(build_server(make_settings())) as c:
+        result = await c.call_tool("delegate", {"prompt": "hi", "agent": "claud"})
+    err = data(result)["error"]
+    assert err["code"] == "AGENT_UNKNOWN" and "did you mean 'claude'?" in err["message"]

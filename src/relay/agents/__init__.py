@@ -36,9 +36,12 @@ def get_adapter(name: str, settings: Settings) -> Adapter:
         from relay.agents.generic import GenericAdapter
 
         return GenericAdapter(name, cfg)
+    import difflib
+
+    near = difflib.get_close_matches(name, known_agents(settings), n=1, cutoff=0.6)
     raise RelayError(
         ErrorCode.AGENT_UNKNOWN,
-        f"unknown agent {name!r}",
+        f"unknown agent {name!r}" + (f"; did you mean {near[0]!r}?" if near else ""),
         f"use one of: {', '.join(known_agents(settings))}; or declare [agents.{name}] with command and args in config.toml",
     )
 

@@ -369,17 +369,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return mcp_command(args)
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from relay.cli.audit_cmd import audit_command
+
+    return audit_command(args)
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from relay.web import run_dashboard
 
     run_dashboard(host=args.host, port=args.port, token=args.token, open_browser=args.open)
     return 0
-
-
-def cmd_audit(args: argparse.Namespace) -> int:
-    from relay.cli.audit_cmd import audit_command
-
-    return audit_command(args)
 
 
 def cmd_install(args: argparse.Namespace) -> int:

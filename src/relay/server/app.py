@@ -85,8 +85,14 @@ def build_server(
                 await deps.close()
 
     tasks = TasksExtension(deps, lambda: server.catalog)  # MCP Tasks over jobs, for clients that opt in
+    # WARNING, not the SDK's INFO: INFO prints a line per model-API request (httpx) on the server's stderr.
     server = RelayServer(
-        "relay", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, extensions=[tasks]
+        "relay",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        extensions=[tasks],
+        log_level="WARNING",
     )
     server.catalog = Catalog(deps, exposure)
     return server

@@ -7,6 +7,7 @@ exception a tool lets out into an error result with a code and a hint.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mcp.server.mcpserver import Context
@@ -209,6 +210,9 @@ def invalid_arguments(registered: RegisteredTool, cause: ValidationError) -> Rel
         spec: dict[str, Any] = props.get(str(e["loc"][0]), {}) if e["loc"] else {}
         spec = spec.get("items", spec) if isinstance(spec.get("items"), dict) else spec
         allowed = [v for v in spec.get("enum", []) if isinstance(v, str)]
+        expected = str((e.get("ctx") or {}).get("expected", ""))
+        if not allowed and e["type"] in ("literal_error", "enum"):  # a nested enum: pydantic names the values
+            allowed = re.findall(r"'([^']*)'", expected)
         given = e.get("input")
         if allowed and isinstance(given, str):
             suggestion = did_you_mean(given, allowed)
@@ -218,7 +222,7 @@ def invalid_arguments(registered: RegisteredTool, cause: ValidationError) -> Rel
     return RelayError(
         ErrorCode.INVALID_ARGUMENT,
         f"invalid arguments for {registered.name}: {'; '.join(problems)}",
-        "fix the arguments as the tool's input schema describes (get_tool_schema shows it)",
+        "fix the arguments as the tool's input schema (in tools/list) describes",
     )
 
 

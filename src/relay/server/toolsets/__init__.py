@@ -104,7 +104,7 @@ def load_toolset(name: str) -> Toolset:
 
 
 def unknown_toolset(name: str) -> RelayError:
-    names = sorted([*BUILTIN, *PROFILES])
+    names = sorted({*BUILTIN, *PROFILES})
     near = closest(name, names)
     return RelayError(
         ErrorCode.CONFIG_INVALID,

@@ -256,11 +256,11 @@ SYNONYMS: tuple[frozenset[str], ...] = (
 
 def closest(name: str, candidates: Sequence[str], n: int = 3) -> list[str]:
     """The candidates nearest to `name`, best first (synonyms, typos, names that contain one another)."""
-    key = name.lower().replace("-", "_")
+    key = _snake(name)
     flat = key.replace("_", "")
-    found = [
-        c for group in SYNONYMS if key in group or flat in group for c in candidates if c.lower() in group and c != name
-    ]
+    words = [w for w in key.split("_") if len(w) >= 3]
+    groups = [g for g in SYNONYMS if key in g or flat in g or any(w in g for w in words)]
+    found = list(dict.fromkeys(c for g in groups for c in candidates if _snake(c) in g and c != name))
     found += [c for c in difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.5) if c not in found]
     lowered = name.lower().replace("-", "_")
     for cand in candidates:
@@ -271,6 +271,12 @@ def closest(name: str, candidates: Sequence[str], n: int = 3) -> list[str]:
         parts = set(lowered.split("_"))
         found = [c for c in candidates if parts & set(c.lower().split("_"))][:n]
     return found[:n]
+
+
+def _snake(name: str) -> str:
+    """workingDirectory, working-directory, Working_Directory -> working_directory."""
+    spaced = "".join(f"_{c}" if c.isupper() else c for c in name).lower().replace("-", "_")
+    return "_".join(part for part in spaced.split("_") if part)
 
 
 def did_you_mean(name: str, candidates: Sequence[str]) -> str:
