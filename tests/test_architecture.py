@@ -20,7 +20,16 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("relay.ask", "relay.threads", "relay.jobs"),
     ("relay.agents",),
     # relay.audit sits with the store, which records every job state change in it.
-    ("relay.runtime", "relay.store", "relay.audit", "relay.osfiles", "relay.config", "relay.errors", "relay.events", "relay.secrets"),
+    (
+        "relay.runtime",
+        "relay.store",
+        "relay.audit",
+        "relay.osfiles",
+        "relay.config",
+        "relay.errors",
+        "relay.events",
+        "relay.secrets",
+    ),
 )
 
 

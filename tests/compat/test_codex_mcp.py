@@ -54,8 +54,8 @@ async def test_the_codex_schema_is_the_seeds(profile_client: ProfileClient) -> N
         "reasoningEffort",
         "callbackUri",
     }
-    assert props["reasoningEffort"]["enum"] == ["minimal", "low", "medium", "high", None]
-    assert props["sandbox"]["enum"] == ["read-only", "workspace-write", "danger-full-access", None]
+    assert props["reasoningEffort"]["enum"] == ["minimal", "low", "medium", "high"]
+    assert props["sandbox"]["enum"] == ["read-only", "workspace-write", "danger-full-access"]
     assert "defaults to gpt-5.2-codex" in props["model"]["description"]
 
 

@@ -66,7 +66,6 @@ async def test_the_tools_require_what_the_seeds_require(profile_client: ProfileC
         "completed",
         "failed",
         "cancelled",
-        None,
     ]
 
 

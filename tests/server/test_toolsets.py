@@ -308,3 +308,23 @@ async def test_a_misspelt_agent_names_the_nearest_one(make_settings: SettingsFac
         result = await c.call_tool("delegate", {"prompt": "hi", "agent": "claud"})
     err = data(result)["error"]
     assert err["code"] == "AGENT_UNKNOWN" and "did you mean 'claude'?" in err["message"]
+
+
+def test_every_tool_of_every_toolset_has_a_title_and_says_what_it_does(tmp_path: Any) -> None:
+    from relay.server.tooldocs import catalog_tools, doc_settings
+
+    toolsets, _, _ = catalog_tools(doc_settings(str(tmp_path)))
+    unannotated = [
+        f"{name}/{tool['name']}"
+        for name, tools in toolsets.items()
+        for tool in tools
+        if not tool.get("title") or "readOnlyHint" not in tool.get("annotations", {})
+    ]
+    assert not unannotated, f"tools without a title or a read-only annotation: {unannotated}"
+    writers = {
+        t["name"]
+        for tools in toolsets.values()
+        for t in tools
+        if t["annotations"]["readOnlyHint"] is False and t["annotations"].get("destructiveHint") is not False
+    }
+    assert {"delegate", "job_cancel", "delete_task", "execute_code", "call_tool"} <= writers

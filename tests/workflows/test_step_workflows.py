@@ -306,7 +306,7 @@ async def test_the_workflow_schemas_expose_exactly_the_seeds_parameters(zen_sett
     assert not {"findings", "images", "temperature", "relevant_files"} & set(tools["planner"]["properties"])
     assert tools["chat"]["required"] == ["prompt", "working_directory_absolute_path"]
     temperature = tools["chat"]["properties"]["temperature"]
-    assert (temperature["minimum"], temperature["maximum"], temperature["type"]) == (0, 1, ["number", "null"])
+    assert (temperature["minimum"], temperature["maximum"], temperature["type"]) == (0, 1, "number")
     assert tools["debug"]["properties"]["confidence"]["enum"][:7] == [
         "exploring", "low", "medium", "high", "very_high", "almost_certain", "certain"
     ]  # fmt: skip

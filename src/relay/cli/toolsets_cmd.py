@@ -69,7 +69,9 @@ def toolsets_command(as_json: bool) -> int:
         return 0
     for row in rows:
         alias = f" (alias {', '.join(row['aliases'])})" if row["aliases"] else ""
-        print(f"{row['name']}{alias} — {row['kind']}, {len(row['tools'])} tool{'' if len(row['tools']) == 1 else 's'}, ~{row['tokens']:,} tokens")
+        print(
+            f"{row['name']}{alias} — {row['kind']}, {len(row['tools'])} tool{'' if len(row['tools']) == 1 else 's'}, ~{row['tokens']:,} tokens"
+        )
         print(f"  {row['description']}")
         print(f"  {', '.join(row['tools'])}")
     return 0

@@ -28,6 +28,10 @@ DESTROYS_STATE = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
 """Removes or stops something of relay's own (cancel a job, delete a task, remove a server)."""
+WRITES_FROM_OUTSIDE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+"""Adds to relay's own records from something outside (a model's answer, a repository, a registry)."""
 RUNS_AGENT = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True)
 """Runs an agent, code or a downstream tool that may change files or the outside world."""
 
@@ -220,8 +224,25 @@ def compact_schema(node: Any, output: bool = False) -> Any:
 
 
 def strict_input_schema(parameters: dict[str, Any]) -> dict[str, Any]:
-    """The published input schema: compact, and closed to arguments it does not name."""
+    """The published input schema: compact, closed to arguments it does not name, optional ones not nullable.
+
+    An optional argument whose default is null is published as its plain type with no default: leaving
+    it out means null (the validator still accepts an explicit null). This is shorter for the calling
+    model and avoids `type` arrays, which some clients' function-declaration formats reject.
+    """
     schema: dict[str, Any] = compact_schema(parameters)
+    required: list[str] = schema.get("required", [])
+    properties: dict[str, dict[str, Any]] = schema.get("properties", {})
+    for name, spec in properties.items():
+        if name in required or spec.get("default", None) is not None:
+            continue
+        kind: Any = spec.get("type")
+        if isinstance(kind, list) and len(kind) == 2 and "null" in kind:  # pyright: ignore[reportUnknownArgumentType]
+            spec["type"] = kind[0] if kind[1] == "null" else kind[1]  # pyright: ignore[reportUnknownVariableType]
+            spec.pop("default", None)
+            enum: Any = spec.get("enum")
+            if isinstance(enum, list):
+                spec["enum"] = [v for v in enum if v is not None]  # pyright: ignore[reportUnknownVariableType]
     schema["additionalProperties"] = False
     return schema
 

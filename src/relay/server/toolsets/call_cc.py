@@ -15,7 +15,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
 from relay.server.results import json_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import DESTROYS_STATE, READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset
 from relay.store import JobRecord
 
 PROFILE = "call-cc"
@@ -45,6 +45,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             "mode='async' returns a job_id at once; call_cc_status(job_id) returns status and output."
         ),
         unknown_argument=compat.serde_unknown_field,
+        annotations=RUNS_AGENT,
     )
     async def call_cc(
         ctx: Context[Any, Any],
@@ -156,6 +157,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Cancel a queued or running call_cc job (kills its process group).",
         unknown_argument=compat.serde_unknown_field,
+        annotations=DESTROYS_STATE,
     )
     async def call_cc_cancel(job_id: Annotated[str, Field(description="Job id to cancel")]) -> CallToolResult:
         engine = deps.engine()

@@ -15,7 +15,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import JobRequest
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import RUNS_AGENT, Deps, ToolRegistry, Toolset
 
 PROFILE = "claude-code-mcp"
 
@@ -39,7 +39,7 @@ TIMEOUT_MS = 1_800_000
 
 
 def build(reg: ToolRegistry, deps: Deps) -> None:
-    @reg.tool(description=TEXTS["description"])
+    @reg.tool(description=TEXTS["description"], annotations=RUNS_AGENT)
     async def claude_code(
         ctx: Context[Any, Any],
         prompt: Annotated[Any, Field(description=TEXTS["prompt"])] = None,

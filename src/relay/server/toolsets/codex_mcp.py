@@ -17,7 +17,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, READS_OUTSIDE, RUNS_AGENT, Deps, ToolRegistry, Toolset
 
 PROFILE = "codex-mcp"
 DEFAULT_MODEL = "gpt-5.2-codex"
@@ -57,7 +57,7 @@ Effort = Literal["minimal", "low", "medium", "high"]
 def build(reg: ToolRegistry, deps: Deps) -> None:
     default_model = str(deps.settings.environ.get("CODEX_DEFAULT_MODEL") or DEFAULT_MODEL)
 
-    @reg.tool(description="Execute Codex CLI in non-interactive mode for AI assistance")
+    @reg.tool(description="Execute Codex CLI in non-interactive mode for AI assistance", annotations=RUNS_AGENT)
     async def codex(
         ctx: Context[Any, Any],
         prompt: Annotated[str, Field(description="The coding task, question, or analysis request")],
@@ -119,7 +119,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             meta["callbackUri"] = callbackUri
         return CallToolResult(content=[TextContent(type="text", text=text, _meta=meta)])
 
-    @reg.tool(description="Run a code review with Codex (uncommitted changes, against a base branch, or a commit)")
+    @reg.tool(
+        description="Run a code review with Codex (uncommitted changes, against a base branch, or a commit)",
+        annotations=READS_OUTSIDE,
+    )
     async def review(
         ctx: Context[Any, Any],
         prompt: Annotated[str | None, Field(description="Custom review instructions")] = None,
@@ -183,7 +186,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         except RelayError as err:
             return error_result(RelayError(err.code, TEXTS["help_failed"].format(error=err.message), err.hint))
 
-    @reg.tool(description="Search the web with Codex and return the most relevant results")
+    @reg.tool(description="Search the web with Codex and return the most relevant results", annotations=READS_OUTSIDE)
     async def websearch(
         ctx: Context[Any, Any],
         query: Annotated[str, Field(description="What to search for")],

@@ -24,7 +24,17 @@ from relay.gateway.manager import scope_for
 from relay.gateway.search import Ranked, ToolDoc, rank, recommend_with_model, template_recommendation
 from relay.server.results import json_result
 from relay.server.toolsets import BUILTIN
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
+from relay.server.toolsets._registry import (
+    DESTROYS_STATE,
+    READ_ONLY,
+    RUNS_AGENT,
+    WRITES_FROM_OUTSIDE,
+    WRITES_STATE,
+    Deps,
+    ToolRegistry,
+    Toolset,
+    did_you_mean,
+)
 
 # list_tools shows this much of each tool's description (seed 003's "brief").
 BRIEF_CHARS = 100
@@ -236,6 +246,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description="Call a tool of any relay toolset or downstream MCP server: returns {success, result}.",
+        annotations=RUNS_AGENT,
     )
     async def call_tool(
         ctx: Context[Any, Any],
@@ -316,7 +327,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Add (or replace) a downstream MCP server for the current project (scope 'global': for all). "
         "stdio needs command (+args, env); http (Streamable HTTP, SSE fallback) needs url (+headers). "
-        "env/header values are stored privately and shown as ***. Re-adding approves changed tool definitions."
+        "env/header values are stored privately and shown as ***. Re-adding approves changed tool definitions.",
+        annotations=WRITES_STATE,
     )
     async def add_mcp_server(
         name: Annotated[str, Field(description="unique server name")],
@@ -361,7 +373,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 reply["error"] = listed.error
         return json_result(reply)
 
-    @reg.tool(description="Remove a downstream MCP server (the project's own, else the global one of that name).")
+    @reg.tool(
+        description="Remove a downstream MCP server (the project's own, else the global one of that name).",
+        annotations=DESTROYS_STATE,
+    )
     async def remove_mcp_server(
         name: Annotated[str, Field(description="server name to remove")],
     ) -> CallToolResult:
@@ -377,7 +392,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Import MCP servers: from_project (a project directory: its .mcp.json, .cursor, .vscode, .gemini, "
         ".codex configs and relay's records), github_url (derive the launch command), or query (an MCP registry). "
-        "Missing secrets come back as needs_configuration: fill them in and call add_mcp_server."
+        "Missing secrets come back as needs_configuration: fill them in and call add_mcp_server.",
+        annotations=WRITES_FROM_OUTSIDE,
     )
     async def import_mcp_server(
         from_project: Annotated[

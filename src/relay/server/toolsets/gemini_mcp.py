@@ -23,7 +23,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import JobRequest
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset
 
 PROFILE = "gemini-mcp"
 PRO = "gemini-2.5-pro"
@@ -108,7 +108,9 @@ Methodology = Literal["divergent", "convergent", "scamper", "design-thinking", "
 
 def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
-        name="ask-gemini", description="model selection [-m], sandbox [-s], and changeMode:boolean for providing edits"
+        name="ask-gemini",
+        description="model selection [-m], sandbox [-s], and changeMode:boolean for providing edits",
+        annotations=RUNS_AGENT,
     )
     async def ask_gemini(
         ctx: Context[Any, Any],
@@ -161,7 +163,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description="Generate novel ideas with dynamic context gathering. --> Creative frameworks (SCAMPER, Design "
-        "Thinking, etc.), domain context integration, idea clustering, feasibility analysis, and iterative refinement."
+        "Thinking, etc.), domain context integration, idea clustering, feasibility analysis, and iterative refinement.",
+        annotations=RUNS_AGENT,
     )
     async def brainstorm(
         ctx: Context[Any, Any],
@@ -229,7 +232,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         except RelayError as err:
             return error_result(err)
 
-    @reg.tool(name="timeout-test", description="Test timeout prevention by running for a specified duration")
+    @reg.tool(
+        name="timeout-test",
+        description="Test timeout prevention by running for a specified duration",
+        annotations=READ_ONLY,
+    )
     async def timeout_test(
         ctx: Context[Any, Any],
         duration: Annotated[float, Field(ge=10, description="Duration in milliseconds (minimum 10ms)")],

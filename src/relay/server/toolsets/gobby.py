@@ -27,7 +27,16 @@ from relay.jobs.engine import Engine, JobRequest
 from relay.sandbox import LANGUAGES, datasets, read_outcome, submit_execute
 from relay.sandbox.runner import ALIASES as LANGUAGE_ALIASES
 from relay.server.results import json_result, wait_for_mode
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
+from relay.server.toolsets._registry import (
+    READ_ONLY,
+    READS_OUTSIDE,
+    RUNS_AGENT,
+    WRITES_STATE,
+    Deps,
+    ToolRegistry,
+    Toolset,
+    did_you_mean,
+)
 from relay.tracker import TaskStore
 from relay.tracker.ai import engine_asker
 
@@ -167,6 +176,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         description="Trigger a session hook for CLIs without native hooks (Codex, Gemini...): SessionStart registers "
         "the session and returns the project's last summary; PromptSubmit sets its title; Stop pauses it; "
         "SessionEnd writes its summary. Kebab-case forms (session-start) work too.",
+        annotations=WRITES_STATE,
     )
     async def call_hook(
         hook_type: Annotated[
@@ -194,6 +204,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Execute code (python, bash or node) in a sandbox as a relay job: fresh temp dir, no secrets, "
         "CPU/memory/file limits, no network when bubblewrap is available. Returns stdout as result.",
+        annotations=RUNS_AGENT,
     )
     async def execute_code(
         ctx: Context[Any, Any],
@@ -218,6 +229,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         description="Reduce a large JSON dataset before it reaches your context. Built-in operations (by name, "
         "driven by parameters): filter, select, sort, top_k, group_count, sample, dedupe, stats, head; any other "
         "operation in plain language is done by model-written code in the sandbox.",
+        annotations=READS_OUTSIDE,
     )
     async def process_large_dataset(
         ctx: Context[Any, Any],
@@ -338,6 +350,7 @@ def _codex_tools(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Run Codex (relay's codex adapter, as a relay job) with automatic session tracking; "
         "thread_id continues a thread.",
+        annotations=RUNS_AGENT,
     )
     async def codex(
         ctx: Context[Any, Any],
@@ -403,7 +416,7 @@ def _codex_tools(reg: ToolRegistry, deps: Deps) -> None:
         more = offset + limit < len(threads)
         return json_result({"success": True, "threads": page, "next_cursor": _cursor(offset + limit) if more else None})
 
-    @reg.tool(description="Archive a Codex thread: codex_list_threads no longer shows it.")
+    @reg.tool(description="Archive a Codex thread: codex_list_threads no longer shows it.", annotations=WRITES_STATE)
     async def codex_archive_thread(
         thread_id: Annotated[str, Field(description="ID of the thread to archive")],
     ) -> CallToolResult:

@@ -18,7 +18,15 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
 from relay.server.results import error_result, json_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
+from relay.server.toolsets._registry import (
+    DESTROYS_STATE,
+    READ_ONLY,
+    RUNS_AGENT,
+    Deps,
+    ToolRegistry,
+    Toolset,
+    did_you_mean,
+)
 from relay.store import JobRecord
 
 PROFILE = "surreal"
@@ -126,6 +134,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Delegate a task to Claude Code CLI (synchronous; returns the response).",
         unknown_argument=compat.serde_unknown_field,
+        annotations=RUNS_AGENT,
     )
     async def call_cc(
         ctx: Context[Any, Any],
@@ -167,6 +176,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Delegate a task to Gemini CLI with full context and tracking",
         unknown_argument=compat.serde_unknown_field,
+        annotations=RUNS_AGENT,
     )
     async def call_gem(
         ctx: Context[Any, Any],
@@ -202,6 +212,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Delegate a task to Codex CLI with full context and tracking",
         unknown_argument=compat.serde_unknown_field,
+        annotations=RUNS_AGENT,
     )
     async def call_codex(
         ctx: Context[Any, Any],
@@ -275,6 +286,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description="Cancel a queued or running job (kills its process group).",
         unknown_argument=compat.serde_unknown_field,
+        annotations=DESTROYS_STATE,
     )
     async def call_cancel(job_id: Annotated[str, Field(description="Job id to cancel")]) -> CallToolResult:
         engine = deps.engine()

@@ -16,7 +16,15 @@ from pydantic import Field
 
 from relay.errors import ErrorCode, RelayError
 from relay.server.results import error_result, json_result
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import (
+    DESTROYS_STATE,
+    READ_ONLY,
+    WRITES_FROM_OUTSIDE,
+    WRITES_STATE,
+    Deps,
+    ToolRegistry,
+    Toolset,
+)
 from relay.tracker import Project, Task, TaskChanges, ai
 from relay.tracker.service import Tracker
 
@@ -74,7 +82,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             },
         }
 
-    @reg.tool(description="Create a new task in the current project. Returns the task.")
+    @reg.tool(description="Create a new task in the current project. Returns the task.", annotations=WRITES_STATE)
     async def create_task(
         title: Annotated[str, Field(description="Task title")],
         session_id: Annotated[str, Field(description="your session id (required): the task is linked to it")],
@@ -109,7 +117,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def get_task(task_id: TaskId, project: ProjectArg = None) -> CallToolResult:
         return await _run(lambda: full(*scope(project), task_id))
 
-    @reg.tool(description="Update task fields; only the fields given change. Returns the task.")
+    @reg.tool(
+        description="Update task fields; only the fields given change. Returns the task.", annotations=WRITES_STATE
+    )
     async def update_task(
         task_id: TaskId,
         title: Annotated[str | None, Field(description="new title")] = None,
@@ -135,7 +145,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Close a task with a reason (completed, wont_fix, duplicate...). Returns the task.")
+    @reg.tool(
+        description="Close a task with a reason (completed, wont_fix, duplicate...). Returns the task.",
+        annotations=WRITES_STATE,
+    )
     async def close_task(
         task_id: TaskId,
         reason: Annotated[str, Field(description="why it is closed")] = "completed",
@@ -147,7 +160,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Delete a task; cascade=true also deletes its subtasks.")
+    @reg.tool(description="Delete a task; cascade=true also deletes its subtasks.", annotations=DESTROYS_STATE)
     async def delete_task(
         task_id: TaskId,
         cascade: Annotated[bool, Field(description="also delete subtasks")] = False,
@@ -189,7 +202,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Add a dependency: task_id depends on depends_on (blocks refuses cycles, naming them).")
+    @reg.tool(
+        description="Add a dependency: task_id depends on depends_on (blocks refuses cycles, naming them).",
+        annotations=WRITES_STATE,
+    )
     async def add_dependency(
         task_id: Annotated[str, Field(description="the dependent task")],
         depends_on: Annotated[str, Field(description="the task it depends on (the blocker)")],
@@ -204,7 +220,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Remove a dependency of task_id on depends_on.")
+    @reg.tool(description="Remove a dependency of task_id on depends_on.", annotations=DESTROYS_STATE)
     async def remove_dependency(
         task_id: Annotated[str, Field(description="the dependent task")],
         depends_on: Annotated[str, Field(description="the task it depends on")],
@@ -273,7 +289,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Link a task to a session (worked_on, discovered, mentioned, closed).")
+    @reg.tool(
+        description="Link a task to a session (worked_on, discovered, mentioned, closed).", annotations=WRITES_STATE
+    )
     async def link_task_to_session(
         task_id: TaskId,
         session_id: Annotated[str | None, Field(description="the session id (required)")] = None,
@@ -313,7 +331,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Import/export tasks to .gobby/tasks.jsonl in the repository (git sync).")
+    @reg.tool(
+        description="Import/export tasks to .gobby/tasks.jsonl in the repository (git sync).", annotations=WRITES_STATE
+    )
     async def sync_tasks(
         direction: Annotated[Literal["import", "export", "both"], Field(description="import, export or both")] = "both",
         project: ProjectArg = None,
@@ -337,7 +357,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Split a task into subtasks with dependencies, written by a configured model.")
+    @reg.tool(
+        description="Split a task into subtasks with dependencies, written by a configured model.",
+        annotations=WRITES_FROM_OUTSIDE,
+    )
     async def expand_task(
         task_id: TaskId,
         context: Annotated[str | None, Field(description="extra guidance for the split")] = None,
@@ -350,7 +373,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         except RelayError as err:
             return error_result(err)
 
-    @reg.tool(description="Ask a configured model whether finished work meets the task's description.")
+    @reg.tool(
+        description="Ask a configured model whether finished work meets the task's description.",
+        annotations=WRITES_FROM_OUTSIDE,
+    )
     async def validate_task(
         task_id: TaskId,
         changes_summary: Annotated[str, Field(description="what was changed to finish the task")],
@@ -364,7 +390,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         except RelayError as err:
             return error_result(err)
 
-    @reg.tool(description="Add a label to a task. Returns the task.")
+    @reg.tool(description="Add a label to a task. Returns the task.", annotations=WRITES_STATE)
     async def add_label(
         task_id: TaskId, label: Annotated[str, Field(description="the label")], project: ProjectArg = None
     ) -> CallToolResult:
@@ -374,7 +400,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         return await _run(go)
 
-    @reg.tool(description="Remove a label from a task. Returns the task.")
+    @reg.tool(description="Remove a label from a task. Returns the task.", annotations=DESTROYS_STATE)
     async def remove_label(
         task_id: TaskId, label: Annotated[str, Field(description="the label")], project: ProjectArg = None
     ) -> CallToolResult:

@@ -14,7 +14,15 @@ from pydantic.config import JsonDict
 
 from relay.errors import RelayError
 from relay.server.results import json_result, run_guarded
-from relay.server.toolsets._registry import READ_ONLY, Deps, ToolRegistry, Toolset, did_you_mean
+from relay.server.toolsets._registry import (
+    READ_ONLY,
+    READS_OUTSIDE,
+    WRITES_FROM_OUTSIDE,
+    Deps,
+    ToolRegistry,
+    Toolset,
+    did_you_mean,
+)
 from relay.workflows import clink as clink_core
 from relay.workflows import messages as msg
 from relay.workflows.consensus import ConsensusStep, ModelSpec, consensus_step
@@ -125,6 +133,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         description="Think with another model: a second opinion, brainstorming, validation. Files are embedded; "
         "a <GENERATED-CODE> block in the reply is saved to working_directory_absolute_path/zen_generated.code. "
         "Returns continuation_offer.continuation_id to continue with any tool or model.",
+        annotations=WRITES_FROM_OUTSIDE,  # it may save generated code beside the caller's files
     )
     async def chat_tool(
         prompt: Annotated[str, Field(description="your question or idea, with context; large code goes in files")],
@@ -212,7 +221,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         description="Ask several models at once, each with a stance (for/against/neutral), blinded to the others. "
         "Step 1: step = the exact proposal, findings = your own analysis, models (>= 2, unique model+stance); all "
         "start in parallel and each step returns the next finished answer (total_steps = number of models). "
-        "Later steps: findings = summary of the last answer. Models: API ids/aliases or cli:codex, cli:claude/o."
+        "Later steps: findings = summary of the last answer. Models: API ids/aliases or cli:codex, cli:claude/o.",
+        annotations=READS_OUTSIDE,
     )
     async def consensus(
         step: Annotated[str, Field(description="step 1: the proposal every model sees; later: your notes")],
@@ -249,7 +259,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description="Build a plan step by step, with revisions (is_step_revision + revises_step_number) and "
-        "branches (is_branch_point + branch_from_step + branch_id). No model is called."
+        "branches (is_branch_point + branch_from_step + branch_id). No model is called.",
+        annotations=READS_OUTSIDE,
     )
     async def planner(
         step: Annotated[str, Field(description="step 1: the task and scope; later: the next planning step")],
@@ -289,7 +300,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description="Systematic code review (quality, security, performance, architecture). Step 1 needs "
-        "relevant_files. total_steps: 2 with external validation, 1 with internal (no expert call)." + WORKFLOW_RULES
+        "relevant_files. total_steps: 2 with external validation, 1 with internal (no expert call)." + WORKFLOW_RULES,
+        annotations=READS_OUTSIDE,
     )
     async def codereview(
         step: StepText,
@@ -341,7 +353,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description="Root-cause investigation of a bug. Record hypothesis and confidence each step; "
-        "confidence 'certain' skips the expert (fix directly)." + WORKFLOW_RULES
+        "confidence 'certain' skips the expert (fix directly)." + WORKFLOW_RULES,
+        annotations=READS_OUTSIDE,
     )
     async def debug(
         step: StepText,
@@ -380,7 +393,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description="Deep analysis of a hard problem (architecture, trade-offs, risks); confidence 'certain' "
-        "skips the expert." + WORKFLOW_RULES
+        "skips the expert." + WORKFLOW_RULES,
+        annotations=READS_OUTSIDE,
     )
     async def thinkdeep(
         step: StepText,
