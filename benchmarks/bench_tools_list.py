@@ -20,7 +20,7 @@ from _common import Result, bench_env, main_for
 
 NAME = "tools_list"
 TARGET_TOKENS = 3000
-# The tools build_server always registers (the rest come from the optional relay.server.api_tools).
+# The job tools of the core toolset (the rest of core are the model-API tools).
 CORE_TOOLS = frozenset(
     {"delegate", "job_status", "job_result", "job_wait", "job_cancel", "job_list", "session_list", "status"}
 )
@@ -63,8 +63,24 @@ async def run() -> list[Result]:
         "bytes_default_separators": len(json.dumps(tools, ensure_ascii=False).encode("utf-8")),
         "per_tool": dict(sorted(per_tool.items(), key=lambda kv: -kv[1]["bytes"])),
     }
+    from relay.cli.toolsets_cmd import toolset_rows
+
+    # Every toolset and profile as `relay toolsets` reports it; "full" = every toolset's tools once.
+    rows = toolset_rows()
+    details["toolsets_and_profiles_tokens"] = {r["name"]: r["tokens"] for r in rows}
+    full_tokens = sum(r["tokens"] for r in rows if r["kind"] == "toolset")
+    zen_tokens = next(r["tokens"] for r in rows if r["name"] == "zen" and r["kind"] == "profile")
     return [
         Result(NAME, "tools/list JSON", size, "bytes", details=details),
+        Result(NAME, "every toolset's tools, each once (tokens)", full_tokens, "tokens"),
+        Result(
+            NAME,
+            "tools/list tokens of --profile zen",
+            zen_tokens,
+            "tokens",
+            target="≤ 3,500",
+            passed=zen_tokens <= 3500,
+        ),
         Result(
             NAME,
             f"tools/list tokens ({len(tools)} tools, bytes/4)",
