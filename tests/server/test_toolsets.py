@@ -328,3 +328,18 @@ def test_every_tool_of_every_toolset_has_a_title_and_says_what_it_does(tmp_path:
         if t["annotations"]["readOnlyHint"] is False and t["annotations"].get("destructiveHint") is not False
     }
     assert {"delegate", "job_cancel", "delete_task", "execute_code", "call_tool"} <= writers
+
+
+async def test_an_error_quotes_a_huge_argument_only_in_part(make_settings: SettingsFactory) -> None:
+    async with Client(build_server(make_settings())) as c:
+        result = await c.call_tool("job_status", {"job_id": "x" * 1_000_000})
+    err = data(result)["error"]
+    assert err["code"] == "JOB_NOT_FOUND"
+    assert len(err["message"]) < 2100 and "more characters" in err["message"]
+    assert sum(len(getattr(block, "text", "")) for block in result.content) < 5000
+
+
+def test_release_freed_memory_works_on_this_machine() -> None:
+    from relay.memory import release_freed_memory
+
+    assert release_freed_memory() is (sys.platform.startswith("linux"))

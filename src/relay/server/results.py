@@ -26,9 +26,21 @@ def json_result(data: dict[str, Any], is_error: bool = False) -> CallToolResult:
     )
 
 
+# An error's message and hint quote the caller's input at most this long: a 10 MB argument must not
+# come back as a 10 MB error (twice: as text and as structured content).
+ERROR_TEXT_LIMIT = 2000
+
+
+def clip(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """`text`, or its first `limit` characters and how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
 def error_result(err: RelayError) -> CallToolResult:
     """An `isError` result with `{"error": {code, message, hint}}`; every published output schema admits it."""
-    return json_result({"error": err.to_dict()}, is_error=True)
+    body = err.to_dict()
+    body["message"], body["hint"] = clip(body["message"]), clip(body["hint"])
+    return json_result({"error": body}, is_error=True)
 
 
 def model_result(model: BaseModel, is_error: bool = False) -> CallToolResult:

@@ -22,6 +22,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter
 from pydantic import ValidationError
 
+from relay.memory import LARGE_MESSAGE_BYTES, release_freed_memory
 from relay.osfiles import private_dup
 from relay.server.stdio_front import Front
 from relay.server.stdio_wire import CANCEL_REASONS, INVALID_REQUEST, encode, error_reply, parse_line, valid_id
@@ -99,9 +100,13 @@ async def stdio_transport(
     to_server, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
 
+    large_seen = False  # a large request was read: hand freed memory back once its answer is out
+
     async def read_lines() -> None:
+        nonlocal large_seen
         async with to_server:
             while line := await wire.readline():
+                large_seen = large_seen or len(line) >= LARGE_MESSAGE_BYTES
                 obj, reply = parse_line(line)
                 if obj is not None:
                     CANCEL_REASONS.record(obj)  # before the SDK cancels the call, so the tool can read why
@@ -112,10 +117,15 @@ async def stdio_transport(
                     await wire.write(encode(reply))
 
     async def write_messages() -> None:
+        nonlocal large_seen
         async with from_server:
             async for session_message in from_server:
                 text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await wire.write(text.encode("utf-8") + b"\n")
+                del text, session_message
+                if large_seen:
+                    large_seen = False
+                    release_freed_memory()
 
     try:
         async with anyio.create_task_group() as tg:

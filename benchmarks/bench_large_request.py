@@ -1,0 +1,75 @@
+"""relay's RSS before and after three 10 MB requests over stdio (issue: a 10 MB request must not leave
+relay's memory up for good). Run: .venv/bin/python benchmarks/bench_large_request.py [--no-front]
+
+Starts `relay serve` (stdio, fresh RELAY_HOME), answers initialize/tools/list, then sends three
+`job_status` calls whose job_id is 10 MB; prints VmRSS before, after each answer, and 2 s after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RELAY = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "relay"
+REQUEST_BYTES = 10_000_000
+SETTLE_S = 2.0
+
+
+def main() -> int:
+    env = {**os.environ, "RELAY_HOME": tempfile.mkdtemp()}
+    if "--no-front" in sys.argv:
+        env["RELAY_STDIO_FRONT"] = "0"
+    proc = subprocess.Popen(
+        [str(RELAY), "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def call(msg_id: int | None, method: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        if msg_id is not None:
+            msg["id"] = msg_id
+        stdin.write((json.dumps(msg) + "\n").encode())
+        stdin.flush()
+        while msg_id is not None:
+            reply = json.loads(stdout.readline())
+            if reply.get("id") == msg_id:
+                return reply
+        return None
+
+    def rss_mb() -> float:
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+    call(1, "initialize", init)
+    call(None, "notifications/initialized")
+    call(2, "tools/list")
+    call(3, "tools/call", {"name": "status", "arguments": {}})
+    time.sleep(SETTLE_S)
+    before = rss_mb()
+    for i in range(3):
+        reply = call(10 + i, "tools/call", {"name": "job_status", "arguments": {"job_id": "x" * REQUEST_BYTES}})
+        print(f"request {i + 1}: answer {len(json.dumps(reply)):,} bytes, RSS {rss_mb():.1f} MB")
+    time.sleep(SETTLE_S)
+    after = rss_mb()
+    print(
+        f"RSS before {before:.1f} MB, {SETTLE_S:.0f} s after three 10 MB requests {after:.1f} MB: +{after - before:.1f} MB"
+    )
+    stdin.close()
+    proc.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
