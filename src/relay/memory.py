@@ -8,8 +8,8 @@ free parts of every heap. Elsewhere (macOS, musl) this is a no-op.
 from __future__ import annotations
 
 import ctypes
-import gc
 import ctypes.util
+import gc
 import sys
 from collections.abc import Callable
 
