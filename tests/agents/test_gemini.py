@@ -271,3 +271,11 @@ def test_the_fake_gemini_fails_like_the_real_one(tmp_path: Path, directive: str,
 def test_the_gemini_recordings_are_copies_of_the_golden_captures() -> None:
     for path in fake_recordings("gemini"):
         assert path.read_bytes() == captured_path(path.name).read_bytes(), path.name
+
+
+def test_a_server_error_stays_an_upstream_error_when_stderr_mentions_a_model_not_found() -> None:
+    from relay.agents.gemini import error_for
+
+    err = error_for("vendor says no (INTERNAL)", 500, 244, "retrying with fallback: model gemini-x not found")
+    assert err.code.value == "UPSTREAM_ERROR"
+    assert error_for("models/gemini-x is not found", None, 1).code.value == "MODEL_NOT_FOUND"

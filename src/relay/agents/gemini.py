@@ -258,7 +258,9 @@ def error_for(message: str, status: int | None, exit_code: int | None, stderr_ta
             message,
             "the provider is rate limiting: wait and retry, or use another model",
         )
-    if status == 404 or ("model" in low and "not found" in low):
+    # The words alone only when no HTTP status is known: gemini's stderr may mention a model "not found"
+    # (a fallback it tried) while the request itself failed with a 500.
+    if status == 404 or (status is None and "model" in low and "not found" in low):
         return RelayError(ErrorCode.MODEL_NOT_FOUND, message, "pick a model from the model list, e.g. gemini-2.5-flash")
     if status == 400:
         return RelayError(
