@@ -11,6 +11,8 @@ from pathlib import Path
 
 import anyio
 
+from relay.runtime.seam import descendants as descendants_of
+
 _PROC = Path("/proc")
 
 
@@ -86,19 +88,8 @@ def job_processes(leader: int, *, descendants: bool = True) -> list[int]:
         if int(fields[2]) == leader:
             in_group.append(pid)
     found = {pid for pid in in_group if pid != leader}
-    if not descendants:
-        return sorted(found)
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parent.items():
-        children.setdefault(ppid, []).append(pid)
-    seen = {leader}
-    stack = list(children.get(leader, ()))
-    while stack:
-        pid = stack.pop()
-        if pid not in seen:
-            seen.add(pid)
-            found.add(pid)
-            stack.extend(children.get(pid, ()))
+    if descendants:
+        found |= descendants_of(leader, parent)
     return sorted(found)
 
 

@@ -32,6 +32,7 @@ import anyio
 import psutil
 
 from relay.runtime.seam import ExitWatch
+from relay.runtime.seam import descendants as descendants_of
 
 # psutil's start times are floats; kept as integer ticks of this many per second (the common
 # Linux USER_HZ), fine enough that two processes with one pid never share a start time.
@@ -135,17 +136,7 @@ def job_processes(leader: int, *, descendants: bool = True) -> list[int]:
     parent, group = _table()
     found = {pid for pid, g in group.items() if g == leader and pid != leader}
     if descendants:
-        children: dict[int, list[int]] = {}
-        for pid, ppid in parent.items():
-            children.setdefault(ppid, []).append(pid)
-        seen = {leader}
-        stack = list(children.get(leader, ()))
-        while stack:
-            pid = stack.pop()
-            if pid not in seen:
-                seen.add(pid)
-                found.add(pid)
-                stack.extend(children.get(pid, ()))
+        found |= descendants_of(leader, parent)
     return sorted(found)
 
 

@@ -8,7 +8,23 @@ clear error, process queries through psutil). `choice` picks one once, at start-
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
+
+
+def descendants(leader: int, parent: Mapping[int, int]) -> set[int]:
+    """Every process below `leader` in a pid -> parent-pid table (the walk both job runtimes make)."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    stack = list(children.get(leader, ()))
+    while stack:
+        pid = stack.pop()
+        if pid != leader and pid not in found:
+            found.add(pid)
+            stack.extend(children.get(pid, ()))
+    return found
 
 
 class ExitWatch(Protocol):
