@@ -14,19 +14,20 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.jobs.engine import Engine, JobRequest
-from relay.server.results import wait_for_mode
+from relay.server.results import json_result, wait_for_mode
 from relay.server.toolsets._registry import ToolRegistry
 from relay.store import JobRecord
 
@@ -239,6 +240,23 @@ async def cancel(engine: Engine, rec: JobRecord) -> JobRecord:
     with contextlib.suppress(RelayError):
         return await engine.cancel(rec.id)
     return engine.get(rec.id)
+
+
+async def cancel_as_seed(
+    engine: Engine, rec: JobRecord, texts: Mapping[str, str], refuse: Callable[[str, str], CallToolResult]
+) -> CallToolResult:
+    """The seeds' cancel tool: an already cancelled job says so, an ended one is refused, any other is cancelled.
+
+    `texts` holds the profile's already_cancelled / cannot_cancel / cancelled messages; `refuse(message,
+    previous_status)` builds the profile's own error for a job that already ended.
+    """
+    previous = seed_status(rec.status)
+    if previous == "cancelled":
+        return json_result(cancel_shape(previous, "cancelled", rec.id, texts["already_cancelled"]))
+    if rec.is_final:
+        return refuse(texts["cannot_cancel"].format(status=previous), previous)
+    done = await cancel(engine, rec)
+    return json_result(cancel_shape(previous, seed_status(done.status), done.id, texts["cancelled"]))
 
 
 def seed_required(reg: ToolRegistry, tool: str, *names: str) -> None:

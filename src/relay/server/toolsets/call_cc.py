@@ -164,17 +164,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         found = _job(engine, job_id)
         if isinstance(found, CallToolResult):
             return found
-        previous = compat.seed_status(found.status)
-        if previous == "cancelled":
-            return json_result(compat.cancel_shape(previous, "cancelled", found.id, TEXTS["already_cancelled"]))
-        if found.is_final:
-            return _error(
-                "INVALID_ARGUMENT",
-                TEXTS["cannot_cancel"].format(status=previous),
-                f"the job already ended ({previous}); call_cc_status reads its output",
-            )
-        rec = await compat.cancel(engine, found)
-        return json_result(compat.cancel_shape(previous, compat.seed_status(rec.status), rec.id, TEXTS["cancelled"]))
+        return await compat.cancel_as_seed(
+            engine,
+            found,
+            TEXTS,
+            lambda message, previous: _error(
+                "INVALID_ARGUMENT", message, f"the job already ended ({previous}); call_cc_status reads its output"
+            ),
+        )
 
 
 def _failure(rec: JobRecord, timeout_ms: int) -> CallToolResult:

@@ -293,17 +293,16 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         found = _job(engine, job_id)
         if isinstance(found, CallToolResult):
             return found
-        previous = compat.seed_status(found.status)
-        if previous == "cancelled":
-            return json_result(compat.cancel_shape(previous, "cancelled", found.id, TEXTS["already_cancelled"]))
-        if found.is_final:
-            return _error(
+        return await compat.cancel_as_seed(
+            engine,
+            found,
+            TEXTS,
+            lambda message, previous: _error(
                 ErrorCode.INVALID_ARGUMENT,
-                TEXTS["cannot_cancel"].format(status=previous),
+                message,
                 f"the job already ended ({previous}); call_status {found.id} reads its result",
-            )
-        rec = await compat.cancel(engine, found)
-        return json_result(compat.cancel_shape(previous, compat.seed_status(rec.status), rec.id, TEXTS["cancelled"]))
+            ),
+        )
 
     compat.seed_required(reg, "call_cc", "prompt", "cwd")
     compat.seed_required(reg, "call_gem", "prompt")
