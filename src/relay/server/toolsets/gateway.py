@@ -70,17 +70,8 @@ def _brief(description: str | None) -> str:
 
 
 def _failure(error: RelayError, **extra: Any) -> CallToolResult:
-    return json_result(
-        {
-            "success": False,
-            **extra,
-            "error": error.message,
-            "error_type": SEED_ERROR_TYPES.get(error.code, error.code.value),
-            "code": error.code.value,
-            "hint": error.hint,
-        },
-        is_error=True,
-    )
+    body = {**extra, "error": error.message, "error_type": SEED_ERROR_TYPES.get(error.code, error.code.value)}
+    return _seed_failure(body, error.code, error.hint)
 
 
 def _seed_failure(body: dict[str, Any], code: ErrorCode, hint: str) -> CallToolResult:
