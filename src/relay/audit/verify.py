@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,19 +52,25 @@ def verify(home: Path) -> Report:
     Holds a shared lock on the log meanwhile, so a line being appended is not mistaken for a cut one.
     """
     path = home / LOG_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return _verify(home, path)
-    try:
-        lock(fd, shared=True)
-        return _verify(home, path)
-    finally:
-        os.close(fd)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            # Read the head first: writers create the log before they write the head and never remove it,
+            # so a head that counts lines while the log is still missing afterwards means it was removed.
+            head = read_head(home)
+            if path.exists():
+                continue  # a writer created the log meanwhile: verify it under the lock
+            return _verify(str(path), iter(()), head)
+        try:
+            lock(fd, shared=True)
+            return _verify(str(path), iter_lines(path), read_head(home))
+        finally:
+            os.close(fd)
 
 
-def _verify(home: Path, path: Path) -> Report:
-    report = Report(str(path))
+def _verify(path: str, lines: Iterator[bytes], head: tuple[int, str] | None) -> Report:
+    report = Report(path)
     flagged: set[int] = set()
 
     def problem(line: int, message: str) -> None:
@@ -74,7 +81,7 @@ def _verify(home: Path, path: Path) -> Report:
     expected = 1
     last_seq = 0  # the highest seq so far: a line moved back does not rewind the count
     number = 0
-    for number, line in enumerate(iter_lines(path), start=1):
+    for number, line in enumerate(lines, start=1):
         entry = unseal(line)
         if entry is None:
             loose = parse_loose(line)
@@ -106,12 +113,13 @@ def _verify(home: Path, path: Path) -> Report:
         expected = last_seq + 1
         prev_hash = sha256(line)
     report.lines = number
-    _check_head(home, report, number, last_seq, prev_hash, problem)
+    _check_head(head, report, number, last_seq, prev_hash, problem)
     return report
 
 
-def _check_head(home: Path, report: Report, lines: int, last_seq: int, last_hash: str, problem: Any) -> None:
-    head = read_head(home)
+def _check_head(
+    head: tuple[int, str] | None, report: Report, lines: int, last_seq: int, last_hash: str, problem: Any
+) -> None:
     if head is None:
         if lines:
             report.notes.append("audit.head is missing: lines removed from the end cannot be detected")
