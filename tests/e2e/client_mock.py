@@ -202,28 +202,3 @@ class ClientModel:
         assert self._httpd is not None
         self._httpd.shutdown()
         self._httpd.server_close()
-
-
-def tool_output(api: str, body: dict[str, Any]) -> str | None:
-    """The output of the last tool call in the request, as the CLI sends it back to the model."""
-    found: str | None = None
-    if api == "anthropic":
-        for message in body.get("messages", []):
-            content = message.get("content")
-            for block in content if isinstance(content, list) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    inner = block.get("content")
-                    if isinstance(inner, list):
-                        inner = "".join(str(c.get("text", "")) for c in inner if isinstance(c, dict))
-                    found = str(inner)
-    elif api == "gemini":
-        for content in body.get("contents", []):
-            for part in content.get("parts", []):
-                if isinstance(part, dict) and "functionResponse" in part:
-                    found = json.dumps(part["functionResponse"].get("response"))
-    else:
-        for item in body.get("input", []):
-            if isinstance(item, dict) and str(item.get("type", "")).endswith("_output"):
-                output = item.get("output", item.get("tools"))
-                found = output if isinstance(output, str) else json.dumps(output)
-    return found

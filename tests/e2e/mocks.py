@@ -187,8 +187,8 @@ def _sse(event: str | None, data: Any) -> bytes:
     return f"{head}data: {payload}\n\n".encode()
 
 
-def _tool_output(api: Api, body: dict[str, Any]) -> str | None:
-    """The output of the last tool call, as the CLI sends it back to the model."""
+def tool_output(api: str, body: dict[str, Any]) -> str | None:
+    """The output of the last tool call, as the CLI sends it back to the model (Responses: any `*_output` item)."""
     found: str | None = None
     if api == "anthropic":
         for message in body.get("messages", []):
@@ -201,8 +201,8 @@ def _tool_output(api: Api, body: dict[str, Any]) -> str | None:
                     found = str(inner)
     elif api == "responses":
         for item in body.get("input", []):
-            if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
-                output = item.get("output")
+            if isinstance(item, dict) and str(item.get("type", "")).endswith("_output"):
+                output = item.get("output", item.get("tools"))
                 found = output if isinstance(output, str) else json.dumps(output)
     elif api == "chat":
         for message in body.get("messages", []):
@@ -218,7 +218,7 @@ def _tool_output(api: Api, body: dict[str, Any]) -> str | None:
 
 def _answer_text(reply: Reply, api: Api, body: dict[str, Any]) -> str:
     if reply.echo_tool_result:
-        return f"{reply.text} tool output was: {_tool_output(api, body)}"
+        return f"{reply.text} tool output was: {tool_output(api, body)}"
     return reply.text
 
 

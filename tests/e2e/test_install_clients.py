@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.client_mock import ClientModel, ToolCall, Turn, tool_output
+from tests.e2e.client_mock import ClientModel, ToolCall, Turn
 from tests.e2e.conftest import CODEX_KEY_VAR, GEMINI_MODEL, MOCK_KEYS, World
-from tests.e2e.mocks import Reply
+from tests.e2e.mocks import Reply, tool_output
 
 pytestmark = pytest.mark.e2e
 
