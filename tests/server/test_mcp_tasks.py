@@ -177,7 +177,7 @@ async def test_tasks_cancel_kills_the_job_and_the_task_settles_cancelled(
     assert [(j.status, j.stop_reason) for j in jobs] == [("cancelled", "cancelled")]
 
 
-async def test_tasks_update_is_acknowledged_since_relay_jobs_never_wait_for_input(
+async def test_tasks_update_on_a_task_that_asks_for_nothing_is_acknowledged(
     make_settings: SettingsFactory, workdir: Path
 ) -> None:
     async with Client(build_server(make_settings()), extensions=[Tasks()]) as c:

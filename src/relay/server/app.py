@@ -9,7 +9,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, InputRequiredResult
 from mcp.types import Tool as MCPTool
 
 from relay import __version__
@@ -60,7 +60,7 @@ class RelayServer(MCPServer[Any]):
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
-    ) -> CallToolResult:
+    ) -> CallToolResult | InputRequiredResult:
         return await self.catalog.call_exposed(name, arguments, context)
 
 

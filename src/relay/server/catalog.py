@@ -12,7 +12,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import BaseModel, ValidationError
 
 from relay.errors import ErrorCode, RelayError
@@ -130,9 +130,20 @@ class Catalog:
             registered = self.find(server, tool)
         except RelayError as err:
             return error_result(err)
-        return await self.run(registered, arguments, ctx)
+        result = await self.run(registered, arguments, ctx)
+        if isinstance(result, InputRequiredResult):  # its answers would have to come back to call_tool
+            return error_result(
+                RelayError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"{tool} asks the client for input, which a call through call_tool cannot carry",
+                    f"serve {tool}'s toolset (--toolsets) and call {tool} directly",
+                )
+            )
+        return result
 
-    async def call_exposed(self, name: str, arguments: dict[str, Any], ctx: Context[Any, Any] | None) -> CallToolResult:
+    async def call_exposed(
+        self, name: str, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+    ) -> CallToolResult | InputRequiredResult:
         """Call a tool by the name tools/list shows (the path of tools/call)."""
         registered = self.exposed.get(name)
         if registered is None:
@@ -157,7 +168,8 @@ class Catalog:
 
     async def run(
         self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context[Any, Any] | None
-    ) -> CallToolResult:
+    ) -> CallToolResult | InputRequiredResult:
+        """Run a tool; an `InputRequiredResult` (the tool asks the client for input, SEP-2322) passes through."""
         valid = registered.valid_arguments()
         unknown = [k for k in arguments if k not in valid]
         if unknown:
@@ -167,7 +179,7 @@ class Catalog:
             value = await registered.tool.run(arguments, ctx if ctx is not None else Context())
         except ToolError as exc:
             return error_result(self._translate(registered, exc))
-        return as_result(value)
+        return value if isinstance(value, InputRequiredResult) else as_result(value)
 
     def _translate(self, registered: RegisteredTool, exc: ToolError) -> RelayError:
         cause: BaseException | None = exc.__cause__

@@ -5,14 +5,21 @@ capabilities) and calls `delegate`, `ask` or a zen workflow tool gets a task at 
 `{"resultType": "task", "taskId", "status": "working", ...}`. The work is an ordinary relay job;
 the task id is a random token mapped to the job id in relay.db (`mcp_tasks`, migration m009),
 written before the id is returned. `tasks/get` polls (and inlines the tool result once done),
-`tasks/update` is acknowledged (relay's jobs never wait on client input), `tasks/cancel` cancels
-the job. Every other client, and every other tool, gets the ordinary synchronous call; the job
-tools (job_wait, job_result, job_cancel) stay for them.
+`tasks/update` delivers the client's answers to a task that is `input_required`, `tasks/cancel`
+cancels the job. Every other client, and every other tool, gets the ordinary synchronous call;
+the job tools (job_wait, job_result, job_cancel) stay for them.
 
-Status mapping: a queued or running job is `working`; a finished job is `completed` with the
-tool's result inlined, `isError` when the job failed (a failed job is a tool result, never a
-protocol error); a cancelled job is `cancelled`; `failed` (with a JSON-RPC error) is kept for a
-call whose result was lost, e.g. an in-process workflow cut off by a relay restart.
+Client input (see `relay.server.task_input`): a task tool whose `Resolve(...)` parameters need
+input answers the call with `InputRequiredResult` until the client's retry carries every answer;
+only then is the task created. A tool body that asks while it runs (returns `InputRequiredResult`)
+parks its task in `input_required` with the open requests under `inputRequests` on `tasks/get`
+until `tasks/update` answered all of them; then the tool runs its next round.
+
+Status mapping: a queued or running job is `working` (`input_required` while its tool waits on
+the client); a finished job is `completed` with the tool's result inlined, `isError` when the
+job failed (a failed job is a tool result, never a protocol error); a cancelled job is
+`cancelled`; `failed` (with a JSON-RPC error) is kept for a call whose result was lost, e.g. an
+in-process workflow cut off by a relay restart, or a protocol-level error.
 """
 
 from __future__ import annotations
@@ -22,17 +29,26 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.resolve import resolve_arguments
 from mcp.server.mcpserver.server import require_client_extension
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
-from mcp_types import CallToolRequestParams, RequestParams
+from mcp_types import (
+    CallToolRequestParams,
+    ClientCapabilities,
+    InputRequiredResult,
+    InputResponseRequestParams,
+    RequestParams,
+)
 from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
@@ -42,13 +58,22 @@ from relay.events import AgentResult, Event
 from relay.jobs.engine import Engine
 from relay.server.models import AskEnvelope
 from relay.server.results import envelope_result, json_result
+from relay.server.task_input import (
+    CLIENT_CAPABILITIES_META,
+    TaskContext,
+    TaskInputs,
+    declared_capabilities,
+    missing_capability,
+    wire,
+)
 from relay.server.toolsets._registry import Deps, RegisteredTool
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
 
 # How often a client should poll tasks/get: relay's jobs take seconds to minutes.
 POLL_INTERVAL_MS = 2000
+# A tool round that asks for nothing but carries request state runs again after this (doubling, capped).
+STATE_ONLY_BACKOFF_S = (0.05, 1.0)
 # How long SQLite waits for a lock held by another relay process on the same RELAY_HOME.
 BUSY_TIMEOUT_S = 5.0
 
@@ -72,7 +97,7 @@ class ToolHost(Protocol):
 
     async def run(
         self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context[Any, Any] | None
-    ) -> CallToolResult: ...
+    ) -> CallToolResult | InputRequiredResult: ...
 
 
 class TaskParams(RequestParams):
@@ -81,6 +106,16 @@ class TaskParams(RequestParams):
 
 class UpdateTaskParams(TaskParams):
     input_responses: dict[str, Any] | None = Field(alias="inputResponses", default=None)
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """What a task's tool runs with besides its arguments: the creating call's protocol version,
+    the client's capabilities, and the input responses and request state that call carried."""
+
+    version: str | None
+    capabilities: ClientCapabilities | None
+    seed: InputResponseRequestParams
 
 
 def _iso(ts: float) -> str:
@@ -172,6 +207,7 @@ class TasksExtension(Extension):
         self.task_tools = TASK_TOOLS if task_tools is None else task_tools
         # Tools that run only as tasks (taskSupport "required"): a client that did not opt in gets -32021.
         self.required = required
+        self.inputs = TaskInputs()
 
     def store(self) -> TaskStore:
         def make() -> TaskStore:
@@ -208,24 +244,81 @@ class TasksExtension(Extension):
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:  # a task result cannot travel on a legacy wire
             return await call_next(ctx)
         arguments = dict(params.arguments or {})
+        asked = await self._resolve_first(registered, arguments, ctx, params)
+        if asked is not None:
+            return asked  # the call's own input round (SEP-2322): no task yet
+        # The task's tool run sees the answers the call carried, as the tool's own call would.
+        seed = InputResponseRequestParams(input_responses=params.input_responses, request_state=params.request_state)
+        caps = declared_capabilities(ctx, params.meta)
         engine = self.deps.engine()
         if kind == "call":
-            return self._start_call(engine, registered, arguments)
+            return self._start_call(engine, registered, arguments, TaskRun(ctx.protocol_version, caps, seed))
         # delegate and ask submit their job and hand it back at once in async mode.
-        result = await self.catalog().run(registered, {**arguments, "mode": "async"}, None)
-        job_id = _member(result.structured_content, "job_id")
+        context = TaskContext(ctx.protocol_version, caps, seed)
+        result = await self.catalog().run(registered, {**arguments, "mode": "async"}, context)
+        job_id = _member(result.structured_content, "job_id") if isinstance(result, CallToolResult) else None
         if not isinstance(job_id, str):
             return result  # refused before any job existed (bad arguments, unknown agent): an ordinary result
         return self._created(job_id, registered.name, kind, engine)
 
-    def _start_call(self, engine: Engine, registered: RegisteredTool, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def _resolve_first(
+        self,
+        registered: RegisteredTool,
+        arguments: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any],
+        params: CallToolRequestParams,
+    ) -> InputRequiredResult | None:
+        """The input a tool's `Resolve(...)` parameters still need, asked on the call itself; None once answered.
+
+        Arguments that do not validate, or a resolver that fails, are left to the task's run,
+        which reports them as its result.
+        """
+        tool = registered.tool
+        if not tool.resolved_params:
+            return None
+        context: Context[Any, Any] = Context(request_context=ctx, input_params=params)
+        try:
+            validated = tool.fn_metadata.validate_arguments(arguments)
+            resolved = await resolve_arguments(tool.resolved_params, tool.resolver_plans, validated, context)
+        except MCPError:
+            raise
+        except Exception:  # bad arguments or a failing resolver: reported by the task's run
+            return None
+        return resolved if isinstance(resolved, InputRequiredResult) else None
+
+    def _start_call(
+        self, engine: Engine, registered: RegisteredTool, arguments: dict[str, Any], run: TaskRun
+    ) -> dict[str, Any]:
         task_id = secrets.token_urlsafe(24)
         store = self.store()
         catalog = self.catalog()
+        inputs = self.inputs
 
-        async def run(emit: Callable[[Event], None]) -> AgentResult:
+        async def rounds() -> CallToolResult:
+            """Run the tool round after round while it asks for input; its final result."""
+            answers, state = run.seed.input_responses, run.seed.request_state
+            delay = STATE_ONLY_BACKOFF_S[0]
+            while True:
+                params = InputResponseRequestParams(input_responses=answers, request_state=state)
+                result = await catalog.run(registered, arguments, TaskContext(run.version, run.capabilities, params))
+                if not isinstance(result, InputRequiredResult):
+                    return result
+                state = result.request_state
+                if not result.input_requests:
+                    answers = None
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, STATE_ONLY_BACKOFF_S[1])
+                    continue
+                for request in result.input_requests.values():
+                    refused = missing_capability(request, run.capabilities)
+                    if refused is not None:
+                        raise refused
+                delay = STATE_ONLY_BACKOFF_S[0]
+                answers = await inputs.ask(task_id, result.input_requests)
+
+        async def job(emit: Callable[[Event], None]) -> AgentResult:
             try:
-                result = await catalog.run(registered, arguments, None)
+                result = await rounds()
             except MCPError as exc:  # a protocol-level failure: the task fails with it
                 store.set_outcome(
                     task_id, {"error": exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)}
@@ -235,7 +328,7 @@ class TasksExtension(Extension):
             text = "\n".join(c.text for c in result.content if isinstance(c, TextContent))
             return AgentResult(ok=not result.is_error, text=text)
 
-        job_id = engine.submit_task(f"mcp:{registered.name}", {"tool": registered.name, "arguments": arguments}, run)
+        job_id = engine.submit_task(f"mcp:{registered.name}", {"tool": registered.name, "arguments": arguments}, job)
         # Recorded before the task can run (it starts at the next await) and before its id is returned.
         return self._created(job_id, registered.name, "call", engine, task_id)
 
@@ -281,6 +374,14 @@ class TasksExtension(Extension):
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
         if not rec.is_final:
+            asking = self.inputs.asking(params.task_id)
+            if asking is not None:
+                return task | {
+                    "status": "input_required",
+                    "lastUpdatedAt": _iso(max(updated, asking.since)),
+                    "statusMessage": f"waiting for the client's answer to {len(asking.open)} input request(s)",
+                    "inputRequests": {key: wire(request) for key, request in asking.open.items()},
+                }
             return task | {"status": "working", "statusMessage": f"job {job_id} is {rec.status}"}
         if rec.status == "cancelled":
             return task | {"status": "cancelled", "statusMessage": f"job {job_id} was cancelled"}
@@ -306,8 +407,10 @@ class TasksExtension(Extension):
         return envelope_result(engine.envelope(job_id))
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
-        # relay's jobs never ask the client for input: responses are acknowledged and ignored.
+        """Answers to the task's open input requests; keys it is not waiting on are ignored (SEP-2663)."""
         self._lookup(ctx, params.task_id)
+        if params.input_responses:
+            self.inputs.answer(params.task_id, params.input_responses)
         return {}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
