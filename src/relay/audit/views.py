@@ -3,7 +3,7 @@
 IAC.md lists the newest jobs first (15 by default, as the seed), each with a status line, its input and
 its output in collapsible blocks; CONTEXT.md is the table of jobs still queued or running. Both are
 written to a temporary file and renamed over the old one, so a crash mid-render leaves the previous
-view whole. Rendering runs in a worker thread, never in a job's way.
+view whole. Rendering runs in a worker thread, batched (RENDER_DELAY_S), never in a job's way.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ DEFAULT_IAC_ENTRIES = 15
 # Heading: the first 50 characters of the prompt (seed 004).
 SUMMARY_CHARS = 50
 FINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "interrupted")
+# Changes are rendered together this long after the first one (each render writes two files: ~1 ms or more).
+RENDER_DELAY_S = 0.2
+# An idle worker thread waits this long for the next change before it ends.
+WORKER_LINGER_S = 30.0
 
 logger = logging.getLogger("relay.audit")
 
@@ -159,16 +164,21 @@ class Views:
         self.home = home
         self.config = config
         self.state = ViewState(config.iac_entries)
-        self._mu = threading.Lock()
+        self._cv = threading.Condition()
         self._dirty = False
+        self._busy = False
         self._worker: threading.Thread | None = None
 
     def schedule(self) -> None:
-        """Render soon, in a worker thread (one at a time; changes meanwhile are folded into its next pass)."""
+        """Render soon, in a worker thread: one pass RENDER_DELAY_S after the first change, folding every change
+        meanwhile. A job's three entries (queued, running, its end) cost one render, not three, and it comes after
+        a short job's reply instead of competing with it; the worker lingers a while, so no thread is started
+        per job."""
         if self.config.out_dir is None:
             return
-        with self._mu:
+        with self._cv:
             self._dirty = True
+            self._cv.notify_all()
             if self._worker is not None:
                 return
             self._worker = threading.Thread(target=self._work, name="relay-audit-views", daemon=True)
@@ -176,24 +186,28 @@ class Views:
 
     def _work(self) -> None:
         while True:
-            with self._mu:
-                if not self._dirty:
+            with self._cv:
+                if not self._dirty and not self._cv.wait_for(lambda: self._dirty, WORKER_LINGER_S):
                     self._worker = None
+                    self._cv.notify_all()
                     return
+                self._busy = True
+            time.sleep(RENDER_DELAY_S)
+            with self._cv:
                 self._dirty = False
             try:
                 self.render()
             except Exception as exc:  # a view that cannot be written must not stop the next one
                 logger.warning("rendering IAC.md / CONTEXT.md failed: %s", exc)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait (bounded) until no render is pending; True when idle."""
-        with self._mu:
-            worker = self._worker
-        if worker is not None:
-            worker.join(timeout)
-        with self._mu:
-            return self._worker is None and not self._dirty
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._dirty and not self._busy, timeout)
 
     def render(self, now: float | None = None) -> None:
         """Fold the log's new lines and write both views (under a lock shared with other relay processes)."""
