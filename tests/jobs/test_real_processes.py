@@ -157,3 +157,28 @@ async def test_a_job_that_ended_while_relay_was_down_is_finalized_with_its_exit_
             rec = await engine.wait_one(job.id, 10)
     assert rec.status == "completed"  # a valid result line followed by exit 3 is still the answer
     assert rec.exit_code == 3
+
+
+async def test_a_job_in_a_folder_made_ahead_keeps_every_byte_and_its_exit_status(
+    make_settings: SettingsFactory, workdir: Path, relay_home: Path
+) -> None:
+    jobs = relay_home / "jobs"
+    async with Engine(make_settings()).running() as engine:
+        first = engine.submit(JobRequest(agent="claude", prompt="same", cwd=str(workdir)))
+        with anyio.fail_after(20):
+            await engine.wait_one(first, 20)
+            while len([p for p in jobs.iterdir() if p.name.startswith(".spare-")]) < 2:
+                await anyio.sleep(0.01)  # made in a worker thread once the first job ended
+        spares = {p.name for p in jobs.iterdir() if p.name.startswith(".spare-")}
+        second = engine.submit(JobRequest(agent="claude", prompt="same", cwd=str(workdir)))
+        assert len(spares - {p.name for p in jobs.iterdir()}) == 1  # the second job took one
+        with anyio.fail_after(20):
+            rec = await engine.wait_one(second, 20)
+        env = engine.envelope(second)
+    assert rec.status == "completed" and rec.exit_code == 0 and rec.pid is not None
+    made, ahead = engine.files(first), engine.files(second)
+    assert ahead.stdout.read_bytes() == made.stdout.read_bytes() != b""
+    assert ahead.read_pid() == rec.pid and ahead.read_exit_code() == 0
+    assert (ahead.dir / "spawning").exists() and not (ahead.dir / ".spawning").exists()
+    assert env["output"] == engine.envelope(first)["output"] != ""
+    assert (ahead.dir / "transcript.txt").read_text() == (made.dir / "transcript.txt").read_text()

@@ -128,8 +128,10 @@ class Engine:
 
     def _make_dir(self, job_id: str) -> None:
         """The job's folder, made before its row exists (a row without a folder could not run)."""
+        folder = self.files(job_id).dir
         try:
-            self.files(job_id).dir.mkdir(parents=True, exist_ok=True)
+            if not self._state.spares.take(folder):
+                folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise os_error(exc, self.settings.jobs_dir) from None
 

@@ -23,6 +23,7 @@ from relay.jobs.publish import Publisher
 from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
 from relay.jobs.state import JobState, Live
 from relay.runtime import procinfo, supervisor
+from relay.runtime.folders import MARKER, mark_spawning
 from relay.runtime.supervisor import JobFiles, JobProcess
 from relay.store import JobRecord
 from relay.store.health import release_reserve
@@ -38,7 +39,7 @@ FINISH_RETRY_S = 1.0
 
 # A file written just before a job's process is spawned (see recovery: a restarted relay must not
 # run a job twice whose spawn it did not see recorded).
-SPAWN_MARKER = "spawning"
+SPAWN_MARKER = MARKER
 
 
 class _SpawnError(Exception):
@@ -89,6 +90,7 @@ class Lifecycle:
         state.notify()
         if state.tg is not None:
             self.pump()
+            state.refill_spares()
 
     async def _run_job_guarded(self, job_id: str) -> None:
         """Run one job; a bug or a storage failure fails this job instead of taking the server down."""
@@ -168,7 +170,7 @@ class Lifecycle:
         # its pid must not run the job a second time after a restart.
         try:
             files.dir.mkdir(parents=True, exist_ok=True)
-            (files.dir / SPAWN_MARKER).touch()
+            mark_spawning(files.dir)
             proc = self._spawn(prepared.invocation, files)
         except (OSError, ValueError) as exc:
             raise _SpawnError from exc

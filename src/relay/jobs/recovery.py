@@ -69,10 +69,10 @@ class Recovery:
         if pid is None and (files.dir / SPAWN_MARKER).exists():
             # Spawned (or about to be) when relay died: give the shim a moment to record its pid.
             deadline = time.monotonic() + SPAWN_SETTLE_S
-            while pid is None and not files.exit.exists() and time.monotonic() < deadline:
+            while pid is None and files.read_exit_code() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
                 pid = files.read_pid()
-        if pid is None and not files.exit.exists():
+        if pid is None and files.read_exit_code() is None:
             return None
         ticks: int | None = None
         if pid is not None:

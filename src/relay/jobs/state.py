@@ -18,6 +18,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.runtime import procinfo
+from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, Store
@@ -59,6 +60,8 @@ class JobState:
         self.secrets = secret_values(settings.environ, _api_key_values(settings.home))
         self.my_pid = os.getpid()
         self.my_start = procinfo.start_ticks(self.my_pid)
+        # Job folders made ahead of time, so a job's files cost a rename on its way (runtime/folders.py).
+        self.spares = SparePool(settings.jobs_dir)
 
     def open(self, tg: TaskGroup) -> None:
         self.tg = tg
@@ -76,6 +79,11 @@ class JobState:
 
     def files(self, job_id: str) -> JobFiles:
         return JobFiles(self.settings.jobs_dir / job_id)
+
+    def refill_spares(self) -> None:
+        """Make spare job folders in a worker thread (called once a job has ended: off every job's way)."""
+        if self.tg is not None and self.spares.wants_fill():
+            self.tg.start_soon(anyio.to_thread.run_sync, self.spares.fill)
 
     @property
     def changed(self) -> anyio.Event:
