@@ -247,12 +247,13 @@ async def test_an_old_sse_server_is_reached_through_the_fallback(gateway: Gatewa
         assert result.structured_content == {"result": "sse"}
 
 
-async def test_websocket_servers_are_refused_with_a_hint(gateway: Gateway) -> None:
+async def test_a_websocket_server_needs_a_ws_url(gateway: Gateway) -> None:
     with pytest.raises(RelayError) as caught:
-        await gateway.add(make_config(name="ws", transport="websocket", url="ws://127.0.0.1:1/mcp", scope=PROJECT))
+        await gateway.add(make_config(name="ws", transport="websocket", url="http://127.0.0.1:1/mcp", scope=PROJECT))
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
-    assert "websocket" in caught.value.message
-    assert "transport='http'" in caught.value.hint
+    assert "does not suit transport 'websocket'" in caught.value.message
+    assert "ws://" in caught.value.hint
+    assert gateway.names() == []
 
 
 async def test_closing_the_gateway_stops_every_server_process(

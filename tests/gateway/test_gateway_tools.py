@@ -201,9 +201,10 @@ async def test_bad_add_arguments_are_explained(make_settings: SettingsFactory) -
         failed, no_command = await call(c, "add_mcp_server", {"name": "x", "transport": "stdio"})
         assert failed and no_command["error"] == "transport 'stdio' needs a command"
         failed, ws = await call(
-            c, "add_mcp_server", {"name": "w", "transport": "websocket", "url": "ws://127.0.0.1:9/"}
+            c, "add_mcp_server", {"name": "w", "transport": "websocket", "url": "http://127.0.0.1:9/"}
         )
-        assert failed and "websocket" in ws["error"] and "transport='http'" in ws["hint"]
+        assert failed and ws["code"] == "INVALID_ARGUMENT"
+        assert "does not suit transport 'websocket'" in ws["error"] and "wss://" in ws["hint"]
         failed, clash = await call(c, "add_mcp_server", {"name": "core", "transport": "stdio", "command": "x"})
         assert failed and "relay's own toolsets" in clash["error"]
         failed, enum = await call(c, "add_mcp_server", {"name": "x", "transport": "sse", "url": "http://h/"})

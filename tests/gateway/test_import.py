@@ -98,10 +98,9 @@ def test_every_clients_project_file_is_read(project: Path) -> None:
         "asks": ("http", "https://asks.example/mcp", ("Authorization",), "import:.vscode/mcp.json"),
         "gem": ("http", "https://gem.example/mcp", (), "import:.gemini/settings.json"),
         "cdx": ("stdio", "uvx", (), "import:.codex/config.toml"),
+        "sock": ("websocket", "ws://127.0.0.1:1/", (), "import:.codex/config.toml"),
     }
-    assert found.skipped == {
-        "sock": ".codex/config.toml: websocket servers cannot be reached with the MCP SDK relay uses"
-    }
+    assert found.skipped == {}
     assert {c.config.scope for c in found.candidates} == {"/here"}
 
 

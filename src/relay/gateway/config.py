@@ -106,7 +106,8 @@ def make_config(
             raise invalid("a stdio server takes command/args, not url", "drop url, or use transport 'http'")
     else:
         if not url:
-            raise invalid(f"transport {transport!r} needs a url", "pass url, e.g. https://example.com/mcp")
+            example = "https://example.com/mcp" if transport == "http" else "wss://example.com/mcp"
+            raise invalid(f"transport {transport!r} needs a url", f"pass url, e.g. {example}")
         schemes = ("http://", "https://") if transport == "http" else ("ws://", "wss://")
         if not url.startswith(schemes):
             raise invalid(f"url {url!r} does not suit transport {transport!r}", f"use a {' or '.join(schemes)} url")

@@ -37,6 +37,7 @@ from mcp.types import (
 from relay.errors import ErrorCode, RelayError
 from relay.gateway._host import TaskHost
 from relay.gateway.config import ServerConfig
+from relay.gateway.websocket import WebSocketError, websocket_client
 from relay.secrets import redact
 
 # Starting a server includes `npx -y` fetching a package on first use: be generous.
@@ -136,6 +137,8 @@ def _describe(exc: BaseException) -> str:
         return leaf.error.message
     if isinstance(leaf, httpx2.HTTPStatusError):
         return f"HTTP {leaf.response.status_code} from {leaf.request.url}"
+    if isinstance(leaf, WebSocketError):
+        return str(leaf)
     return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
 
 
@@ -272,11 +275,10 @@ class Connection:
             return await self._enter(stack, stdio_client(params, errlog=errlog), session)
         if cfg.transport == "http":
             return await self._open_http(stack, session)
-        raise RelayError(
-            ErrorCode.CONFIG_INVALID,
-            f"{cfg.name}: the MCP SDK relay uses has no websocket client transport",
-            "serve the server over Streamable HTTP and add it with transport='http', or run it over stdio",
-        )
+        assert cfg.transport == "websocket" and cfg.url is not None
+        # No handshake timeout of its own: the start's deadline (connect_timeout_s) bounds it.
+        transport = websocket_client(cfg.url, dict(cfg.headers) or None, open_timeout_s=None)
+        return await self._enter(stack, transport, session)
 
     async def _open_http(self, stack: AsyncExitStack, session: _Session) -> Client:
         """Streamable HTTP first; a server that refuses it is tried over the older HTTP+SSE transport."""
@@ -322,10 +324,17 @@ class Connection:
         where = f"; its stderr ends with: {tail}" if tail else ""
         if isinstance(exc, TimeoutError) or any(isinstance(e, TimeoutError) for e in _leaves(exc)):
             message = f"{cfg.name} did not finish starting within {self._connect_timeout_s:g} seconds{where}"
-            hint = "check the server's command and that it speaks MCP on stdout; relay keeps its other servers"
+            hint = (
+                "check the server's command and that it speaks MCP on stdout; relay keeps its other servers"
+                if cfg.transport == "stdio"
+                else f"check that the server at {cfg.url} speaks MCP; relay keeps its other servers"
+            )
         elif any(isinstance(e, FileNotFoundError) for e in _leaves(exc)):
             message = f"{cfg.name}: command {cfg.command!r} was not found"
             hint = "install it or give its absolute path (remove_mcp_server, then add_mcp_server again)"
+        elif cfg.transport != "stdio":
+            message = f"{cfg.name} failed to start: {_describe(exc)}"
+            hint = f"check that the server is up at {cfg.url} and that url and headers are right, then add it again"
         else:
             message = f"{cfg.name} failed to start: {_describe(exc)}{where}"
             hint = "read the server's stderr above; fix its command, env or url and add it again"

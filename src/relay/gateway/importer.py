@@ -87,8 +87,6 @@ def candidate(
         headers["Authorization"] = f"Bearer {token}" if token else ""
         if not token:
             missing.append(bearer)
-    if kind in ("ws", "websocket") or (isinstance(url, str) and url.startswith(("ws://", "wss://"))):
-        return "websocket servers cannot be reached with the MCP SDK relay uses"
     try:
         if entry.get("command"):
             raw_args: Any = entry.get("args")
@@ -108,9 +106,10 @@ def candidate(
                 source=source,
             )
         elif isinstance(url, str):
+            websocket = kind in ("ws", "websocket") or url.startswith(("ws://", "wss://"))
             config = make_config(
                 name=name,
-                transport="http",
+                transport="websocket" if websocket else "http",
                 scope=scope,
                 url=url,
                 headers=headers,

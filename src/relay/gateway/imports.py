@@ -75,9 +75,6 @@ async def import_servers(
             else:
                 result.skipped[cand.config.name] = f"needs {', '.join(cand.missing)}"
             continue
-        if cand.config.transport == "websocket":
-            result.skipped[cand.config.name] = "websocket servers cannot be reached"
-            continue
         await gateway.add(cand.config.with_(source=cand.source or cand.config.source))
         result.imported.append(cand.config.name)
     return result

@@ -113,11 +113,6 @@ class Gateway:
 
     async def add(self, config: ServerConfig) -> ServerConfig:
         """Record a server (replacing one of the same name in its scope) and approve its current tools."""
-        if config.transport == "websocket":
-            raise invalid(
-                f"{config.name}: the MCP SDK relay uses (mcp 2.3.0) has no websocket client transport",
-                "serve the server over Streamable HTTP and add it with transport='http', or run it over stdio",
-            )
         self.registry.put(config)
         # Re-adding is how a user approves changed tool definitions: the next sight pins afresh.
         self.registry.forget_pins(config.scope, config.name)

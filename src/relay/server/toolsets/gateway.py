@@ -317,7 +317,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     @reg.tool(
         description="Add (or replace) a downstream MCP server for the current project (scope 'global': for all). "
-        "stdio needs command (+args, env); http (Streamable HTTP, SSE fallback) needs url (+headers). "
+        "stdio needs command (+args, env); http (Streamable HTTP, SSE fallback) needs url (+headers); "
+        "websocket needs a ws:// or wss:// url (+headers). "
         "env/header values are stored privately and shown as ***. Re-adding approves changed tool definitions.",
         annotations=WRITES_STATE,
     )
