@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,9 @@ from relay.errors import ErrorCode, RelayError
 from relay.tracker import Project, TaskChanges, TaskStore, TaskSync, resolve_project
 from relay.tracker.sync import AutoExporter, render, sync_paths
 
-from .conftest import git, init_repo
+from .conftest import Machine, lines
 
 GOBBY_KEYS = {"id", "title", "description", "status", "created_at", "updated_at", "project_id", "parent_id", "deps_on"}
-
-
-def lines(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def test_export_writes_one_sorted_line_per_task_and_a_meta_file_with_its_hash(
@@ -135,57 +130,6 @@ def test_a_project_outside_git_is_not_auto_exported(store: TaskStore, tmp_path: 
     auto.close()
     assert not project.is_git
     assert not (plain / ".gobby").exists()
-
-
-class Machine:
-    """One clone of the shared repository with its own relay store, as on another computer."""
-
-    def __init__(self, root: Path, origin: Path) -> None:
-        root.mkdir()
-        git(root, "clone", "-q", str(origin), "repo")
-        self.repo = root / "repo"
-        git(self.repo, "config", "pull.rebase", "false")
-        self.store = TaskStore(root / "relay-home" / "relay.db")
-        self.sync = TaskSync(self.store)
-        self.project = resolve_project(self.repo)
-
-    def publish(self, message: str) -> None:
-        self.sync.sync(self.project)
-        git(self.repo, "add", ".gobby")
-        git(self.repo, "commit", "-q", "-m", message)
-        git(self.repo, "pull", "-q", "--no-edit", "origin", "main")  # union merge of tasks.jsonl, no markers
-        self.sync.sync(self.project)
-        git(self.repo, "add", ".gobby")
-        if git(self.repo, "status", "--porcelain", ".gobby"):
-            git(self.repo, "commit", "-q", "-m", f"{message}: merged tasks")
-        git(self.repo, "push", "-q", "origin", "HEAD:main")
-
-    def pull(self) -> None:
-        git(self.repo, "pull", "-q", "--no-edit", "origin", "main")
-        self.sync.sync(self.project)
-
-    def state(self) -> dict[str, tuple[object, ...]]:
-        tasks = self.store.all_tasks(self.project)
-        deps = {(d.task_id, d.depends_on, d.dep_type) for d in self.store.all_dependencies(self.project)}
-        return {
-            t.id: (t.title, t.status, t.priority, t.labels, t.updated_at, sorted(x for x in deps if x[0] == t.id))
-            for t in tasks
-        }
-
-
-@pytest.fixture
-def machines(tmp_path: Path) -> Iterator[tuple[Machine, Machine]]:
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
-    seed = init_repo(tmp_path / "seed")
-    (seed / "README").write_text("shared\n")
-    git(seed, "add", "README")
-    git(seed, "commit", "-q", "-m", "start")
-    git(seed, "push", "-q", str(origin), "main")
-    a, b = Machine(tmp_path / "machine-a", origin), Machine(tmp_path / "machine-b", origin)
-    yield a, b
-    a.store.close()
-    b.store.close()
 
 
 def test_two_clones_that_each_create_and_edit_tasks_end_with_the_union_and_no_lost_update(

@@ -13,11 +13,12 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from relay.config import load_settings
 from relay.server.app import build_server
 from relay.tracker.model import BRIEF_FIELDS
 from tests.conftest import SettingsFactory
 
-from .conftest import init_repo
+from .conftest import git, init_repo, lines
 
 pytestmark = pytest.mark.anyio
 CALL_TIMEOUT_S = 60
@@ -214,6 +215,50 @@ async def test_sync_tools_export_and_report_status(make_settings: SettingsFactor
         status = (await call_tool(c, "gobby-tasks", "get_sync_status", {}))["result"]
         assert (status["status"], status["synced"]) == ("available", True)
         assert status["last_exported"] and status["hash"]
+
+
+async def test_a_task_deleted_over_mcp_is_deleted_on_another_clone_after_a_pull(
+    make_settings: SettingsFactory, project_dir: Path, tmp_path: Path
+) -> None:
+    settings_a = make_settings(RELAY_TASKS_AUTO_EXPORT="0")
+    async with Client(build_server(settings_a)) as a:
+
+        async def make(title: str, parent: str | None = None) -> str:
+            args = {"title": title, "session_id": "s", "parent_task_id": parent}
+            return (await call_tool(a, "tasks", "create_task", args))["result"]["id"]
+
+        epic = await make("epic")
+        sub, kept = await make("subtask", epic), await make("kept")
+        await call_tool(a, "tasks", "sync_tasks", {})
+    git(project_dir, "add", ".gobby")
+    git(project_dir, "commit", "-q", "-m", "tasks")
+    clone = tmp_path / "clone-b"
+    git(tmp_path, "clone", "-q", str(project_dir), str(clone))
+    home_b = tmp_path / "home-b"
+    env_b = {"RELAY_HOME": str(home_b), "HOME": str(home_b), "PATH": os.environ.get("PATH", "")}
+    settings_b = load_settings({**env_b, "RELAY_TASKS_AUTO_EXPORT": "0"}, cwd=clone)
+    async with Client(build_server(settings_b)) as b:
+        listed = (await call_tool(b, "tasks", "list_tasks", {"project": str(clone)}))["result"]
+        assert sorted(t["id"] for t in listed["tasks"]) == sorted([epic, sub, kept])  # imported on first use
+
+        async with Client(build_server(settings_a)) as a:
+            deleted = (await call_tool(a, "tasks", "delete_task", {"task_id": epic, "cascade": True}))["result"]
+            assert sorted(deleted["deleted"]) == sorted([epic, sub])
+            exported = (await call_tool(a, "tasks", "sync_tasks", {"direction": "export"}))["result"]
+            assert (exported["export_details"]["tasks"], exported["export_details"]["tombstones"]) == (1, 2)
+            status = (await call_tool(a, "tasks", "get_sync_status", {}))["result"]
+            assert (status["status"], status["synced"]) == ("available", True)
+        git(project_dir, "commit", "-q", "-am", "delete the epic")
+        git(clone, "pull", "-q", "--no-edit", "origin", "HEAD")
+
+        synced = (await call_tool(b, "tasks", "sync_tasks", {"project": str(clone)}))["result"]
+        assert (synced["import_stats"]["deleted"], synced["export_details"]["written"]) == (2, False)
+        listed = (await call_tool(b, "tasks", "list_tasks", {"project": str(clone)}))["result"]
+        assert [t["id"] for t in listed["tasks"]] == [kept]
+        status = (await call_tool(b, "tasks", "get_sync_status", {"project": str(clone)}))["result"]
+        assert (status["status"], status["synced"]) == ("available", True)
+    tombstones = {r["id"]: r["cascade"] for r in lines(clone / ".gobby" / "tasks.jsonl") if r.get("deleted")}
+    assert tombstones == {epic: True, sub: True}
 
 
 async def test_a_project_outside_the_allowed_roots_is_refused(

@@ -273,6 +273,22 @@ def m009_mcp_tasks(db: sqlite3.Connection) -> None:
     )
 
 
+def m010_task_tombstones(db: sqlite3.Connection) -> None:
+    """Deleted tasks (tracker/tombstones.py), so that a deletion travels through `.gobby/tasks.jsonl` like an edit."""
+    db.executescript(
+        """
+        CREATE TABLE task_tombstones (
+            project TEXT NOT NULL,
+            id TEXT NOT NULL,
+            project_id TEXT NOT NULL,
+            deleted_at TEXT NOT NULL,
+            cascaded INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (project, id)
+        );
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -283,6 +299,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m007_hook_sessions", m007_hook_sessions),
     ("m008_indexes", m008_indexes),
     ("m009_mcp_tasks", m009_mcp_tasks),
+    ("m010_task_tombstones", m010_task_tombstones),
 ]
 
 

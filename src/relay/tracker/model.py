@@ -123,6 +123,16 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Tombstone:
+    """A deleted task: `deleted_at` orders it against edits (last write wins); `cascaded`: deleted with its subtasks."""
+
+    id: str
+    project_id: str
+    deleted_at: str
+    cascaded: bool = False
+
+
+@dataclass(frozen=True)
 class SessionLink:
     task_id: str
     session_id: str

@@ -1,4 +1,5 @@
-"""Tasks in relay.db (migration m006_tasks): CRUD, dependencies, ready/blocked work, labels, session links.
+"""Tasks in relay.db (migrations m006_tasks, m010_task_tombstones): CRUD, dependencies, ready/blocked work, labels,
+session links; a deleted task leaves a tombstone (tombstones.py) so the deletion syncs.
 
 Every row is scoped by project (`Project.key`); a task id is unique within its project. Values
 come back as the frozen dataclasses of `model.py`. Each change bumps the task's `updated_at`
@@ -32,6 +33,7 @@ from relay.tracker.model import (
     SessionLink,
     Task,
     TaskChanges,
+    Tombstone,
     check_label,
     check_labels,
     check_one_of,
@@ -44,6 +46,7 @@ from relay.tracker.model import (
     parse_ts,
 )
 from relay.tracker.project import Project
+from relay.tracker.tombstones import load_tombstones, record_tombstones
 
 BUSY_TIMEOUT_S = 10.0
 ID_PREFIX = "gt-"
@@ -166,7 +169,9 @@ class TaskStore:
         for _ in range(ID_RETRIES + 1):
             seed = self._entropy(16) + project.key.encode()
             candidate = ID_PREFIX + hashlib.sha256(seed).hexdigest()[:ID_HEX_CHARS]
-            if not db.execute("SELECT 1 FROM tasks WHERE project=? AND id=?", (project.key, candidate)).fetchone():
+            # Nor a deleted task's id: on other clones the new task would read as the old one coming back.
+            used = "SELECT 1 FROM tasks WHERE {0} UNION ALL SELECT 1 FROM task_tombstones WHERE {0}"
+            if not db.execute(used.format("project=?1 AND id=?2"), (project.key, candidate)).fetchone():
                 return candidate
         raise RelayError(
             ErrorCode.INTERNAL,
@@ -339,6 +344,10 @@ class TaskStore:
                 kids = [k for k in kids if k not in doomed]
                 doomed += kids
                 frontier = kids
+            victims = [self.get(project, v) for v in doomed]
+            # After the newest write of any of them, so the tombstones win last-write-wins on every clone.
+            deleted_at = self.next_ts(max((v.updated_at for v in victims), key=parse_ts))
+            record_tombstones(db, project, (Tombstone(v.id, v.project_id, deleted_at, cascade) for v in victims))
             for victim in reversed(doomed):
                 db.execute("DELETE FROM tasks WHERE project=? AND id=?", (project.key, victim))
         self._changed(project)
@@ -385,6 +394,11 @@ class TaskStore:
 
     def all_tasks(self, project: Project) -> list[Task]:
         return [_task(r) for r in self._rows("SELECT * FROM tasks WHERE project=? ORDER BY id", (project.key,))]
+
+    def tombstones(self, project: Project) -> list[Tombstone]:
+        """The project's deleted tasks (tombstones.py), by id."""
+        with self._lock, _translated():
+            return list(load_tombstones(self._db, project).values())
 
     def set_labels(self, project: Project, task_id: str, add: str | None = None, remove: str | None = None) -> Task:
         with self.transaction() as db:
