@@ -40,7 +40,7 @@ def test_doctor_json_reports_found_missing_version_and_credentials(relay_home: P
     write_config(relay_home)
     out = run_doctor(relay_home, "--json", env={"ANTHROPIC_API_KEY": "x", "GH_TOKEN": "t"})
     assert out.returncode == 0, out.stderr
-    reports = {r["name"]: r for r in json.loads(out.stdout)}
+    reports = {r["name"]: r for r in json.loads(out.stdout)["agents"]}
     assert reports["claude"] | {"path": None} == {
         "name": "claude",
         "found": True,
@@ -65,7 +65,7 @@ def test_a_credentials_file_counts_as_configured(relay_home: Path) -> None:
     (relay_home / ".codex").mkdir()
     (relay_home / ".codex" / "auth.json").write_text("{}")
     out = run_doctor(relay_home, "--json", env={})
-    reports = {r["name"]: r for r in json.loads(out.stdout)}
+    reports = {r["name"]: r for r in json.loads(out.stdout)["agents"]}
     assert reports["codex"]["credentials"] == f"file:{relay_home / '.codex' / 'auth.json'}"
 
 
@@ -88,7 +88,7 @@ def test_smoke_runs_a_live_job_per_installed_agent(relay_home: Path, tmp_path: P
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
-    reports = {r["name"]: r for r in json.loads(out.stdout)}
+    reports = {r["name"]: r for r in json.loads(out.stdout)["agents"]}
     assert reports["claude"]["smoke"] == "ok"
     assert reports["codex"]["smoke"] == "ok"
     assert reports["copilot"]["smoke"] == "ok"

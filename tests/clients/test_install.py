@@ -183,3 +183,19 @@ def test_relay_doctor_prints_each_clients_entry(home: Path) -> None:
     out = subprocess.run([RELAY, "doctor"], env=env, capture_output=True, text=True, timeout=120)
     clients = out.stdout.split("\nCLIENT ", 1)[1].splitlines()[1:]
     assert [line.split()[:3] for line in clients] == [["gemini", "user", "ok"]]
+
+
+def test_relay_doctor_json_holds_each_clients_entry_and_fails_on_a_bad_one(home: Path) -> None:
+    env = {**os.environ, "HOME": str(home)}
+    subprocess.run([RELAY, "install", "codex"], env=env, check=True, capture_output=True, timeout=60)
+    out = subprocess.run([RELAY, "doctor", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(out.stdout)
+    assert set(report) == {"agents", "clients", "store", "runtime"}
+    assert [(c["client"], c["scope"], c["status"]) for c in report["clients"]] == [("codex", "user", "ok")]
+    assert out.returncode == 0 and report["store"]["ok"] is True
+    path = home / ".codex" / "config.toml"
+    path.write_text(path.read_text().replace("required = true", "required = false"))
+    out = subprocess.run([RELAY, "doctor", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    (codex,) = json.loads(out.stdout)["clients"]
+    assert codex["status"] == "problems" and codex["problems"] == ["required is False, relay install writes True"]
+    assert out.returncode == 1

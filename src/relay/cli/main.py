@@ -90,7 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     add_client_parsers(sub)  # relay install / relay uninstall CLIENT
 
     doctor = sub.add_parser("doctor", help="check every agent CLI: installed, version, credentials")
-    doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
+    doctor.add_argument(
+        "--json", action="store_true", help="print the reports as one JSON object: agents, clients, store, runtime"
+    )
     doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
     doctor.add_argument("--smoke-timeout", type=float, default=60.0, help="seconds per smoke run (default 60)")
     for command in sub.choices.values():  # `relay CMD ... --debug` works too
@@ -342,25 +344,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         outcomes = anyio.run(smoke)
         reports = [replace(r, smoke=outcomes.get(r.name)) for r in reports]
-    if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=2))
-    else:
-        print(_table(table_rows(reports), TABLE_HEADERS))
-        print(f"\n{_runtime_line(settings.runtime)}")
+    from relay.cli.clients_cmd import CLIENT_HEADERS, client_rows
+
     problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
     store_line, store_ok = store_report(settings)  # relay.db: SQLite's integrity check and free space
-    if not args.json:
+    rows, client_reports, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
+    runtime_line = _runtime_line(settings.runtime)
+    if args.json:
+        report = {
+            "agents": [r.to_dict() for r in reports],
+            "clients": client_reports,
+            "store": {"ok": store_ok, "summary": store_line},
+            "runtime": runtime_line.removeprefix("runtime: "),
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        print(_table(table_rows(reports), TABLE_HEADERS))
+        print(f"\n{runtime_line}")
         print("\n" + store_line)
-    if not store_ok:
-        return 1
-    if not args.json:
-        from relay.cli.clients_cmd import CLIENT_HEADERS, client_rows
-
-        rows, _, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
         if rows:
             print("\n" + _table(rows, CLIENT_HEADERS))
-        return 1 if problems or client_problems else 0
-    return 1 if problems else 0
+    return 1 if problems or not store_ok or client_problems else 0
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
