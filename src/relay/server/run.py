@@ -23,6 +23,9 @@ def serve(
     front: Any = None,
     dashboard: Any = None,
 ) -> int:
+    from relay.memory import map_large_blocks
+
+    map_large_blocks()  # a large request's buffers go back to the system once freed
     settings = load_settings()
     if toolsets is not None or profile is not None:
         # Flags win over RELAY_TOOLSETS / RELAY_PROFILE and config.toml, as a whole.

@@ -77,6 +77,14 @@ def _claim_std_fds() -> tuple[IO[bytes], IO[bytes], Callable[[], None]]:
     return os.fdopen(wire_in, "rb", closefd=False), os.fdopen(wire_out, "wb", closefd=False), restore
 
 
+class LetGo(Exception):
+    """Not a message: sent to the SDK right after a large one, which the server's read loops drop (logged at debug).
+
+    The SDK's read loops keep the last item they received until the next one arrives, so without
+    this a 10 MB request would stay in memory until the client's next message.
+    """
+
+
 def _to_message(obj: dict[str, Any]) -> tuple[SessionMessage | None, dict[str, Any] | None]:
     try:
         return SessionMessage(jsonrpc_message_adapter.validate_python(obj, by_name=False)), None
@@ -102,19 +110,30 @@ async def stdio_transport(
 
     large_seen = False  # a large request was read: hand freed memory back once its answer is out
 
+    async def take(line: bytes) -> None:
+        obj, reply = parse_line(line)
+        if obj is not None:
+            CANCEL_REASONS.record(obj)  # before the SDK cancels the call, so the tool can read why
+            message, reply = _to_message(obj)
+            if message is not None:
+                await to_server.send(message)
+        if reply is not None:
+            await wire.write(encode(reply))
+
     async def read_lines() -> None:
         nonlocal large_seen
         async with to_server:
-            while line := await wire.readline():
-                large_seen = large_seen or len(line) >= LARGE_MESSAGE_BYTES
-                obj, reply = parse_line(line)
-                if obj is not None:
-                    CANCEL_REASONS.record(obj)  # before the SDK cancels the call, so the tool can read why
-                    message, reply = _to_message(obj)
-                    if message is not None:
-                        await to_server.send(message)
-                if reply is not None:
-                    await wire.write(encode(reply))
+            while True:
+                line = await wire.readline()
+                if not line:
+                    break
+                large = len(line) >= LARGE_MESSAGE_BYTES
+                large_seen = large_seen or large
+                await take(line)
+                # Not kept while the next line is awaited: a 10 MB line (and its parse, in take) would stay for good.
+                del line
+                if large:
+                    await to_server.send(LetGo())
 
     async def write_messages() -> None:
         nonlocal large_seen

@@ -141,14 +141,22 @@ class Front:
     def read_client(self) -> None:
         """The reader thread: answer what can be answered now, forward the rest in order."""
         try:
-            while line := self.wire_in.readline():
-                obj, reply = parse_line(line)
-                if reply is not None:
-                    self.to_client(encode(reply))
-                elif obj is not None:
-                    self._route(obj, line if line.endswith(b"\n") else line + b"\n")
+            while True:
+                line = self.wire_in.readline()
+                if not line:
+                    break
+                self._take(line)
+                # Not kept while the next line is awaited: a 10 MB line (and its parse, in _take) would stay for good.
+                del line
         finally:
             os.close(self._pipe_w)  # EOF for the full server
+
+    def _take(self, line: bytes) -> None:
+        obj, reply = parse_line(line)
+        if reply is not None:
+            self.to_client(encode(reply))
+        elif obj is not None:
+            self._route(obj, line if line.endswith(b"\n") else line + b"\n")
 
     def _route(self, msg: dict[str, Any], line: bytes) -> None:
         method, request_id = msg.get("method"), msg.get("id")

@@ -97,6 +97,26 @@ def _job(r: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*r[:18], bool(r[18]), *r[19:])  # pyright: ignore[reportCallIssue]
 
 
+# SQLite keeps the values last bound to a statement until the statement runs again, and Python keeps
+# its statements (cached by their text), so a 10 MB id or prompt would stay in memory for good.
+LARGE_VALUE = 1 << 16
+
+
+def _large(params: Sequence[Any]) -> bool:
+    return any(isinstance(p, str | bytes) and len(p) >= LARGE_VALUE for p in params)
+
+
+def _unbind(db: sqlite3.Connection, sql: str, count: int) -> None:
+    """Rebind the cached statement of `sql` to NULLs: it runs once more, read-only, so a write fails unwritten."""
+    db.execute("PRAGMA query_only = ON")
+    try:
+        db.execute(sql, (None,) * count).fetchall()
+    except sqlite3.Error:
+        pass  # expected for a write: the values were bound (and so replaced) before it was refused
+    finally:
+        db.execute("PRAGMA query_only = OFF")
+
+
 class _Rows:
     """A statement's rows, fetched while the store's lock was held, and how many rows it changed."""
 
@@ -170,6 +190,9 @@ class Store:
                 return _Rows(cur.fetchall(), cur.rowcount)
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
+            finally:
+                if _large(params):
+                    _unbind(self._db, sql, len(params))
 
     def applied_migrations(self) -> list[str]:
         return [r[0] for r in self._exec("SELECT name FROM migrations ORDER BY name")]
@@ -355,6 +378,9 @@ class Store:
                 rows: list[tuple[Any, ...]] = cur.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
+            finally:
+                if _large(params):
+                    _unbind(self._db, sql, len(params))
         return [_job(r) for r in rows]
 
     # events -----------------------------------------------------------------------------
@@ -364,14 +390,16 @@ class Store:
             return
         now = time.time()
         rows = [(job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str)) for i, e in enumerate(events)]
+        sql = "INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)"
         with self._lock:
             try:
                 with self._db:
-                    self._db.executemany(
-                        "INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)", rows
-                    )
+                    self._db.executemany(sql, rows)
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
+            finally:
+                if _large(rows[-1]):
+                    _unbind(self._db, sql, len(rows[-1]))
 
     def max_event_seq(self, job_id: str) -> int:
         row = self._exec("SELECT MAX(seq) FROM events WHERE job_id=?", (job_id,)).fetchone()
