@@ -7,6 +7,8 @@ import errno
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -163,28 +165,49 @@ def test_the_helper_replies_with_the_pid_at_eof_with_the_errno_a_child_wrote_and
 ) -> None:
     from relay.runtime import _zygote
 
-    def reply_for(child: subprocess.Popen[bytes], written: bytes | None) -> dict[str, object]:
-        read, write = os.pipe()
-        if written is not None:
-            os.write(write, written)
-            os.close(write)  # what the child's exec (or exit) does to the write end
-        try:
-            return _zygote._await_exec(child.pid, read)  # pyright: ignore[reportPrivateUsage]
-        finally:
-            os.close(read)
-            if written is None:
-                os.close(write)
-
     monkeypatch.setattr(_zygote, "CHILD_START_S", 0.3)
     with subprocess.Popen(["/bin/sleep", "30"]) as child:
-        assert reply_for(child, b"") == {"pid": child.pid}
-        assert reply_for(child, b"2:[Errno 2] No such file or directory: '/x'") == {
-            "errno": 2,
-            "error": "[Errno 2] No such file or directory: '/x'",
-        }
+        assert _zygote.Starting(1, child.pid, -1).feed(b"") == {"pid": child.pid}  # EOF: it exec'd
+        failed = _zygote.Starting(2, child.pid, -1)
+        assert failed.feed(b"2:[Errno 2] No such file") is None
+        assert failed.feed(b" or directory: '/x'") is None
+        assert failed.feed(b"") == {"errno": 2, "error": "[Errno 2] No such file or directory: '/x'"}
+        stuck = _zygote.Starting(3, child.pid, -1)
+        assert stuck.deadline <= time.monotonic() + 0.3
         assert child.poll() is None
-        assert reply_for(child, None) == {
-            "errno": errno.ETIMEDOUT,
-            "error": "the job's process did not start within 0.3 s",
-        }
+        assert stuck.expire() == {"errno": errno.ETIMEDOUT, "error": "the job's process did not start within 0.3 s"}
         assert child.wait(BOUND_S) == -9  # killed: it would never have been recorded as a job
+
+
+async def test_spawns_in_flight_together_each_get_the_pid_of_their_own_program(tmp_path: Path) -> None:
+    def launch(n: int) -> launcher.Launch:
+        return launcher.Launch(
+            argv=["/bin/sleep", f"30.{n}"],
+            env={},
+            cwd=str(tmp_path),
+            stdin=None,
+            stdout=tmp_path / "o",
+            stderr=tmp_path / "e",
+        )
+
+    await until_the_helper_answers(launch(0))
+    results: dict[int, tuple[int, subprocess.Popen[bytes] | None]] = {}
+
+    def spawn(n: int) -> None:
+        results[n] = launcher.spawn(launch(n))
+
+    threads = [threading.Thread(target=spawn, args=(n,)) for n in range(1, 13)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(BOUND_S)
+    try:
+        assert sorted(results) == list(range(1, 13))
+        assert all(popen is None for _, popen in results.values())  # all through the helper
+        for n, (pid, _) in results.items():
+            assert Path(f"/proc/{pid}/cmdline").read_bytes() == f"/bin/sleep\x0030.{n}\x00".encode()
+            assert os.getsid(pid) == pid
+    finally:
+        for pid, _ in results.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, 9)

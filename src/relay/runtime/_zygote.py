@@ -13,6 +13,10 @@ exec'd (after prctl and setsid), bytes are the errno and message of what failed;
 (CHILD_START_S), and a child that has not exec'd by then is killed and reported as failed. It exits
 when relay closes its stdin; the jobs it started keep running in their own sessions. Run as
 `python -I -S _zygote.py`; stdlib only.
+
+Several requests may be in flight: each carries an `id` its reply repeats, and the helper reads the
+next request while earlier children are still on their way to exec (a burst of 20 jobs no longer
+waits for 20 execs one after another). Replies come in the order the children exec or fail.
 """
 
 from __future__ import annotations
@@ -81,28 +85,34 @@ def _exec_child(req: dict[str, Any], fds: tuple[int, int, int], ready: int) -> N
         os._exit(127)
 
 
-def _await_exec(pid: int, ready: int) -> dict[str, Any]:
-    """The reply for child `pid`: its pid once `ready` reads EOF (it exec'd), else what failed (bounded)."""
-    deadline = time.monotonic() + CHILD_START_S
-    report = b""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([ready], [], [], left)[0]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)  # not started yet: it has no children, its pid is still ours
-            return {"errno": errno.ETIMEDOUT, "error": f"the job's process did not start within {CHILD_START_S:g} s"}
-        chunk = os.read(ready, 4096)
-        if not chunk:
-            break
-        report += chunk
-    if not report:
-        return {"pid": pid}
-    code, _, message = report.decode(errors="replace").partition(":")
-    return {"errno": int(code) if code.isdigit() else 0, "error": message or "the job's process could not start"}
+class Starting:
+    """A child forked for request `rid`, until it exec'd (EOF on `ready`) or failed (bytes on it), bounded."""
+
+    def __init__(self, rid: Any, pid: int, ready: int) -> None:
+        self.rid = rid
+        self.pid = pid
+        self.ready = ready
+        self.deadline = time.monotonic() + CHILD_START_S
+        self._report = b""
+
+    def feed(self, chunk: bytes) -> dict[str, Any] | None:
+        """What the child wrote (b"": EOF); the reply once the child is done with its pipe, else None."""
+        if chunk:
+            self._report += chunk
+            return None
+        if not self._report:
+            return {"pid": self.pid}
+        code, _, message = self._report.decode(errors="replace").partition(":")
+        return {"errno": int(code) if code.isdigit() else 0, "error": message or "the job's process could not start"}
+
+    def expire(self) -> dict[str, Any]:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)  # not started yet: it has no children, its pid is still ours
+        return {"errno": errno.ETIMEDOUT, "error": f"the job's process did not start within {CHILD_START_S:g} s"}
 
 
-def _spawn(req: dict[str, Any]) -> dict[str, Any]:
-    """Fork and exec one job; reply with its pid once it has exec'd in its own session, or with what failed."""
+def _spawn(req: dict[str, Any]) -> Starting | dict[str, Any]:
+    """Fork one job; the child on its way to exec (its reply comes once it exec'd), or what failed at once."""
     opened: list[int] = []
     try:
         argv = req["argv"]
@@ -114,12 +124,15 @@ def _spawn(req: dict[str, Any]) -> dict[str, Any]:
         for key in ("stdout", "stderr"):
             opened.append(os.open(req[key], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
         ready_r, ready_w = os.pipe()  # both close-on-exec (PEP 446)
-        opened += (ready_r, ready_w)
-        pid = os.fork()
+        opened.append(ready_w)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(ready_r)
+            raise
         if pid == 0:
             _exec_child(req, (opened[0], opened[1], opened[2]), ready_w)
-        os.close(opened.pop())  # the write end: only the child may hold it, so its exec reads as EOF
-        return _await_exec(pid, ready_r)
+        return Starting(req.get("id"), pid, ready_r)  # the write end is closed below: only the child holds it
     except OSError as exc:
         return {"errno": exc.errno or 0, "error": str(exc)}
     except (KeyError, TypeError, ValueError) as exc:
@@ -129,20 +142,65 @@ def _spawn(req: dict[str, Any]) -> dict[str, Any]:
             os.close(fd)
 
 
+def _send(out: Any, reply: dict[str, Any]) -> None:
+    out.write(json.dumps(reply).encode() + b"\n")
+    out.flush()
+
+
+def _request(line: bytes) -> Starting | dict[str, Any]:
+    try:
+        req = json.loads(line)
+    except ValueError as exc:
+        return {"errno": 0, "error": f"bad request: {exc}"}
+    if not isinstance(req, dict):
+        return {"errno": 0, "error": "bad request: not an object"}
+    started = _spawn(req)  # pyright: ignore[reportUnknownArgumentType]
+    if isinstance(started, dict):
+        started["id"] = req.get("id")  # pyright: ignore[reportUnknownMemberType]
+    return started
+
+
+def _lines(data: bytes) -> tuple[list[bytes], bytes]:
+    """The complete lines in `data` and what is left after the last newline."""
+    *lines, rest = data.split(b"\n")
+    return lines, rest
+
+
 def main() -> int:
     signal.signal(signal.SIGCHLD, _reap)
     out = sys.stdout.buffer
-    out.write(b'{"ready": true}\n')
-    out.flush()
-    for line in sys.stdin.buffer:
-        try:
-            req = json.loads(line)
-        except ValueError as exc:
-            reply: dict[str, Any] = {"errno": 0, "error": f"bad request: {exc}"}
-        else:
-            reply = _spawn(req)
-        out.write(json.dumps(reply).encode() + b"\n")
-        out.flush()
+    _send(out, {"ready": True})
+    pending: bytes = b""
+    starting: dict[int, Starting] = {}
+    reading = True
+    while reading or starting:
+        soonest = min((s.deadline for s in starting.values()), default=None)
+        timeout = None if soonest is None else max(0.0, soonest - time.monotonic())
+        readable: list[int] = select.select(([0] if reading else []) + list(starting), [], [], timeout)[0]
+        for fd in readable:
+            if fd == 0:
+                chunk = os.read(0, 65536)
+                reading = bool(chunk)
+                lines, pending = _lines(pending + chunk)
+                for line in lines:
+                    started = _request(line)
+                    if isinstance(started, Starting):
+                        starting[started.ready] = started
+                    else:
+                        _send(out, started)
+                continue
+            child = starting[fd]
+            reply = child.feed(os.read(fd, 4096))
+            if reply is not None:
+                del starting[fd]
+                os.close(fd)
+                _send(out, reply | {"id": child.rid})
+        now = time.monotonic()
+        for fd, child in list(starting.items()):
+            if now >= child.deadline:
+                del starting[fd]
+                os.close(fd)
+                _send(out, child.expire() | {"id": child.rid})
         _reap()
     return 0
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import json
+import os
 import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,14 +85,25 @@ def spawn_direct(launch: Launch, *, subreaper: bool = True) -> subprocess.Popen[
 
 
 class _Zygote:
-    """The helper process, started on first use; `None` from spawn means: not ready, spawn directly."""
+    """The helper process, started on first use; `None` from spawn means: not ready, spawn directly.
+
+    Several spawns may be in flight (jobs starting together spawn from worker threads): each request
+    carries an id its reply repeats. Whoever waits reads the replies while no one else does and hands
+    each to its waiter (no thread of its own: a lone spawn reads its own reply, with no hop).
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the helper's state and its stdin
+        self._replies = threading.Condition()  # replies by id, and who reads them
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._starts = 0
         self._broken = not sys.executable or not ZYGOTE.exists()
+        self._ids = itertools.count(1)
+        self._got: dict[int, dict[str, Any]] = {}
+        self._reading = False
+        self._buffers: dict[int, bytes] = {}  # what was read of each helper's replies past the last line
+        self._gone: set[int] = set()  # helpers (by pid) whose replies stopped: their waiters give up
 
     def _start(self) -> None:
         self._starts += 1
@@ -103,42 +117,67 @@ class _Zygote:
         )
         self._ready = False
 
-    def _readline(self, timeout: float) -> dict[str, Any] | None:
-        proc = self._proc
-        if proc is None or proc.stdout is None:
-            return None
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = proc.stdout.readline()
-        return json.loads(line) if line else None
+    def _read_line(self, proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
+        """One reply line of `proc` within `timeout` (None: none yet); b"" once it can send no more."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        buffer = self._buffers.get(proc.pid, b"")
+        try:
+            while b"\n" not in buffer:
+                left = deadline - time.monotonic()
+                if not select.select([fd], [], [], max(0.0, left))[0]:
+                    return None
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return b""
+                buffer += chunk
+            line, _, buffer = buffer.partition(b"\n")
+            return line + b"\n"
+        finally:
+            self._buffers[proc.pid] = buffer
 
     def _discard(self) -> None:
         proc, self._proc, self._ready = self._proc, None, False
         if proc is not None:
+            with self._replies:
+                self._gone.add(proc.pid)
+                self._replies.notify_all()
             with contextlib.suppress(OSError):
                 proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(ZYGOTE_KILL_WAIT_S)
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    stream.close()
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            # Its stdout is closed when the Popen goes (a waiter may be reading it right now).
 
     def spawn(self, launch: Launch) -> int | None:
         with self._lock:
             if self._broken:
                 return None
             try:
-                return self._spawn(launch)
-            except _Unsure:
-                # The helper may have started the job before it failed: never spawn it a second time.
-                self._discard()
-                raise OSError("relay's spawn helper stopped answering") from None
+                sent = self._send(launch)
             except (OSError, ValueError):
                 self._discard()
                 return None
+        if sent is None:
+            return None
+        proc, rid = sent
+        try:
+            reply = self._await_reply(proc, rid)
+        except _Unsure:
+            # The helper may have started the job before it failed: never spawn it a second time.
+            with self._lock:
+                if self._proc is proc:
+                    self._discard()
+            raise OSError("relay's spawn helper stopped answering") from None
+        if "pid" in reply:
+            return int(reply["pid"])
+        raise _SpawnFailed(int(reply.get("errno") or 0), str(reply.get("error", "spawn failed")))
 
-    def _spawn(self, launch: Launch) -> int | None:
+    def _send(self, launch: Launch) -> tuple[subprocess.Popen[bytes], int] | None:
+        """Write the request (under the lock); the helper and the request's id, or None to spawn directly."""
         if self._proc is not None and self._proc.poll() is not None:
             self._discard()
         if self._proc is None:
@@ -147,15 +186,20 @@ class _Zygote:
                 return None
             self._start()
             return None  # starting takes a Python startup: this spawn goes direct, the next ones here
-        if not self._ready:
-            hello = self._readline(0)
-            if hello is None:
-                return None
-            self._ready = bool(hello.get("ready"))
         proc = self._proc
+        if not self._ready:
+            with self._replies:
+                if self._reading:
+                    return None
+                hello = self._read_line(proc, 0)
+            if not hello:
+                return None
+            self._ready = bool(json.loads(hello).get("ready"))
         if proc.stdin is None:
             return None
+        rid = next(self._ids)
         request = {
+            "id": rid,
             "argv": list(launch.argv),
             "env": dict(launch.env),
             "cwd": launch.cwd,
@@ -165,15 +209,41 @@ class _Zygote:
         }
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         proc.stdin.flush()
-        try:
-            reply = self._readline(ZYGOTE_REPLY_S)
-        except (OSError, ValueError):
-            reply = None
-        if reply is None:
-            raise _Unsure
-        if "pid" in reply:
-            return int(reply["pid"])
-        raise _SpawnFailed(int(reply.get("errno") or 0), str(reply.get("error", "spawn failed")))
+        return proc, rid
+
+    def _await_reply(self, proc: subprocess.Popen[bytes], rid: int) -> dict[str, Any]:
+        """The reply to request `rid`: read by this thread unless another is reading; _Unsure past the bound."""
+        deadline = time.monotonic() + ZYGOTE_REPLY_S
+        with self._replies:
+            while True:
+                if rid in self._got:
+                    return self._got.pop(rid)
+                left = deadline - time.monotonic()
+                if proc.pid in self._gone or left <= 0:
+                    raise _Unsure
+                if self._reading:
+                    self._replies.wait(left)
+                    continue
+                self._reading = True
+                self._replies.release()  # others may queue their replies' ids meanwhile
+                try:
+                    line = self._read_line(proc, left)
+                except (OSError, ValueError):
+                    line = b""
+                finally:
+                    self._replies.acquire()
+                    self._reading = False
+                    self._replies.notify_all()
+                if line == b"":
+                    self._gone.add(proc.pid)
+                    raise _Unsure
+                if line is not None:
+                    try:
+                        reply = json.loads(line)
+                        self._got[int(reply["id"])] = reply
+                    except (ValueError, KeyError, TypeError):
+                        self._gone.add(proc.pid)  # not the helper's protocol: trust none of it
+                        raise _Unsure from None
 
 
 class _Unsure(Exception):
