@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from relay.runtime.folders import FILES, MARKER, PENDING_MARKER, SparePool, mark_spawning
@@ -44,9 +46,13 @@ def test_spares_left_by_another_relay_are_adopted_and_taken_once(tmp_path: Path)
     first = SparePool(jobs, size=2)
     first.fill()
     (jobs / ".spare-tmp-halfmade").mkdir()  # a spare still being made (or cut short) is never taken
+    abandoned = jobs / ".spare-tmp-abandoned"
+    abandoned.mkdir()
+    (abandoned / "stdout").touch()
+    os.utime(abandoned, (time.time() - 3600, time.time() - 3600))  # cut short by a relay killed long ago
     second = SparePool(jobs, size=2)
     second.fill()  # adopts the two whole ones: nothing new to make
-    assert len(spares_in(jobs)) == 3
+    assert len(spares_in(jobs)) == 3 and not abandoned.exists()
     taken = [pool.take(jobs / f"job{i}{name}") for i in range(2) for name, pool in (("a", first), ("b", second))]
     # Both pools know the same two spares: each one is taken once, the other taker falls back.
     assert taken.count(True) == 2

@@ -32,7 +32,7 @@ DEFAULT_IAC_ENTRIES = 15
 SUMMARY_CHARS = 50
 FINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "interrupted")
 # Changes are rendered together this long after the first one (each render writes two files: ~1 ms or more).
-RENDER_DELAY_S = 0.2
+RENDER_DELAY_S = 0.5
 # An idle worker thread waits this long for the next change before it ends.
 WORKER_LINGER_S = 30.0
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import threading
+import time
 from pathlib import Path
 
 # Spare folders kept ready per jobs folder (a sync delegate takes one at a time; a burst beyond this
@@ -26,6 +28,8 @@ from pathlib import Path
 SPARES = 4
 SPARE_PREFIX = ".spare-"
 MAKING_PREFIX = ".spare-tmp-"
+# A spare still being made after this long was left by a relay killed while making it: removed.
+ABANDONED_S = 600.0
 # The spawn marker as made ahead: renamed to `spawning` right before the job's process is spawned.
 MARKER = "spawning"
 PENDING_MARKER = ".spawning"
@@ -87,15 +91,18 @@ class SparePool:
                 self._filling = False
 
     def _adopt(self) -> None:
-        """Whole spares an earlier relay left (killed before it used them)."""
+        """Whole spares an earlier relay left (killed before it used them); half-made ones long abandoned go."""
+        found: list[Path] = []
         with contextlib.suppress(OSError), os.scandir(self.jobs_dir) as entries:
-            found = [
-                Path(e.path)
-                for e in entries
-                if e.name.startswith(SPARE_PREFIX) and not e.name.startswith(MAKING_PREFIX) and e.is_dir()
-            ]
-            with self._lock:
-                self._spares.extend(found[: max(0, self.size - len(self._spares))])
+            for entry in entries:
+                if not entry.name.startswith(SPARE_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                    continue
+                if not entry.name.startswith(MAKING_PREFIX):
+                    found.append(Path(entry.path))
+                elif time.time() - entry.stat(follow_symlinks=False).st_mtime > ABANDONED_S:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+        with self._lock:
+            self._spares.extend(found[: max(0, self.size - len(self._spares))])
 
     def _make(self) -> Path:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
