@@ -1,8 +1,10 @@
 """relay's RSS before and after three 10 MB requests over stdio (issue: a 10 MB request must not leave
-relay's memory up for good). Run: .venv/bin/python benchmarks/bench_large_request.py [--no-front]
+relay's memory up for good). Run: .venv/bin/python benchmarks/bench_large_request.py [--no-front] [--delegate]
 
 Starts `relay serve` (stdio, fresh RELAY_HOME), answers initialize/tools/list, then sends three
 `job_status` calls whose job_id is 10 MB; prints VmRSS before, after each answer, and 2 s after.
+With --delegate the three calls are `delegate(mode="sync")` with a 10 MB prompt to the fake claude
+(tests/fakes/claude), so the prompt is stored, audited and run as a job.
 """
 
 from __future__ import annotations
@@ -17,16 +19,26 @@ from pathlib import Path
 from typing import Any
 
 RELAY = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "relay"
+FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "claude"
 REQUEST_BYTES = 10_000_000
 SETTLE_S = 2.0
 
 
 def main() -> int:
-    env = {**os.environ, "RELAY_HOME": tempfile.mkdtemp()}
+    delegate = "--delegate" in sys.argv
+    home, work = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    if delegate:
+        (home / "config.toml").write_text(f'[agents.claude]\ncommand = "{FAKE_CLAUDE}"\n', encoding="utf-8")
+    env = {**os.environ, "RELAY_HOME": str(home)}
     if "--no-front" in sys.argv:
         env["RELAY_STDIO_FRONT"] = "0"
     proc = subprocess.Popen(
-        [str(RELAY), "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        [str(RELAY), "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=work,
     )
     assert proc.stdin is not None and proc.stdout is not None
     stdin, stdout = proc.stdin, proc.stdout
@@ -59,7 +71,14 @@ def main() -> int:
     time.sleep(SETTLE_S)
     before = rss_mb()
     for i in range(3):
-        reply = call(10 + i, "tools/call", {"name": "job_status", "arguments": {"job_id": "x" * REQUEST_BYTES}})
+        if delegate:
+            args = {"prompt": "hello " + "x" * REQUEST_BYTES, "mode": "sync", "cwd": str(work)}
+            reply = call(10 + i, "tools/call", {"name": "delegate", "arguments": args})
+            status = ((reply or {}).get("result") or {}).get("structuredContent", {}).get("status")
+            if status != "completed":
+                raise SystemExit(f"delegate did not complete: {json.dumps(reply)[:500]}")
+        else:
+            reply = call(10 + i, "tools/call", {"name": "job_status", "arguments": {"job_id": "x" * REQUEST_BYTES}})
         print(f"request {i + 1}: answer {len(json.dumps(reply)):,} bytes, RSS {rss_mb():.1f} MB")
     time.sleep(SETTLE_S)
     after = rss_mb()
