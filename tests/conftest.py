@@ -102,12 +102,40 @@ def every_result_matches_its_output_schema() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Tests never touch the real home: RELAY_HOME points at a fresh temporary folder."""
+def relay_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Tests never touch the real home: RELAY_HOME points at a fresh temporary folder.
+
+    A job outlives the relay that started it (by design), so a test that leaves one running (a hang
+    fake whose `relay run` was killed) would leak it: at the end, every job left under this home is killed.
+    """
     home = tmp_path / "relay-home"
     home.mkdir()
     monkeypatch.setenv("RELAY_HOME", str(home))
-    return home
+    yield home
+    if (home / "jobs").is_dir():
+        kill_jobs_under(home)
+
+
+def kill_jobs_under(home: Path) -> list[int]:
+    """Kill the process group of every job shim (`sh -c ... relay-job HOME/jobs/ID ...`) under `home`."""
+    prefix = str(home / "jobs") + os.sep
+    proc = Path("/proc")
+    killed: list[int] = []
+    for entry in proc.iterdir() if (proc / "self").exists() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"relay-job" not in argv:
+            continue
+        at = argv.index(b"relay-job")
+        if at + 1 < len(argv) and argv[at + 1].decode(errors="replace").startswith(prefix):
+            with contextlib.suppress(OSError):
+                os.killpg(int(entry.name), 9)  # the shim leads its job's process group
+                killed.append(int(entry.name))
+    return killed
 
 
 @pytest.fixture
