@@ -20,7 +20,7 @@ import shutil
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Literal
 
 import anyio
@@ -34,7 +34,7 @@ from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page, read_text_page
 from relay.jobs.recovery import Recovery
-from relay.jobs.request import JobRequest, Prepared, check_depth, prepare, with_inherited_depth
+from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, check_depth, prepare, with_inherited_depth
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
 from relay.runtime import choice, procinfo, supervisor
@@ -138,6 +138,8 @@ class Engine:
     def submit(self, req: JobRequest) -> str:
         """Validate, record and queue a job; returns its id. Raises RelayError on bad input."""
         self._state.task_group()
+        if req.via is None:
+            req = replace(req, via=SUBMITTED_VIA.get())
         job_id = new_job_id()
         prepared = self._prepare(req, job_id)
         ar = prepared.agent_request
@@ -176,6 +178,7 @@ class Engine:
         check_depth(self.settings)
         job_id = new_job_id()
         self._make_dir(job_id)
+        request = {"via": SUBMITTED_VIA.get()} | request
         self.store.insert_job(
             job_id, agent, "task", self._state.redacted(request), model, None, owner=self._state.owner
         )
@@ -200,11 +203,12 @@ class Engine:
         session_id: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        via: str | None = None,
     ) -> list[JobRecord]:
         """Jobs newest first; `cursor` (from `job_cursor` of the last job of a page) continues after it."""
         before = _parse_cursor(cursor) if cursor else None
         return self.store.list_jobs(
-            statuses=statuses, agent=agent, since=since, session_id=session_id, limit=limit, before=before
+            statuses=statuses, agent=agent, since=since, session_id=session_id, limit=limit, before=before, via=via
         )
 
     def read_output(self, job_id: str, view: str, offset: int, limit: int) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,6 +20,27 @@ from relay.store import JobRecord, Store
 # Agents whose CLI takes a system prompt / a turn limit as flags.
 SYSTEM_PROMPT_AGENTS = ("claude",)
 MAX_TURNS_AGENTS = ("claude",)
+
+SUBMITTED_VIA: ContextVar[str | None] = ContextVar("relay_submitted_via", default=None)
+"""Which tool or command submits jobs in this context: `toolset/tool` for an MCP tool ("core/delegate",
+"powerspawn/spawn_codex", "zen/consensus"), `+task` appended when called as an MCP Task, `cli/<command>`
+for the CLI ("cli/run", "cli/ask"). The engine stores it as the request's `via` when the request has none."""
+
+
+@contextmanager
+def submitted_via(via: str) -> Generator[None]:
+    """Jobs submitted inside this block record `via` as where they came from."""
+    token = SUBMITTED_VIA.set(via)
+    try:
+        yield
+    finally:
+        SUBMITTED_VIA.reset(token)
+
+
+def via_of(rec: JobRecord) -> str | None:
+    """Where a stored job came from (None for a job stored before relay recorded it)."""
+    via = rec.request.get("via")
+    return via if isinstance(via, str) else None
 
 
 @dataclass(frozen=True)
@@ -36,6 +59,7 @@ class JobRequest:
     timeout_s: float | None = None
     idle_timeout_s: float | None = None
     reasoning_effort: str | None = None
+    via: str | None = None  # which tool or command submitted it; the engine fills it from SUBMITTED_VIA
 
 
 @dataclass

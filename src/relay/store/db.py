@@ -344,8 +344,12 @@ class Store:
         session_id: str | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
+        via: str | None = None,
     ) -> list[JobRecord]:
-        """Jobs newest first (ties by id); `before` = (created_at, id) of the last job of the previous page."""
+        """Jobs newest first (ties by id); `before` = (created_at, id) of the last job of the previous page.
+
+        `via` keeps the jobs whose request's `via` starts with it ("core/", "powerspawn/spawn_codex").
+        """
         where: list[str] = []
         params: list[Any] = []
         if before is not None:
@@ -364,6 +368,9 @@ class Store:
         if session_id:
             where.append("session_id = ?")
             params.append(session_id)
+        if via:
+            where.append("substr(json_extract(request, '$.via'), 1, ?) = ?")
+            params += [len(via), via]
         sql = f"SELECT {JOB_COLUMNS} FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
         params.append(limit)
