@@ -80,6 +80,7 @@ def envelope(rec: JobRecord, files: JobFiles, limit: int) -> dict[str, Any]:
         "status": rec.status,
         "agent": rec.agent,
         "model": rec.model,
+        "via": rec.request.get("via"),
         "output": output,
         "truncated": truncated,
         "output_chars": total,
