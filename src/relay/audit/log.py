@@ -139,8 +139,12 @@ class AuditLog:
             return self._append(event, job_id, data)
 
     def _append(self, event: str, job_id: str | None, data: dict[str, Any]) -> dict[str, Any]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:  # no RELAY_HOME yet (or it was removed): make it, once
+            self.home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, flags, 0o600)
         try:
             lock(fd)
             size = os.fstat(fd).st_size
@@ -158,7 +162,9 @@ class AuditLog:
             line = seal(body)
             _write_all(fd, line + b"\n")
             line_hash = sha256(line)
-            self._tail = _Tail(os.fstat(fd).st_size, tail.seq + 1, line_hash)
+            # Under the exclusive lock every writer appends whole lines, so the log now ends here (a size that
+            # is somehow off only makes the next append read the tail again).
+            self._tail = _Tail(tail.size + len(line) + 1, tail.seq + 1, line_hash)
             _write_head(self.head_path, tail.seq + 1, line_hash)
             return body
         finally:
@@ -175,7 +181,7 @@ def _write_all(fd: int, data: bytes) -> None:
 def _write_head(path: Path, seq: int, line_hash: str) -> None:
     """Overwrite the head record in place: one small write at offset 0 (a rename would cost a flush on ext4)."""
     record = json.dumps({"seq": seq, "hash": line_hash}).encode().ljust(HEAD_RECORD_BYTES - 1) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         os.pwrite(fd, record, 0)
         if os.fstat(fd).st_size > len(record):

@@ -20,7 +20,7 @@ import shutil
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 import anyio
@@ -143,7 +143,7 @@ class Engine:
         job_id = new_job_id()
         prepared = self._prepare(req, job_id)
         ar = prepared.agent_request
-        stored = asdict(req) | {
+        stored = vars(req) | {  # a flat dataclass of scalars: its fields as they are (asdict deep-copies each)
             "cwd": ar.cwd,
             "model": ar.model,
             "permission": ar.permission,

@@ -11,9 +11,10 @@ from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult
 from relay.jobs.envelope import job_title
 from relay.jobs.gitprobe import changed_files
+from relay.jobs.output import write_bytes
 from relay.jobs.state import JobState
 from relay.secrets import redact
-from relay.store import JobRecord
+from relay.store import JobRecord, SessionTurn
 from relay.store.health import disk_full, low_space, os_error
 
 # A stop reason for a job whose output the store could not keep: `store:<ErrorCode>`.
@@ -114,7 +115,7 @@ class Finisher:
         state = self._state
         files = state.files(rec.id)
         text = redact(result.text, state.secrets)
-        files.result.write_text(text, encoding="utf-8")
+        write_bytes(files.result, text.encode("utf-8"), append=False)
         # The prompt file (a prompt passed on stdin) may hold a pasted key: not kept past the job's end.
         with contextlib.suppress(OSError):
             files.stdin.unlink(missing_ok=True)
@@ -130,20 +131,10 @@ class Finisher:
         )
         if error is not None:
             error = RelayError(error.code, redact(error.message, state.secrets), redact(error.hint, state.secrets))
-        if not state.store.finish_job(
-            rec.id,
-            status,
-            exit_code=exit_code,
-            result=payload,
-            error=error.to_dict() if error else None,
-            session_id=result.session_id,
-            model=result.model if result.model else None,
-            output=text,
-        ):
-            return
+        session = None
         if result.session_id:
             req = rec.request
-            state.store.upsert_session(
+            session = SessionTurn(
                 rec.agent,
                 result.session_id,
                 cwd=str(req.get("cwd") or rec.cwd or ""),
@@ -152,3 +143,15 @@ class Finisher:
                 title=job_title(req),
                 cost=result.cost_usd or 0.0,
             )
+        # The final state and the session's turn in one transaction (one commit on the way to the reply).
+        state.store.finish_job(
+            rec.id,
+            status,
+            exit_code=exit_code,
+            result=payload,
+            error=error.to_dict() if error else None,
+            session_id=result.session_id,
+            model=result.model if result.model else None,
+            output=text,
+            session=session,
+        )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 # `git status` of a job's cwd, before and after, must not hold a job up for long.
 GIT_TIMEOUT_S = 5.0
@@ -14,7 +13,7 @@ GIT_TIMEOUT_S = 5.0
 def git_status(cwd: str) -> dict[str, str] | None:
     """Path -> porcelain status (with size and mtime) of a git work tree (None when cwd is not in one, or git is missing)."""
     # Most job folders are not repositories: look for .git before paying for a git process.
-    if not any((folder / ".git").exists() for folder in (Path(cwd), *Path(cwd).parents)) or not shutil.which("git"):
+    if not _in_work_tree(cwd) or not shutil.which("git"):
         return None
     try:
         out = subprocess.run(
@@ -41,6 +40,18 @@ def git_status(cwd: str) -> dict[str, str] | None:
             # Status plus size and mtime: an already-dirty file edited again still counts as changed.
             entries[path] = f"{item[:2]} {stamp}"
     return entries
+
+
+def _in_work_tree(cwd: str) -> bool:
+    """Whether `cwd` or a folder above it holds `.git` (os.path: this runs before every job's spawn)."""
+    folder = os.path.abspath(cwd)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return True
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
 
 
 def changed_files(before: dict[str, str], cwd: str) -> set[str]:

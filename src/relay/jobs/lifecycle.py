@@ -169,8 +169,11 @@ class Lifecycle:
         # Mark the spawn before it happens: a relay killed between here and the shim writing
         # its pid must not run the job a second time after a restart.
         try:
-            files.dir.mkdir(parents=True, exist_ok=True)
-            mark_spawning(files.dir)
+            try:
+                mark_spawning(files.dir)
+            except FileNotFoundError:  # the folder made at submit is gone: make it again
+                files.dir.mkdir(parents=True, exist_ok=True)
+                mark_spawning(files.dir)
             proc = self._spawn(prepared.invocation, files)
         except (OSError, ValueError) as exc:
             raise _SpawnError from exc

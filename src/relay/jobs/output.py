@@ -65,6 +65,18 @@ class LineReader:
         return data
 
 
+def write_bytes(path: Path, data: bytes, *, append: bool) -> None:
+    """Write (or append) `data` with one descriptor and no text layer: a job's result and transcript."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
 # Per file (path, size, mtime): (character, byte) positions at chunk boundaries and the total
 # character count, so paging through a large finished output reads each page, not the whole file.
 _INDEX: dict[tuple[str, int, int], tuple[list[tuple[int, int]], int]] = {}

@@ -7,7 +7,7 @@ import anyio
 from relay.agents.base import Parser
 from relay.events import Event
 from relay.jobs.envelope import clip_event, render_event
-from relay.jobs.output import LineReader
+from relay.jobs.output import LineReader, write_bytes
 from relay.jobs.state import JobState, Live
 
 # Events are stored and forwarded in batches bounded in count and in text, so a flood of output
@@ -53,10 +53,14 @@ class Publisher:
             return
         state = self._state
         events = [(seq, Event(e.type, state.redacted(e.data))) for seq, e in events]
-        state.store.add_events(job_id, events[0][0], [clip_event(e) for _, e in events])
-        with state.files(job_id).dir.joinpath("transcript.txt").open("a", encoding="utf-8") as fh:
-            for _, event in events:
-                fh.write(render_event(event) + "\n")
+        session_id: str | None = None
+        for _, event in events:
+            if event.type == "session.started" and event.data.get("session_id"):
+                session_id = str(event.data["session_id"])
+        # The events and the session id they announce: one transaction, one commit.
+        state.store.add_events(job_id, events[0][0], [clip_event(e) for _, e in events], session_id=session_id)
+        transcript = "".join(render_event(event) + "\n" for _, event in events)
+        write_bytes(state.files(job_id).dir / "transcript.txt", transcript.encode("utf-8"), append=True)
         cap = state.settings.max_cost_usd
         if cap is not None and not live.stop.is_set():
             for _, event in events:
@@ -64,9 +68,9 @@ class Publisher:
                 if isinstance(cost, int | float) and cost > cap:
                     live.stop_reason = "limit:cost"
                     live.stop.set()
+        if not live.listeners:
+            return
         for seq, event in events:
-            if event.type == "session.started" and event.data.get("session_id"):
-                state.store.set_session(job_id, str(event.data["session_id"]))
             for listener in list(live.listeners):
                 try:
                     listener.send_nowait((seq, event))

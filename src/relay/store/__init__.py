@@ -1,5 +1,5 @@
 """SQLite store: jobs, job events, agent sessions. Returns plain dataclasses."""
 
-from relay.store.db import JobRecord, SessionRecord, Store
+from relay.store.db import JobRecord, SessionRecord, SessionTurn, Store
 
-__all__ = ["JobRecord", "SessionRecord", "Store"]
+__all__ = ["JobRecord", "SessionRecord", "SessionTurn", "Store"]

@@ -6,7 +6,8 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -82,6 +83,30 @@ class SessionRecord:
     total_cost_usd: float
     created_at: float
     last_used_at: float
+
+
+@dataclass(frozen=True)
+class SessionTurn:
+    """One more turn of an agent session, as a finished job counts it."""
+
+    agent: str
+    session_id: str
+    cwd: str
+    model: str | None
+    permission: str
+    title: str
+    cost: float
+
+    def params(self, now: float) -> tuple[Any, ...]:
+        return (self.agent, self.session_id, self.cwd, self.model, self.permission, self.title, self.cost, now, now)
+
+
+_UPSERT_SESSION = (
+    "INSERT INTO sessions (agent, session_id, cwd, model, permission, title, turns, total_cost_usd,"
+    " created_at, last_used_at) VALUES (?,?,?,?,?,?,1,?,?,?)"
+    " ON CONFLICT(agent, session_id) DO UPDATE SET turns=turns+1, total_cost_usd=total_cost_usd+excluded.total_cost_usd,"
+    " last_used_at=excluded.last_used_at, model=COALESCE(excluded.model, model)"
+)
 
 
 # The jobs columns in JobRecord's field order (named, so a column added later cannot shift them).
@@ -299,24 +324,39 @@ class Store:
         session_id: str | None,
         model: str | None,
         output: str | None = None,
+        session: SessionTurn | None = None,
     ) -> bool:
-        """Write the final state once (and its audit entry, with `output`); False if another process finished it first."""
-        cur = self._exec(
+        """Write the final state once (and its audit entry, with `output`); False if another process finished it first.
+
+        `session`: the agent session's turn, counted in the same transaction as the final state (one commit).
+        """
+        sql = (
             "UPDATE jobs SET status=?, finished_at=?, exit_code=?, result=?, error=?,"
             " session_id=COALESCE(?, session_id), model=COALESCE(?, model)"
-            " WHERE id=? AND status IN ('queued', 'running')",
-            (
-                status,
-                time.time(),
-                exit_code,
-                json.dumps(result) if result is not None else None,
-                json.dumps(error) if error is not None else None,
-                session_id,
-                model,
-                job_id,
-            ),
+            " WHERE id=? AND status IN ('queued', 'running')"
         )
-        if cur.rowcount != 1:
+        params = (
+            status,
+            time.time(),
+            exit_code,
+            json.dumps(result) if result is not None else None,
+            json.dumps(error) if error is not None else None,
+            session_id,
+            model,
+            job_id,
+        )
+        with self._lock:
+            try:
+                with self._transaction():
+                    changed = self._db.execute(sql, params).rowcount == 1
+                    if changed and session is not None:
+                        self._db.execute(_UPSERT_SESSION, session.params(time.time()))
+            except sqlite3.Error as exc:
+                raise sqlite_error(exc, self.path, self._busy_s) from None
+            finally:
+                if _large(params):
+                    _unbind(self._db, sql, len(params))
+        if not changed:
             return False
         done = finished_data(
             status, exit_code=exit_code, result=result, error=error, model=model, session_id=session_id, output=output
@@ -392,21 +432,40 @@ class Store:
 
     # events -----------------------------------------------------------------------------
 
-    def add_events(self, job_id: str, first_seq: int, events: Sequence[Event]) -> None:
-        if not events:
+    def add_events(
+        self, job_id: str, first_seq: int, events: Sequence[Event], *, session_id: str | None = None
+    ) -> None:
+        """Store events (one transaction: one commit for the batch), and the job's session id when it is new."""
+        if not events and session_id is None:
             return
         now = time.time()
         rows = [(job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str)) for i, e in enumerate(events)]
         sql = "INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)"
         with self._lock:
             try:
-                with self._db:
-                    self._db.executemany(sql, rows)
+                with self._transaction():
+                    if rows:
+                        self._db.executemany(sql, rows)
+                    if session_id is not None:
+                        self._db.execute("UPDATE jobs SET session_id=? WHERE id=?", (session_id, job_id))
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
             finally:
-                if _large(rows[-1]):
+                if rows and _large(rows[-1]):
                     _unbind(self._db, sql, len(rows[-1]))
+
+    @contextmanager
+    def _transaction(self) -> Generator[None]:
+        """One explicit transaction (the connection autocommits each statement otherwise, each a commit)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a failed statement or commit (disk full, busy) leaves nothing half-done
+                with suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            raise
 
     def max_event_seq(self, job_id: str) -> int:
         row = self._exec("SELECT MAX(seq) FROM events WHERE job_id=?", (job_id,)).fetchone()
@@ -432,14 +491,8 @@ class Store:
         title: str,
         cost: float,
     ) -> None:
-        now = time.time()
-        self._exec(
-            "INSERT INTO sessions (agent, session_id, cwd, model, permission, title, turns, total_cost_usd,"
-            " created_at, last_used_at) VALUES (?,?,?,?,?,?,1,?,?,?)"
-            " ON CONFLICT(agent, session_id) DO UPDATE SET turns=turns+1, total_cost_usd=total_cost_usd+excluded.total_cost_usd,"
-            " last_used_at=excluded.last_used_at, model=COALESCE(excluded.model, model)",
-            (agent, session_id, cwd, model, permission, title, cost, now, now),
-        )
+        turn = SessionTurn(agent, session_id, cwd, model, permission, title, cost)
+        self._exec(_UPSERT_SESSION, turn.params(time.time()))
 
     def get_session(self, session_id: str, agent: str | None = None) -> SessionRecord | None:
         if agent:
