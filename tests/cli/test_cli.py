@@ -42,8 +42,40 @@ def test_run_prints_the_answer_and_jobs_lists_it(relay_home: Path, workdir: Path
     assert out.stdout == "hi from mock\n"
     jobs = relay("jobs", home=relay_home, cwd=workdir)
     header, row = jobs.stdout.splitlines()
-    assert header.split() == ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]
-    assert row.split()[1:3] == ["claude", "completed"] and row.endswith("say hi")
+    assert header.split() == ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "PROMPT"]
+    assert row.split()[1:4] == ["claude", "cli/run", "completed"] and row.endswith("say hi")
+
+
+@pytest.mark.usefixtures("configured")
+def test_jobs_filters_on_where_a_job_came_from_and_ask_records_cli_ask(relay_home: Path, workdir: Path) -> None:
+    from tests.api.mock_servers import MockServer, Reply
+
+    assert relay("run", "claude", "say hi", home=relay_home, cwd=workdir).returncode == 0
+    with MockServer("anthropic") as mock:
+        mock.script(Reply(text="the answer"))
+        env = {
+            **os.environ,
+            "RELAY_HOME": str(relay_home),
+            "RELAY_ANTHROPIC_BASE_URL": mock.base_url,
+            "ANTHROPIC_API_KEY": "sk-ant-test-0123456789abcdefghij",
+        }
+        asked = subprocess.run(
+            [RELAY, "ask", "sonnet", "a question"],
+            env=env,
+            cwd=str(workdir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    assert asked.returncode == 0, asked.stderr
+    every = json.loads(relay("jobs", "--json", home=relay_home, cwd=workdir).stdout)
+    assert [e["via"] for e in every] == ["cli/ask", "cli/run"]
+    runs = json.loads(relay("jobs", "--json", "--via", "cli/run", home=relay_home, cwd=workdir).stdout)
+    assert [e["job_id"] for e in runs] == [every[1]["job_id"]]
+    table = relay("jobs", "--via", "cli/", home=relay_home, cwd=workdir).stdout.splitlines()
+    assert [line.split()[2] for line in table[1:]] == ["cli/ask", "cli/run"]
+    assert relay("jobs", "--via", "core/", home=relay_home, cwd=workdir).stdout.strip() == "no jobs"
 
 
 @pytest.mark.usefixtures("configured")
@@ -60,6 +92,7 @@ def test_show_and_tail_read_a_finished_job(relay_home: Path, workdir: Path) -> N
     (job,) = Store(relay_home / "relay.db").list_jobs()
     show = relay("show", job.id[:6], home=relay_home, cwd=workdir)
     assert "status     completed" in show.stdout and "hi from mock" in show.stdout
+    assert ["via", "cli/run"] in [line.split() for line in show.stdout.splitlines()]
     tail = relay("tail", job.id, home=relay_home, cwd=workdir)
     assert "[assistant] hi from mock" in tail.stdout
     raw = relay("tail", job.id, "--raw", home=relay_home, cwd=workdir)

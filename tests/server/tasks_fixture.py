@@ -135,9 +135,14 @@ class FixtureHost:
         self.catalog = catalog
 
     async def run(
-        self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+        self,
+        registered: RegisteredTool,
+        arguments: dict[str, Any],
+        ctx: Context[Any, Any] | None,
+        *,
+        via: str | None = None,
     ) -> CallToolResult | InputRequiredResult:
-        return await self.catalog.run(registered, arguments, ctx)
+        return await self.catalog.run(registered, arguments, ctx, via=via)
 
 
 class FixtureServer(MCPServer[Any]):

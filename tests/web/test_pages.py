@@ -16,7 +16,7 @@ from relay.tracker import TaskStore, resolve_project
 from tests.web.conftest import HTML, DashboardFactory, Jobs, wait_until
 
 
-def test_the_jobs_page_lists_each_job_with_status_agent_model_cwd_age_duration_and_cost(
+def test_the_jobs_page_lists_each_job_with_status_agent_via_model_cwd_age_duration_and_cost(
     dashboard: DashboardFactory, jobs: Jobs, workdir: Path
 ) -> None:
     job = jobs.run("say hi")
@@ -28,11 +28,12 @@ def test_the_jobs_page_lists_each_job_with_status_agent_model_cwd_age_duration_a
     assert cells[0] == ["completed"]
     assert cells[1][0] == job.id and cells[1][1:] == ["say", "hi"]
     assert cells[2] == ["claude"]
-    assert cells[3] == [job.model or "-"]
-    assert cells[4] == [str(workdir)]
-    assert cells[5][-1] == "ago"
-    assert cells[6][0].endswith("s")
-    assert cells[7] == ["$0.0002"]
+    assert cells[3] == ["cli/run"]  # started by `relay run`
+    assert cells[4] == [job.model or "-"]
+    assert cells[5] == [str(workdir)]
+    assert cells[6][-1] == "ago"
+    assert cells[7][0].endswith("s")
+    assert cells[8] == ["$0.0002"]
 
 
 def test_the_jobs_page_filters_by_status_agent_and_text_and_pages_on_the_server(
@@ -46,6 +47,10 @@ def test_the_jobs_page_filters_by_status_agent_and_text_and_pages_on_the_server(
     assert f"job-{failed.id}" in only_failed and f"job-{ok.id}" not in only_failed
     by_text = client.get("/jobs?q=alpha", headers=HTML).text
     assert f"job-{ok.id}" in by_text and f"job-{failed.id}" not in by_text
+    by_via = client.get("/jobs?q=cli/run", headers=HTML).text  # the search covers where a job came from
+    assert f"job-{ok.id}" in by_via and f"job-{failed.id}" in by_via
+    other_via = client.get("/jobs?q=powerspawn/", headers=HTML).text
+    assert "job-" not in other_via.split("<tbody>")[1].split("</tbody>")[0]
     other_agent = client.get("/jobs?agent=codex", headers=HTML).text
     assert "job-" not in other_agent.split("<tbody>")[1].split("</tbody>")[0]
     beyond = client.get("/jobs?page=2", headers=HTML).text
@@ -63,6 +68,7 @@ def test_a_job_page_shows_the_envelope_transcript_stderr_and_files_changed(
     stderr = re.search(r'<pre id="stderr"[^>]*>(.*?)</pre>', page.text, re.S)
     assert stderr is not None and "warning from the cli" in stderr.group(1)
     assert "&#34;status&#34;: &#34;completed&#34;" in page.text  # the envelope, escaped JSON
+    assert '<dt>Via</dt><dd id="f-via">cli/run</dd>' in page.text  # started by `relay run`
     assert '<ul id="files"><li class="empty">none</li></ul>' in page.text
     assert 'id="cancel-form"' not in page.text  # a finished job has nothing to cancel
 

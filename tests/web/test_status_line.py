@@ -155,7 +155,7 @@ def test_jobs_watch_on_a_terminal_redraws_the_table_as_a_job_changes_and_stops_o
     seen = b""
     try:
         deadline = time.monotonic() + 60
-        while not re.search(rf"{started.job.id}\s+claude\s+completed".encode(), seen.split(HOME_CLEAR)[-1]):
+        while not re.search(rf"{started.job.id}\s+claude\s+cli/run\s+completed".encode(), seen.split(HOME_CLEAR)[-1]):
             assert time.monotonic() < deadline, seen[-2000:]
             ready, _, _ = select.select([master], [], [], 0.2)
             if ready:
@@ -169,7 +169,7 @@ def test_jobs_watch_on_a_terminal_redraws_the_table_as_a_job_changes_and_stops_o
         if proc.stderr:
             proc.stderr.close()
     frames = seen.split(HOME_CLEAR)
-    assert any(re.search(rf"{started.job.id}\s+claude\s+running".encode(), f) for f in frames)
+    assert any(re.search(rf"{started.job.id}\s+claude\s+cli/run\s+running".encode(), f) for f in frames)
 
 
 def test_jobs_watch_without_a_terminal_prints_the_table_once(jobs: Jobs, relay_home: Path, workdir: Path) -> None:
@@ -184,8 +184,8 @@ def test_jobs_watch_without_a_terminal_prints_the_table_once(jobs: Jobs, relay_h
     )
     assert out.returncode == 0
     lines = out.stdout.decode().splitlines()
-    assert lines[0].split() == ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]
-    assert lines[1].split()[:3] == [job.id, "claude", "completed"] and len(lines) == 2
+    assert lines[0].split() == ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "PROMPT"]
+    assert lines[1].split()[:4] == [job.id, "claude", "cli/run", "completed"] and len(lines) == 2
 
 
 def test_on_a_terminal_ask_shows_the_status_line_until_the_answer_streams(tmp_path: Path, workdir: Path) -> None:

@@ -30,6 +30,7 @@ def ask_command(args: argparse.Namespace) -> int:
     from relay.ask import AskArgs, ask_envelope, submit_ask
     from relay.config import load_settings
     from relay.jobs.engine import Engine
+    from relay.jobs.request import submitted_via
 
     settings = load_settings()
     request = AskArgs(
@@ -48,7 +49,8 @@ def ask_command(args: argparse.Namespace) -> int:
         from relay.cli._status import for_job
 
         async with Engine(settings).running() as engine:
-            job_id = await submit_ask(engine, request)
+            with submitted_via("cli/ask"):
+                job_id = await submit_ask(engine, request)
             events = engine.subscribe(job_id)
             # On a terminal, a live line on stderr until the answer starts (then it is erased).
             status = for_job(engine, job_id, sys.stderr)

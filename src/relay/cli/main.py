@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     jobs = sub.add_parser("jobs", help="list recent jobs")
     jobs.add_argument("--status", action="append", help="filter by status (repeatable)")
     jobs.add_argument("--agent")
+    jobs.add_argument("--via", help="only jobs whose via starts with this (core/, powerspawn/spawn_codex, cli/run)")
     jobs.add_argument("--limit", type=int, default=20)
     jobs.add_argument("--json", action="store_true")
     jobs.add_argument("--watch", action="store_true", help="on a terminal, redraw the table every second")
@@ -172,6 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         session_id=args.session_id,
         permission=args.permission,
         timeout_s=args.timeout,
+        via="cli/run",
     )
 
     async def go() -> dict[str, Any]:
@@ -223,7 +225,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
         return watch(render, sys.stdout)
     if args.json:
-        records = engine.list(statuses=args.status or (), agent=args.agent, limit=args.limit)
+        records = engine.list(statuses=args.status or (), agent=args.agent, via=args.via, limit=args.limit)
         print(json.dumps([engine.envelope(r.id) for r in records], indent=2))
         return 0
     print(_jobs_table(engine, args))
@@ -232,12 +234,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 def _jobs_table(engine: Any, args: argparse.Namespace) -> str:
     from relay.jobs.envelope import job_title
+    from relay.jobs.request import via_of
 
-    records = engine.list(statuses=args.status or (), agent=args.agent, limit=args.limit)
+    records = engine.list(statuses=args.status or (), agent=args.agent, via=args.via, limit=args.limit)
     rows = [
         [
             r.id,
             r.agent,
+            via_of(r) or "-",
             r.status,
             r.model or "-",
             _ago(r.created_at),
@@ -245,7 +249,7 @@ def _jobs_table(engine: Any, args: argparse.Namespace) -> str:
         ]
         for r in records
     ]
-    return _table(rows, ["JOB", "AGENT", "STATUS", "MODEL", "CREATED", "PROMPT"]) if rows else "no jobs"
+    return _table(rows, ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "PROMPT"]) if rows else "no jobs"
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -258,6 +262,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     fields = [
         ("job", env["job_id"]),
         ("agent", env["agent"]),
+        ("via", env.get("via") or "-"),
         ("status", env["status"]),
         ("model", env["model"] or "-"),
         ("session", env["session_id"] or "-"),
@@ -332,7 +337,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                     try:
                         ids[report.name] = engine.submit(
                             JobRequest(
-                                agent=report.name, prompt="Reply with the single word: ok", timeout_s=args.smoke_timeout
+                                agent=report.name,
+                                prompt="Reply with the single word: ok",
+                                timeout_s=args.smoke_timeout,
+                                via="cli/doctor",
                             )
                         )
                     except RelayError as err:

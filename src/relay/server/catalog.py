@@ -16,6 +16,7 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import BaseModel, ValidationError
 
 from relay.errors import ErrorCode, RelayError
+from relay.jobs.request import submitted_via
 from relay.server.results import error_result, json_result, model_result
 from relay.server.toolsets import BUILTIN, PROFILES, Exposure, load_toolset
 from relay.server.toolsets._registry import (
@@ -167,16 +168,25 @@ class Catalog:
         )
 
     async def run(
-        self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+        self,
+        registered: RegisteredTool,
+        arguments: dict[str, Any],
+        ctx: Context[Any, Any] | None,
+        *,
+        via: str | None = None,
     ) -> CallToolResult | InputRequiredResult:
-        """Run a tool; an `InputRequiredResult` (the tool asks the client for input, SEP-2322) passes through."""
+        """Run a tool; an `InputRequiredResult` (the tool asks the client for input, SEP-2322) passes through.
+
+        The jobs the tool submits record `via` (default the tool's `toolset/tool`) as where they came from.
+        """
         valid = registered.valid_arguments()
         unknown = [k for k in arguments if k not in valid]
         if unknown:
             make = registered.unknown_argument or unknown_argument_error
             return error_result(make(registered.name, unknown, valid))
         try:
-            value = await registered.tool.run(arguments, ctx if ctx is not None else Context())
+            with submitted_via(via or registered.via):
+                value = await registered.tool.run(arguments, ctx if ctx is not None else Context())
         except ToolError as exc:
             return error_result(self._translate(registered, exc))
         return value if isinstance(value, InputRequiredResult) else as_result(value)

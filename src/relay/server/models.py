@@ -26,6 +26,7 @@ class Envelope(BaseModel):
     status: str = Field(description="queued, running, completed, failed, cancelled, timed_out or interrupted")
     agent: str
     model: str | None = None
+    via: str | None = Field(None, description="the tool or command that started it, e.g. core/delegate")
     output: str = Field("", description="final answer, at most the output limit")
     truncated: bool = False
     output_chars: int = 0
@@ -45,6 +46,7 @@ class Envelope(BaseModel):
 class JobSummary(BaseModel):
     job_id: str
     agent: str
+    via: str | None = None
     status: str
     model: str | None = None
     created_at: float

@@ -56,6 +56,7 @@ from pydantic import Field
 from relay.errors import RelayError
 from relay.events import AgentResult, Event
 from relay.jobs.engine import Engine
+from relay.jobs.request import submitted_via
 from relay.server.models import AskEnvelope
 from relay.server.results import envelope_result, json_result
 from relay.server.task_input import (
@@ -96,8 +97,18 @@ class ToolHost(Protocol):
     def exposed(self) -> dict[str, RegisteredTool]: ...
 
     async def run(
-        self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context[Any, Any] | None
+        self,
+        registered: RegisteredTool,
+        arguments: dict[str, Any],
+        ctx: Context[Any, Any] | None,
+        *,
+        via: str | None = None,
     ) -> CallToolResult | InputRequiredResult: ...
+
+
+def task_via(registered: RegisteredTool) -> str:
+    """What jobs started by a task-augmented call record as where they came from: "core/delegate+task"."""
+    return f"{registered.via}+task"
 
 
 class TaskParams(RequestParams):
@@ -255,7 +266,7 @@ class TasksExtension(Extension):
             return self._start_call(engine, registered, arguments, TaskRun(ctx.protocol_version, caps, seed))
         # delegate and ask submit their job and hand it back at once in async mode.
         context = TaskContext(ctx.protocol_version, caps, seed)
-        result = await self.catalog().run(registered, {**arguments, "mode": "async"}, context)
+        result = await self.catalog().run(registered, {**arguments, "mode": "async"}, context, via=task_via(registered))
         job_id = _member(result.structured_content, "job_id") if isinstance(result, CallToolResult) else None
         if not isinstance(job_id, str):
             return result  # refused before any job existed (bad arguments, unknown agent): an ordinary result
@@ -300,7 +311,8 @@ class TasksExtension(Extension):
             delay = STATE_ONLY_BACKOFF_S[0]
             while True:
                 params = InputResponseRequestParams(input_responses=answers, request_state=state)
-                result = await catalog.run(registered, arguments, TaskContext(run.version, run.capabilities, params))
+                context = TaskContext(run.version, run.capabilities, params)
+                result = await catalog.run(registered, arguments, context, via=task_via(registered))
                 if not isinstance(result, InputRequiredResult):
                     return result
                 state = result.request_state
@@ -328,7 +340,10 @@ class TasksExtension(Extension):
             text = "\n".join(c.text for c in result.content if isinstance(c, TextContent))
             return AgentResult(ok=not result.is_error, text=text)
 
-        job_id = engine.submit_task(f"mcp:{registered.name}", {"tool": registered.name, "arguments": arguments}, job)
+        with submitted_via(task_via(registered)):
+            job_id = engine.submit_task(
+                f"mcp:{registered.name}", {"tool": registered.name, "arguments": arguments}, job
+            )
         # Recorded before the task can run (it starts at the next await) and before its id is returned.
         return self._created(job_id, registered.name, "call", engine, task_id)
 

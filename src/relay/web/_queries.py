@@ -61,7 +61,7 @@ class JobQueries:
             params.append(agent)
         if text:
             escaped = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            columns = ("id", "json_extract(request, '$.prompt')", "cwd", "model")
+            columns = ("id", "json_extract(request, '$.prompt')", "cwd", "model", "json_extract(request, '$.via')")
             where.append("(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in columns) + ")")
             params += [escaped] * len(columns)
         sql = "SELECT id FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")

@@ -16,6 +16,7 @@ from relay.config import Settings
 from relay.errors import RelayError
 from relay.jobs.engine import Engine
 from relay.jobs.envelope import job_title
+from relay.jobs.request import via_of
 from relay.store import JobRecord
 from relay.web._queries import JobQueries
 
@@ -88,6 +89,7 @@ def job_row(rec: JobRecord, now: float | None = None) -> dict[str, Any]:
         "id": rec.id,
         "status": rec.status,
         "agent": rec.agent,
+        "via": via_of(rec) or "",
         "model": rec.model or "",
         "cwd": rec.cwd or "",
         "title": job_title(rec.request, 80),

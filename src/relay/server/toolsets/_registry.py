@@ -81,6 +81,11 @@ class RegisteredTool:
     def description(self) -> str:
         return self.tool.description
 
+    @property
+    def via(self) -> str:
+        """What the jobs this tool submits record as where they came from: "core/delegate", "zen/consensus"."""
+        return f"{self.toolset}/{self.name}"
+
     def valid_arguments(self) -> list[str]:
         return list(self.input_schema.get("properties", {}))
 

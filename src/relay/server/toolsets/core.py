@@ -13,6 +13,7 @@ from relay import __version__
 from relay.agents import get_adapter, known_agents
 from relay.jobs.engine import Engine, JobRequest, job_cursor
 from relay.jobs.envelope import job_title
+from relay.jobs.request import via_of
 from relay.server.models import (
     AgentInfo,
     AskEnvelope,
@@ -157,6 +158,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         session_id: str | None = None,
         limit: Annotated[int, Field(ge=1, le=500)] = 20,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+        via: Annotated[str | None, Field(description="prefix of the starting tool, e.g. powerspawn/")] = None,
     ) -> Annotated[CallToolResult, JobList]:
         async def go() -> CallToolResult:
             records = deps.engine().list(
@@ -166,11 +168,13 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 session_id=session_id,
                 limit=limit,
                 cursor=cursor,
+                via=via,
             )
             jobs = [
                 JobSummary(
                     job_id=r.id,
                     agent=r.agent,
+                    via=via_of(r),
                     status=r.status,
                     model=r.model,
                     created_at=r.created_at,

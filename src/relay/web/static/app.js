@@ -57,7 +57,7 @@
     function matches(r) {
       if (statuses.length && !statuses.includes(r.status)) return false;
       if (agent && r.agent !== agent) return false;
-      if (q && ![r.id, r.title, r.cwd, r.model].some((v) => String(v || "").toLowerCase().includes(q))) return false;
+      if (q && ![r.id, r.title, r.cwd, r.model, r.via].some((v) => String(v || "").toLowerCase().includes(q))) return false;
       return true;
     }
     function render(r) {
@@ -67,6 +67,7 @@
         el("td", {}, [el("span", { class: "badge s-" + r.status }, [r.status])]),
         el("td", {}, [link, el("div", { class: "title" }, [r.title])]),
         el("td", {}, [r.agent]),
+        el("td", { class: "via" }, [r.via || "-"]),
         el("td", {}, [r.model || "-"]),
         el("td", { class: "cwd", title: r.cwd }, [r.cwd || "-"]),
         el("td", { "data-ts": r.created_at }, [ago(r.created_at)]),
