@@ -5,8 +5,12 @@ a preexec_fn, which forces a real fork() of the calling process: in relay's larg
 that costs milliseconds per job. This helper is small, so its fork is cheap. relay starts it once,
 sends one JSON request per line on its stdin ({argv, env, cwd, stdin, stdout, stderr}: paths for
 the three streams, stdin null for /dev/null; argv[0] an absolute path) and reads one JSON reply per
-line: {"pid": N} once the child has exec'd, or {"errno": N, "error": "..."} when the spawn failed (a
-missing cwd, an unopenable file, an exec that failed). The pid is never sent before the child leads
+line: {"pid": N} once the child has exec'd, {"errno": N, "error": "..."} when the spawn failed (a
+missing cwd, an unopenable file, an exec that failed), or {"cwd_now": "...", "error": "..."} when the
+child, once in `cwd`, was not in that directory (getcwd() named another: a symlink was swapped into
+the path after relay checked it) and so did not exec. `cwd` is the path relay resolved and checked;
+getcwd() names the directory the child holds, found from that directory and not by a lookup of the
+path, so the answer cannot be raced (launcher.py says more). The pid is never sent before the child leads
 its own session: relay may signal the job's group (killpg) as soon as it has the pid, so the group
 must exist by then. The child tells through a pipe whose write end is close-on-exec: EOF means it
 exec'd (after prctl and setsid), bytes are the errno and message of what failed; the wait is bounded
@@ -39,6 +43,8 @@ MAX_FD = 65536
 # How long a forked child may take to exec before it is killed and the spawn reported as failed
 # (relay waits ZYGOTE_REPLY_S = 10 s for the whole reply; this must stay below that).
 CHILD_START_S = 8.0
+# What a child writes to its `ready` pipe, before where it is, when that is not the cwd it was asked for.
+CWD_CHANGED = b"cwd\0"
 
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
@@ -75,6 +81,13 @@ def _exec_child(req: dict[str, Any], fds: tuple[int, int, int], ready: int) -> N
             signal.signal(sig, signal.SIG_DFL)  # Python's own dispositions must not reach the job
         if req["cwd"]:
             os.chdir(req["cwd"])
+            try:
+                here = os.getcwd()  # the directory this process is in, named by the kernel
+            except OSError:
+                here = ""  # removed since the chdir: it has no path any more
+            if here != req["cwd"]:
+                os.write(ready, CWD_CHANGED + os.fsencode(here))
+                return  # no exec: the job never runs outside the directory relay checked
         argv: list[str] = req["argv"]
         os.execve(argv[0], argv, req["env"])
     except BaseException as exc:  # the child must never return into the helper's loop
@@ -102,6 +115,9 @@ class Starting:
             return None
         if not self._report:
             return {"pid": self.pid}
+        if self._report.startswith(CWD_CHANGED):
+            here = os.fsdecode(self._report[len(CWD_CHANGED) :])
+            return {"cwd_now": here, "error": f"the job's process found itself in {here or 'a removed directory'!r}"}
         code, _, message = self._report.decode(errors="replace").partition(":")
         return {"errno": int(code) if code.isdigit() else 0, "error": message or "the job's process could not start"}
 

@@ -8,6 +8,23 @@ process (`_zygote.py`) that forks cheaply and does the prctl; until that helper 
 it breaks, relay spawns directly with a preexec_fn (slower, same result). Either way the pid comes
 back only once the shim has exec'd in its own session (the helper waits on a close-on-exec pipe, as
 Popen does), so the job's process group exists before relay can signal it.
+
+The job's directory is checked where it is used. relay resolves a job's cwd and checks it against
+the allowed roots, then hands the resolved path here; a symlink swapped into that path in between
+would have the job start outside the roots. So the process about to exec (the helper's child, or
+relay's own child through a preexec_fn) changes into the path, asks the kernel where it actually is
+(`os.getcwd()`) and execs only if that is exactly the path relay checked; otherwise it reports where
+it is and exits, and the spawn fails with `CwdChanged`. That answer is race-free: getcwd() is
+computed from the directory the process holds (its working directory), not by looking a path up,
+so nothing swapped into the path before or after the chdir can make another directory report the
+checked path, and the path it reports has no symlink in it. (Comparing st_dev/st_ino with a stat
+relay made would not be: that stat is one more lookup of the path, which can itself race with the
+check.) The portable runtime's spawn has no preexec_fn (it would turn Popen's vfork into a full fork
+on Linux), so there relay holds the directory open, asks the kernel the path of the directory it
+holds (/proc/self/fd/N: computed from the directory, as getcwd() is) and the child enters that very
+directory through the descriptor; without /proc (macOS, the BSDs, where Popen forks anyway when it is
+given a cwd) a preexec_fn checks getcwd(). No extra process, no extra round trip: the check rides on
+the exec report each spawn already waits for.
 """
 
 from __future__ import annotations
@@ -22,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -40,7 +57,11 @@ ZYGOTE_KILL_WAIT_S = 5.0
 
 @dataclass(frozen=True)
 class Launch:
-    """What to start: argv with its environment and cwd; the three streams as paths (stdin None: /dev/null)."""
+    """What to start: argv with its environment and cwd; the three streams as paths (stdin None: /dev/null).
+
+    `cwd` is a resolved path (no symlink in it, as relay checked it): the process starts there and
+    nowhere else (CwdChanged).
+    """
 
     argv: Sequence[str]
     env: Mapping[str, str]
@@ -55,16 +76,98 @@ class Launch:
 _prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
 
 
+class CwdChanged(Exception):
+    """The job's process, once in its cwd, was not in the directory relay checked: it did not exec.
+
+    `actual` is where it was (getcwd()), "" if that directory no longer had a path (removed).
+    """
+
+    def __init__(self, expected: str, actual: str) -> None:
+        super().__init__(f"the job's process found itself in {actual or 'a removed directory'!r}, not in {expected!r}")
+        self.expected = expected
+        self.actual = actual
+
+
+def where_am_i() -> str:
+    """This process's working directory as the kernel names it ("" once it was removed). See the module doc."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
 def _prctl_subreaper() -> None:
     if _prctl is not None:
         _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def spawn_direct(launch: Launch, *, subreaper: bool = True) -> subprocess.Popen[bytes]:
-    """Spawn from this process (fork + prctl in the child): always works, costs a full fork.
+# Where the kernel lists this process's open files (Linux): a directory held open can be entered as
+# `/proc/self/fd/N` (in the child too, which inherits the descriptor), with no lookup of its own path.
+_FD_LINKS = "/proc/self/fd"
+_HAS_FD_LINKS = os.path.isdir(_FD_LINKS)
+# Opens a directory to enter it, without needing read permission on it (Linux), as chdir() does.
+_O_DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 
-    Without `subreaper` (the portable runtime) no preexec_fn runs, so the spawn stays cheap.
+
+def spawn_direct(launch: Launch, *, subreaper: bool = True) -> subprocess.Popen[bytes]:
+    """Spawn from this process, in `launch.cwd` only if that is the directory relay checked (else CwdChanged).
+
+    With `subreaper` (the Linux runtime, before its helper is up) a preexec_fn does the prctl and the
+    cwd check in the child: a full fork. Without it (the portable runtime) on Linux, relay opens the
+    directory, asks the kernel the path of the directory it holds (computed from the directory, as
+    getcwd() is: race-free) and the child enters exactly that directory through /proc/self/fd/N: no
+    preexec_fn, so Popen keeps its cheap vfork. Where there is no /proc (macOS, the BSDs: Popen
+    forks there anyway when given a cwd) a preexec_fn does the check.
     """
+    cwd = launch.cwd
+    if cwd is None:
+        return _popen(launch, None, _prctl_subreaper if subreaper else None)
+    if not subreaper and _HAS_FD_LINKS:
+        held = os.open(cwd, _O_DIR)
+        try:
+            here = os.readlink(f"{_FD_LINKS}/{held}")  # "<path> (deleted)" once removed: never equal
+            if here != cwd:
+                raise CwdChanged(cwd, here)
+            return _popen(launch, f"{_FD_LINKS}/{held}", None)
+        finally:
+            os.close(held)
+    return _checked_in_the_child(launch, cwd, subreaper)
+
+
+def _checked_in_the_child(launch: Launch, cwd: str, subreaper: bool) -> subprocess.Popen[bytes]:
+    """Popen with a preexec_fn that (after Popen's chdir, before the exec) does the prctl and checks the cwd.
+
+    On a cwd that is not the one relay checked it writes where it is to `report` and raises: Popen
+    then fails with SubprocessError (it carries no detail from a preexec_fn), which becomes CwdChanged.
+    """
+    report_r, report_w = os.pipe()  # close-on-exec both (PEP 446): only a failing child writes to it
+
+    def in_the_child() -> None:
+        if subreaper:
+            _prctl_subreaper()
+        here = where_am_i()
+        if here != cwd:
+            os.write(report_w, b"@" + os.fsencode(here))
+            raise CwdChanged(cwd, here)
+
+    try:
+        return _popen(launch, cwd, in_the_child)
+    except subprocess.SubprocessError:
+        # Popen returns only once the child is done with it: what it wrote is there now.
+        os.set_blocking(report_r, False)
+        try:
+            said = os.read(report_r, 65536)
+        except BlockingIOError:
+            said = b""
+        if said.startswith(b"@"):
+            raise CwdChanged(cwd, os.fsdecode(said[1:])) from None
+        raise
+    finally:
+        os.close(report_r)
+        os.close(report_w)
+
+
+def _popen(launch: Launch, cwd: str | None, preexec: Callable[[], None] | None) -> subprocess.Popen[bytes]:
     with contextlib.ExitStack() as stack:
         stdin: IO[bytes] | int = (
             stack.enter_context(launch.stdin.open("rb")) if launch.stdin is not None else subprocess.DEVNULL
@@ -76,11 +179,11 @@ def spawn_direct(launch: Launch, *, subreaper: bool = True) -> subprocess.Popen[
             stdin=stdin,
             stdout=out,
             stderr=err,
-            cwd=launch.cwd,
+            cwd=cwd,
             env=dict(launch.env),
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_prctl_subreaper if subreaper else None,
+            preexec_fn=preexec,
         )
 
 
@@ -174,6 +277,8 @@ class _Zygote:
             raise OSError("relay's spawn helper stopped answering") from None
         if "pid" in reply:
             return int(reply["pid"])
+        if "cwd_now" in reply:
+            raise CwdChanged(launch.cwd or "", str(reply["cwd_now"]))
         raise _SpawnFailed(int(reply.get("errno") or 0), str(reply.get("error", "spawn failed")))
 
     def _send(self, launch: Launch) -> tuple[subprocess.Popen[bytes], int] | None:
@@ -265,6 +370,7 @@ def spawn(launch: Launch, *, subreaper: bool = True) -> tuple[int, subprocess.Po
     """Start `launch`; returns its pid and, when relay forked it itself, the Popen to reap it with.
 
     Without `subreaper` (the portable runtime) there is nothing for the helper to do: spawn directly.
+    CwdChanged if the process, once in `launch.cwd`, was somewhere else (it did not exec).
     """
     if not subreaper:
         popen = spawn_direct(launch, subreaper=False)

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import anyio
 
+from relay.errors import ErrorCode, RelayError
 from relay.runtime import choice, launcher, procinfo
 from relay.runtime.invocation import Invocation
 from relay.runtime.seam import ExitWatch
@@ -265,7 +266,9 @@ class AttachedProcess(_ShimProcess):
 def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
     """Start the invocation in a new session (its own process group) under the runtime's shim, output to files.
 
-    RelayError (UNSUPPORTED_PLATFORM) where the runtime cannot run CLI jobs (Windows).
+    RelayError (UNSUPPORTED_PLATFORM) where the runtime cannot run CLI jobs (Windows); RelayError
+    (CWD_NOT_ALLOWED) if the process, once in `invocation.cwd`, found itself in another directory (a
+    symlink swapped into the path after relay checked it): it never exec'd, so neither did the agent.
     """
     runtime = choice.active().runtime
     runtime.check_spawn()
@@ -273,7 +276,27 @@ def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
     files.dir.mkdir(parents=True, exist_ok=True)
     if invocation.stdin_text is not None:
         files.stdin.write_text(invocation.stdin_text, encoding="utf-8")
-    pid, popen = launcher.spawn(
+    try:
+        pid, popen = _launch(invocation, files, subreaper)
+    except launcher.CwdChanged as exc:
+        raise cwd_swapped(exc) from None
+    return SpawnedProcess(pid, popen, files)
+
+
+def cwd_swapped(exc: launcher.CwdChanged) -> RelayError:
+    """The error of a job whose process was not in the directory relay checked (it did not start)."""
+    found = repr(exc.actual) if exc.actual else "a directory that had been removed"
+    return RelayError(
+        ErrorCode.CWD_NOT_ALLOWED,
+        f"cwd {exc.expected!r} changed between relay's check and the job's start: the job's process found "
+        f"itself in {found}, so the agent was not started",
+        "something replaced the directory (a symlink or a move) after relay checked it against the allowed "
+        "roots; make sure nothing rewrites that path, then submit the job again",
+    )
+
+
+def _launch(invocation: Invocation, files: JobFiles, subreaper: bool) -> tuple[int, subprocess.Popen[bytes] | None]:
+    return launcher.spawn(
         launcher.Launch(
             argv=[
                 "/bin/sh",
@@ -293,7 +316,6 @@ def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
         ),
         subreaper=subreaper,
     )
-    return SpawnedProcess(pid, popen, files)
 
 
 def attach(pid: int, start_ticks: int | None, files: JobFiles) -> AttachedProcess:
