@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -215,3 +216,15 @@ async def test_the_spawn_helpers_child_does_not_exec_in_a_swapped_cwd_and_the_he
             await anyio.sleep(0.02)
     assert logged(log) == [str(checked)] and (checked / "ran").exists()
     assert not (tmp_path / "moved" / "ran").exists()
+
+
+def test_on_macos_the_cwd_check_ignores_case_and_unicode_normalization(monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay.runtime.launcher import same_place
+
+    typed, stored = "/Users/me/Work/Proj\u00e9t", "/Users/me/work/Proje\u0301t"  # NFC vs NFD, W vs w
+    assert not same_place(typed, stored)  # exact where names are exact (Linux)
+    assert same_place(typed, typed)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert same_place(typed, stored)
+    assert not same_place(typed, "/Users/me/elsewhere")
+    assert not same_place(typed, "")  # the directory was removed

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,20 @@ def where_am_i() -> str:
         return ""
 
 
+def same_place(expected: str, here: str) -> bool:
+    """Whether getcwd()'s `here` names the directory relay checked as `expected`.
+
+    On macOS the usual volumes ignore case and Unicode normalization and getcwd() gives the names as
+    stored, so a cwd typed `~/Work/Projet` (NFC) may come back as `~/work/Projet` (NFD): compared
+    folded there. Elsewhere the names must match exactly.
+    """
+    if here == expected:
+        return True
+    if sys.platform != "darwin" or not here:
+        return False
+    return unicodedata.normalize("NFD", here).casefold() == unicodedata.normalize("NFD", expected).casefold()
+
+
 def _prctl_subreaper() -> None:
     if _prctl is not None:
         _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -146,7 +161,7 @@ def _checked_in_the_child(launch: Launch, cwd: str, subreaper: bool) -> subproce
         if subreaper:
             _prctl_subreaper()
         here = where_am_i()
-        if here != cwd:
+        if not same_place(cwd, here):
             os.write(report_w, b"@" + os.fsencode(here))
             raise CwdChanged(cwd, here)
 
