@@ -19,6 +19,7 @@ from pathlib import Path
 from relay.config import load_settings
 from relay.threads import NewTurn, Threads, new_thread_id
 from relay.tracker import TaskStore, resolve_project
+from tests.conftest import kill_jobs_under
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "dashboard"
@@ -116,6 +117,7 @@ def main() -> None:
         running.terminate()
         server.wait(30)
         running.wait(30)
+        kill_jobs_under(home)  # the running job outlives its `relay run`, as jobs do
         shutil.rmtree(root, ignore_errors=True)
 
 
