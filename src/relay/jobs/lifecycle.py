@@ -37,6 +37,9 @@ WhichFn = Callable[[str], str | None]
 # How often the end of a job is tried again when the store could not take it (disk full, lock held).
 FINISH_RETRY_S = 1.0
 
+# From this many jobs holding a slot (this one included), a job's end is recorded in a worker thread.
+FINALIZE_IN_THREAD_WHEN_RUNNING = 2
+
 # A file written just before a job's process is spawned (see recovery: a restarted relay must not
 # run a job twice whose spawn it did not see recorded).
 SPAWN_MARKER = MARKER
@@ -268,7 +271,15 @@ class Lifecycle:
                         with anyio.CancelScope(shield=True):
                             await proc.kill_group(state.settings.kill_grace_s)
             proc.reap_group()
-            self.finisher.finalize(job_id, parser, proc.exit_code(), stop_reason or store_stop)
+            args = (job_id, parser, proc.exit_code(), stop_reason or store_stop)
+            if len(state.running) >= FINALIZE_IN_THREAD_WHEN_RUNNING:
+                # Other jobs run too, and many may end together: this one's end (the parser's result, a
+                # `git status` in a repository, the result file, the final row) is recorded in a worker
+                # thread, so the event loop goes on seeing the others' exits and answering calls. A job
+                # running alone is finalized right here: no thread hop on the way to its reply.
+                await anyio.to_thread.run_sync(self.finisher.finalize, *args)
+            else:
+                self.finisher.finalize(*args)
         finally:
             proc.close()
 
