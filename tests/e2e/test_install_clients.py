@@ -148,6 +148,41 @@ def test_codex_after_relay_install_finds_and_calls_delegate_headless(world: Worl
     )
 
 
+# What a user types when they look for relay's delegation (issue: "relay delegate" once found eight
+# relay tools but not delegate).
+SEARCHES = ("relay delegate", "delegate to codex", "ask another agent")
+
+
+def test_codex_tool_search_finds_delegate_for_the_words_people_use(world: World) -> None:
+    world.settings()
+    calls = [ToolCall("tool_search", {"query": q, "limit": 8}, kind="tool_search_call") for q in SEARCHES]
+    with ClientModel(brain_for(calls)) as model:
+        env = codex_env(world, model)
+        install(world, "codex", env)
+        out = run([str(world.bin / "codex"), "exec", "--json", "OUTER: find relay's delegation"], env, world.workdir)
+    last = model.requests[-1][1]
+    found = [
+        item for item in last.get("input", []) if isinstance(item, dict) and item.get("type") == "tool_search_output"
+    ]
+    assert len(found) == len(SEARCHES), out.stdout[-3000:] + out.stderr[-3000:]
+    for query, item in zip(SEARCHES, found, strict=True):
+        names = [t.get("name") for t in _listed_tools(item.get("tools"))]
+        assert "delegate" in names, f"tool_search({query!r}) listed {names}"
+
+
+def _listed_tools(node: Any) -> list[dict[str, Any]]:
+    """The tool entries in a tool_search output (a list of tools, or namespaces holding them)."""
+    found: list[dict[str, Any]] = []
+    for entry in node if isinstance(node, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        if isinstance(entry.get("tools"), list):
+            found.extend(_listed_tools(entry["tools"]))
+        elif "name" in entry:
+            found.append(entry)
+    return found
+
+
 def test_gemini_after_relay_install_calls_delegate_headless(world: World) -> None:
     world.settings()
     world.mock.always(Reply(text=INNER_ANSWER))

@@ -21,10 +21,11 @@ from relay.server.tasks_ext import TasksExtension
 from relay.server.toolsets import resolve_exposure
 from relay.server.toolsets._registry import Deps
 
+# Short, and without the words of any one tool: Codex's tool_search adds the instructions to every
+# tool's search text, so a word here ("delegate") would match every tool and bury the one it names.
 INSTRUCTIONS = (
-    "relay delegates work to other AI agents (claude, codex, gemini, copilot CLIs) as durable jobs. "
-    "Call delegate; if it returns status 'running', call job_wait with its job_id, then job_result for long output. "
-    "More tools (zen workflows, tasks, other MCP servers): list_tools, get_tool_schema, call_tool."
+    "Hands work to other AI agents as durable jobs. A call that returns status 'running' gives a job_id: "
+    "wait with job_wait, read long output with job_result. More tools: list_tools, get_tool_schema, call_tool."
 )
 
 
