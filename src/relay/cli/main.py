@@ -443,7 +443,12 @@ def _runtime_line(requested: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # On Windows relay starts too: CLI jobs are refused one by one (UNSUPPORTED_PLATFORM, see runtime/choice.py).
-    args = _parser().parse_args(argv)
+    from relay.cli.mcp_cmd import split_command_line
+
+    words, command_line = split_command_line(sys.argv[1:] if argv is None else argv)  # relay mcp add NAME -- CMD ...
+    args = _parser().parse_args(words)
+    if command_line is not None:
+        args.command_line = command_line
     try:
         return COMMANDS[args.command](args)
     except BrokenPipeError:

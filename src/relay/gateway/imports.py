@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from relay.errors import invalid
 from relay.gateway import discover
+from relay.gateway.config import MASK
 from relay.gateway.importer import Candidate, from_project_files, resolve_project
 from relay.gateway.manager import Gateway
 
@@ -20,6 +22,27 @@ class ImportResult:
     needs: Candidate | None = None
     skipped: dict[str, str] = field(default_factory=lambda: {})
     candidates: list[str] = field(default_factory=lambda: [])
+
+    def reply(self) -> dict[str, Any]:
+        """import_mcp_server's answer (and `relay mcp import --json`'s): a server that needs values shows its
+        config with the values it has as *** and the missing ones as ""."""
+        reply: dict[str, Any]
+        if self.needs is not None:
+            needs = self.needs
+            config = needs.config.public()
+            config["env"] = {k: "" if k in needs.missing else MASK for k in needs.config.env}
+            if needs.config.headers:
+                config["headers"] = {k: "" if k in needs.missing else MASK for k in needs.config.headers}
+            reply = {"status": "needs_configuration", "config": config, "missing": list(needs.missing)}
+            if self.imported:
+                reply["imported"] = self.imported
+        else:
+            reply = {"success": True, "imported": self.imported}
+        if self.skipped:
+            reply["skipped"] = self.skipped
+        if self.candidates:
+            reply["candidates"] = self.candidates
+        return reply
 
 
 async def import_servers(

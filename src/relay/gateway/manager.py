@@ -69,6 +69,7 @@ class ServerTools:
     tools: list[Tool] = field(default_factory=lambda: [])
     changed: frozenset[str] = frozenset()
     error: str | None = None
+    hint: str = ""
 
 
 class Gateway:
@@ -121,10 +122,19 @@ class Gateway:
         return config
 
     async def remove(self, name: str, scope: str | None = None) -> ServerConfig:
+        """Remove a visible server: the one this project sees, or the one of that name in `scope`."""
         config = self.config(name)
-        target = config.scope if scope is None else scope
-        if not self.registry.remove(target, name):
-            raise RelayError(ErrorCode.SERVER_NOT_FOUND, f"Server '{name}' not found in that scope", "")
+        if scope is not None and scope != config.scope:
+            recorded = {c.name: c for c in self.registry.in_scope(scope)}
+            if name not in recorded:
+                raise RelayError(
+                    ErrorCode.SERVER_NOT_FOUND,
+                    f"Server '{name}' is not {_scope_words(scope)}",
+                    f"it is {_scope_words(config.scope)}",
+                )
+            config = recorded[name]
+        if not self.registry.remove(config.scope, name):
+            raise RelayError(ErrorCode.SERVER_NOT_FOUND, f"Server '{name}' not found", "another process removed it")
         await self._drop(name)
         self.servers(reload=True)
         return config
@@ -216,12 +226,12 @@ class Gateway:
                 error=f"{config.name} did not answer within {self.limits.list_wait_s:g} seconds; still starting",
             )
         if attempt.error is not None:
-            return ServerTools(config.name, conn.state, error=attempt.error.message)
+            return ServerTools(config.name, conn.state, error=attempt.error.message, hint=attempt.error.hint)
         try:
             with anyio.move_on_after(self.limits.list_wait_s):
                 await conn.ensure()  # refreshes a list the server said has changed
         except RelayError as err:
-            return ServerTools(config.name, conn.state, error=err.message)
+            return ServerTools(config.name, conn.state, error=err.message, hint=err.hint)
         return ServerTools(config.name, conn.state, list(conn.tools), frozenset(self.changed(config.name)))
 
     async def tool(self, server: str, name: str) -> Tool:
@@ -299,6 +309,10 @@ class Gateway:
             for conn in connections:
                 tg.start_soon(conn.close)
         await self._host.aclose()
+
+
+def _scope_words(scope: str) -> str:
+    return f"a server of the project {scope}" if scope else "a global server"
 
 
 def scope_for(project: str, scope: str) -> str:

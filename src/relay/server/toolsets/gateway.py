@@ -17,10 +17,10 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from relay.errors import ErrorCode, RelayError
-from relay.gateway import Gateway, Limits, ServerRegistry, make_config, project_of
+from relay.gateway import Gateway, Limits, ServerRegistry, project_of
+from relay.gateway.admin import add_server, added_reply, remove_server, try_server
 from relay.gateway.discover import DEFAULT_REGISTRY_URL
 from relay.gateway.imports import import_servers
-from relay.gateway.manager import scope_for
 from relay.gateway.search import Ranked, ToolDoc, rank, recommend_with_model, template_recommendation
 from relay.server.results import json_result
 from relay.server.toolsets import BUILTIN
@@ -333,37 +333,24 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         enabled: Annotated[bool, Field(description="whether enabled")] = True,
         scope: Annotated[Literal["project", "global"], Field(description="this project (default) or all")] = "project",
     ) -> CallToolResult:
-        if deps.router.canonical(name) is not None:
-            return _failure(
-                RelayError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"'{name}' is the name of one of relay's own toolsets",
-                    "choose another name for the downstream server",
-                )
-            )
         gateway = gateway_service(deps)
         try:
-            config = make_config(
+            config = await add_server(
+                gateway,
                 name=name,
                 transport=transport,
-                scope=scope_for(gateway.project, scope),
+                scope=scope,
                 url=url,
                 headers=headers,
                 command=command,
                 args=args,
                 env=env,
                 enabled=enabled,
+                reserved=deps.router.server_names(),
             )
-            await gateway.add(config)
         except RelayError as err:
             return _failure(err, server=name)
-        reply: dict[str, Any] = {"success": True, "server": config.public()}
-        if enabled:
-            [listed] = await gateway.list_tools(name)
-            reply.update(state=listed.state, tools=[t.name for t in listed.tools])
-            if listed.error:
-                reply["error"] = listed.error
-        return json_result(reply)
+        return json_result(added_reply(config, await try_server(gateway, name) if enabled else None))
 
     @reg.tool(
         description="Remove a downstream MCP server (the project's own, else the global one of that name).",
@@ -376,7 +363,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         if name not in gateway.names():
             return _not_found(name, gateway.names())
         try:
-            removed = await gateway.remove(name)
+            removed = await remove_server(gateway, name)
         except RelayError as err:
             return _failure(err, server=name)
         return json_result({"success": True, "removed": name, "project_id": removed.scope or None})
@@ -410,25 +397,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             )
         except RelayError as err:
             return _failure(err)
-        if result.needs is not None:
-            config = result.needs.config.public()
-            config["env"] = {k: "" if k in result.needs.missing else "***" for k in result.needs.config.env}
-            if result.needs.config.headers:
-                config["headers"] = {k: "" if k in result.needs.missing else "***" for k in result.needs.config.headers}
-            reply: dict[str, Any] = {
-                "status": "needs_configuration",
-                "config": config,
-                "missing": list(result.needs.missing),
-            }
-            if result.imported:
-                reply["imported"] = result.imported
-        else:
-            reply = {"success": True, "imported": result.imported}
-        if result.skipped:
-            reply["skipped"] = result.skipped
-        if result.candidates:
-            reply["candidates"] = result.candidates
-        return json_result(reply)
+        return json_result(result.reply())
 
     @reg.tool(
         description="Recommend tools for a task: ranks every reachable tool (relay's toolsets and downstream MCP "
