@@ -320,3 +320,29 @@ async def test_a_registry_that_cannot_be_reached_is_a_clear_error(make_settings:
     async with Client(build_server(make_settings(**GATEWAY_ENV, RELAY_MCP_REGISTRY_URL="http://127.0.0.1:9"))) as c:
         failed, reply = await call(c, "import_mcp_server", {"query": "weather"})
     assert failed and "cannot be reached" in reply["error"] and "RELAY_MCP_REGISTRY_URL" in reply["hint"]
+
+
+async def test_a_server_named_like_one_of_relays_toolsets_is_skipped_not_imported(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "clashing"
+    entry = {"command": sys.executable, "args": [str(TOY)], "env": {"TOY_STATE_DIR": str(tmp_path)}}
+    write(root / ".mcp.json", json.dumps({"mcpServers": {"zen": entry, "toy": entry}}))
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
+        _, reply = await call(c, "import_mcp_server", {"from_project": str(root)})
+        assert reply["imported"] == ["toy"]
+        assert "relay's own toolsets" in reply["skipped"]["zen"]
+        _, servers = await call(c, "list_mcp_servers")
+        assert [s["name"] for s in servers["servers"]] == ["toy"]
+
+
+async def test_a_key_whose_variable_is_unset_shows_empty_in_needs_configuration(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "renamed-var"
+    entry = {"command": "npx", "args": ["-y", "gh-mcp"], "env": {"GITHUB_TOKEN": "${MY_UNSET_GH}", "MODE": "ro"}}
+    write(root / ".mcp.json", json.dumps({"mcpServers": {"gh": entry}}))
+    async with Client(build_server(make_settings(**GATEWAY_ENV))) as c:
+        _, reply = await call(c, "import_mcp_server", {"from_project": str(root)})
+    assert reply["status"] == "needs_configuration" and reply["missing"] == ["MY_UNSET_GH"]
+    assert reply["config"]["env"] == {"GITHUB_TOKEN": "", "MODE": "***"}

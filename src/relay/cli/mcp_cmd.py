@@ -258,7 +258,12 @@ async def _import(gateway: Gateway, args: argparse.Namespace, environ: Mapping[s
 
     wanted = [s.strip() for s in (args.servers or "").split(",") if s.strip()] or None
     result = await import_servers(
-        gateway, from_project=args.from_project, servers=wanted, cwd=Path.cwd(), environ=environ
+        gateway,
+        from_project=args.from_project,
+        servers=wanted,
+        cwd=Path.cwd(),
+        environ=environ,
+        reserved=_reserved(),
     )
     if args.json:
         print(json.dumps(result.reply(), indent=2))

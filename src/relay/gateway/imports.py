@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,12 @@ class ImportResult:
         if self.needs is not None:
             needs = self.needs
             config = needs.config.public()
-            config["env"] = {k: "" if k in needs.missing else MASK for k in needs.config.env}
+            # A value to fill in shows as "": a key named missing, or one whose reference (`${VAR}`) was not set.
+            config["env"] = {k: "" if k in needs.missing or not v else MASK for k, v in needs.config.env.items()}
             if needs.config.headers:
-                config["headers"] = {k: "" if k in needs.missing else MASK for k in needs.config.headers}
+                config["headers"] = {
+                    k: "" if k in needs.missing or not v else MASK for k, v in needs.config.headers.items()
+                }
             reply = {"status": "needs_configuration", "config": config, "missing": list(needs.missing)}
             if self.imported:
                 reply["imported"] = self.imported
@@ -55,8 +58,12 @@ async def import_servers(
     cwd: Path,
     environ: Mapping[str, str],
     registry_url: str = discover.DEFAULT_REGISTRY_URL,
+    reserved: Collection[str] = (),
 ) -> ImportResult:
-    """The first of from_project, github_url, query that is given wins (seed 003); `servers` filters from_project."""
+    """The first of from_project, github_url, query that is given wins (seed 003); `servers` filters from_project.
+
+    A server named like one of relay's own toolsets (`reserved`) is skipped, as add_mcp_server refuses it.
+    """
     scope = gateway.project
     result = ImportResult()
     if from_project:
@@ -92,6 +99,11 @@ async def import_servers(
             "pass from_project (a project directory), github_url, or query",
         )
     for cand in candidates:
+        if cand.config.name in reserved:
+            result.skipped[cand.config.name] = (
+                "the name of one of relay's own toolsets: add it with add_mcp_server under another name"
+            )
+            continue
         if cand.missing:
             if result.needs is None:
                 result.needs = cand

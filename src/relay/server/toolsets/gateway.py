@@ -394,6 +394,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 cwd=Path.cwd(),
                 environ=environ,
                 registry_url=environ.get("RELAY_MCP_REGISTRY_URL") or DEFAULT_REGISTRY_URL,
+                reserved=deps.router.server_names(),
             )
         except RelayError as err:
             return _failure(err)
