@@ -20,6 +20,7 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.store.migrations import migrate
+from relay.store.release import connect
 
 # Zen's defaults are 3 h and 50 turns; relay's threads persist, so a day is the default lifetime.
 DEFAULT_TTL_HOURS = 24.0
@@ -183,7 +184,8 @@ class Threads:
         self.config = config or ThreadSettings()
         self._clock = clock
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+        # Turns are prompts and answers of any size: no statement keeps the last one bound (store/release.py).
+        self._db = connect(db_path, timeout=BUSY_TIMEOUT_S)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys = ON")
         with self._lock:

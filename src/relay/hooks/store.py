@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.store.migrations import migrate
+from relay.store.release import connect
 
 BUSY_TIMEOUT_S = 10.0
 # How many of a session's latest prompts are kept (for titles and summaries), and how much of each.
@@ -62,7 +63,8 @@ class HookStore:
     def __init__(self, db_path: Path) -> None:
         db_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+        # Prompts and summaries: no statement keeps the last one bound (store/release.py).
+        self._db = connect(db_path, timeout=BUSY_TIMEOUT_S)
         self._db.row_factory = sqlite3.Row
         self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         self._db.execute("PRAGMA journal_mode = WAL")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -68,6 +67,7 @@ from relay.server.task_input import (
     wire,
 )
 from relay.server.toolsets._registry import Deps, RegisteredTool
+from relay.store.release import connect
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
@@ -142,7 +142,8 @@ class TaskStore:
 
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        # A call's whole result, and ids as long as a client sends: no statement keeps them bound (store/release.py).
+        self._db = connect(path, timeout=BUSY_TIMEOUT_S)
         self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from relay.errors import ErrorCode
 from relay.events import Event
 from relay.store.health import damage, damaged, move_aside, os_error, sqlite_error
 from relay.store.migrations import migrate
+from relay.store.release import large, unbind
 
 # How long a writer waits for another process's transaction before "database is locked".
 BUSY_TIMEOUT_MS = 10_000
@@ -122,26 +123,6 @@ def _job(r: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*r[:18], bool(r[18]), *r[19:])  # pyright: ignore[reportCallIssue]
 
 
-# SQLite keeps the values last bound to a statement until the statement runs again, and Python keeps
-# its statements (cached by their text), so a 10 MB id or prompt would stay in memory for good.
-LARGE_VALUE = 1 << 16
-
-
-def _large(params: Sequence[Any]) -> bool:
-    return any(isinstance(p, str | bytes) and len(p) >= LARGE_VALUE for p in params)
-
-
-def _unbind(db: sqlite3.Connection, sql: str, count: int) -> None:
-    """Rebind the cached statement of `sql` to NULLs: it runs once more, read-only, so a write fails unwritten."""
-    db.execute("PRAGMA query_only = ON")
-    try:
-        db.execute(sql, (None,) * count).fetchall()
-    except sqlite3.Error:
-        pass  # expected for a write: the values were bound (and so replaced) before it was refused
-    finally:
-        db.execute("PRAGMA query_only = OFF")
-
-
 class _Rows:
     """A statement's rows, fetched while the store's lock was held, and how many rows it changed."""
 
@@ -216,8 +197,8 @@ class Store:
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
             finally:
-                if _large(params):
-                    _unbind(self._db, sql, len(params))
+                if large(params):
+                    unbind(self._db, sql, len(params))
 
     def applied_migrations(self) -> list[str]:
         return [r[0] for r in self._exec("SELECT name FROM migrations ORDER BY name")]
@@ -354,8 +335,8 @@ class Store:
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
             finally:
-                if _large(params):
-                    _unbind(self._db, sql, len(params))
+                if large(params):
+                    unbind(self._db, sql, len(params))
         if not changed:
             return False
         done = finished_data(
@@ -426,8 +407,8 @@ class Store:
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
             finally:
-                if _large(params):
-                    _unbind(self._db, sql, len(params))
+                if large(params):
+                    unbind(self._db, sql, len(params))
         return [_job(r) for r in rows]
 
     # events -----------------------------------------------------------------------------
@@ -451,8 +432,8 @@ class Store:
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
             finally:
-                if rows and _large(rows[-1]):
-                    _unbind(self._db, sql, len(rows[-1]))
+                if rows and large(rows[-1]):
+                    unbind(self._db, sql, len(rows[-1]))
 
     @contextmanager
     def _transaction(self) -> Generator[None]:
