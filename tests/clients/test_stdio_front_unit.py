@@ -107,3 +107,16 @@ def test_without_a_snapshot_everything_is_forwarded_and_the_answers_are_recorded
     stored = Snapshot(tmp_path / "s.json", "k")
     assert (stored.initialize, stored.tools) == ({"2025-11-25": INIT_RESULT}, TOOLS_RESULT)
     assert Snapshot(tmp_path / "s.json", "another key").tools is None  # a new version or config starts over
+
+
+def test_a_changed_initialize_answer_replaces_the_snapshots_for_the_next_start(tmp_path: Path) -> None:
+    snapshot = warm(tmp_path)
+    front, to_client, _ = run_front(snapshot, INIT)
+    assert to_client == [{"jsonrpc": "2.0", "id": 7, "result": INIT_RESULT}]  # this start: the snapshot's answer
+    newer = {**INIT_RESULT, "instructions": "new words"}
+    front.writer.write(
+        json.dumps({"jsonrpc": "2.0", "id": INIT_ID, "result": newer}, separators=(",", ":")).encode() + b"\n"
+    )
+    assert front.ready
+    assert Snapshot(tmp_path / "s.json", "k").initialize == {"2025-11-25": newer}
+    assert Snapshot(tmp_path / "s.json", "k").tools == TOOLS_RESULT  # the tool list kept

@@ -7,7 +7,8 @@ standard library only: a thread reads the client's lines, answers `initialize` a
 from a snapshot of what the full server answered last time (kept in RELAY_HOME/cache, keyed on
 relay's version, the exposed toolsets and the configuration), and passes every other line, in
 order, through a pipe to the full server, which joins when its imports are done. The server is
-sent the client's `initialize` (under a private id, its answer dropped) so it knows the client,
+sent the client's `initialize` (under a private id; an answer that differs replaces the
+snapshot's for the next start) so it knows the client,
 and then a private `tools/list`: if its answer differs from the snapshot, the snapshot is
 replaced and the client gets `notifications/tools/list_changed`. With no snapshot yet (first
 run, new version or configuration) the front forwards everything and records the answers.
@@ -205,6 +206,13 @@ class Front:
     def _private_answer(self, msg: dict[str, Any]) -> None:
         if msg.get("id") == INIT_ID:
             self.ready = True
+            # The client got the snapshot's answer; if the server's differs (new instructions or
+            # capabilities under the same version), the next start answers with the new one.
+            answer = msg.get("result")
+            version = self.client_protocol
+            if isinstance(answer, dict) and version and answer != self.snapshot.initialize.get(version):
+                self.snapshot.initialize[version] = answer
+                self.snapshot.save()
             return
         result = msg.get("result")
         if msg.get("id") == TOOLS_ID and isinstance(result, dict) and result != self.snapshot.tools:
