@@ -178,19 +178,13 @@ def _pairs(values: list[str], flag: str, colon: bool = False) -> dict[str, str]:
     return out
 
 
-def _reserved() -> list[str]:
-    """The names call_tool answers to internally (the server's `Catalog.server_names`): no downstream server takes one."""
-    from relay.server.toolsets import BUILTIN, PROFILES, load_toolset
-
-    return [*BUILTIN, *(alias for name in BUILTIN for alias in load_toolset(name).aliases), *PROFILES]
-
-
 def _where(config: ServerConfig) -> str:
     return f"the project {config.scope}" if config.scope else "every project (global)"
 
 
 async def _add(gateway: Gateway, args: argparse.Namespace) -> int:
     from relay.gateway.admin import add_server, added_reply, try_server
+    from relay.server.toolsets import reserved_names
 
     env, headers = _pairs(args.env, "--env"), _pairs(args.header, "--header", colon=True)
     command, cmd_args = args.server_command, list(args.arg)
@@ -216,7 +210,7 @@ async def _add(gateway: Gateway, args: argparse.Namespace) -> int:
         command=command,
         args=cmd_args,
         env=env,
-        reserved=_reserved(),
+        reserved=reserved_names(),
     )
     listed = await try_server(gateway, config.name) if args.connect else None
     if args.json:
@@ -255,6 +249,7 @@ async def _remove(gateway: Gateway, args: argparse.Namespace) -> int:
 
 async def _import(gateway: Gateway, args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from relay.gateway.imports import import_servers
+    from relay.server.toolsets import reserved_names
 
     wanted = [s.strip() for s in (args.servers or "").split(",") if s.strip()] or None
     result = await import_servers(
@@ -263,7 +258,7 @@ async def _import(gateway: Gateway, args: argparse.Namespace, environ: Mapping[s
         servers=wanted,
         cwd=Path.cwd(),
         environ=environ,
-        reserved=_reserved(),
+        reserved=reserved_names(),
     )
     if args.json:
         print(json.dumps(result.reply(), indent=2))

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.request import submitted_via
 from relay.server.results import error_result, json_result, model_result
-from relay.server.toolsets import BUILTIN, PROFILES, Exposure, load_toolset
+from relay.server.toolsets import BUILTIN, PROFILES, Exposure, load_toolset, reserved_names, toolset_aliases
 from relay.server.toolsets._registry import (
     Deps,
     RegisteredTool,
@@ -78,12 +78,12 @@ class Catalog:
 
     def aliases(self) -> dict[str, str]:
         if self._aliases is None:
-            self._aliases = {alias: name for name in BUILTIN for alias in load_toolset(name).aliases}
+            self._aliases = toolset_aliases()
         return self._aliases
 
     def server_names(self) -> list[str]:
         """Every name call_tool answers to internally: toolsets, their aliases, profiles."""
-        return list(dict.fromkeys([*BUILTIN, *self.aliases(), *PROFILES]))
+        return reserved_names(self.aliases())
 
     def canonical(self, server: str) -> str | None:
         """The toolset or profile `server` names (an alias resolves to its toolset), or None."""

@@ -103,6 +103,16 @@ def load_toolset(name: str) -> Toolset:
     return toolset
 
 
+def toolset_aliases() -> dict[str, str]:
+    """Each alias of a built-in toolset (`gobby-tasks`, `pal`) and the toolset it names."""
+    return {alias: name for name in BUILTIN for alias in load_toolset(name).aliases}
+
+
+def reserved_names(aliases: dict[str, str] | None = None) -> list[str]:
+    """Every name call_tool answers to internally (toolsets, their aliases, profiles): no downstream server takes one."""
+    return list(dict.fromkeys([*BUILTIN, *(toolset_aliases() if aliases is None else aliases), *PROFILES]))
+
+
 def unknown_toolset(name: str) -> RelayError:
     names = sorted({*BUILTIN, *PROFILES})
     near = closest(name, names)
