@@ -8,16 +8,13 @@ transport, which relay's real server must pass as it is shipped.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_tasks_conformance import NODE, SUITE, free_port, run_scenario
+from tests.e2e.test_tasks_conformance import NODE, SUITE, free_port, run_scenario, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -39,27 +36,9 @@ def relay_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(f"the conformance suite is not installed in {SUITE.parents[3]} (npm install there)")
     home = tmp_path_factory.mktemp("conformance-home")
     port = free_port()
-    proc = subprocess.Popen(
-        [RELAY, "serve", "--http", "--port", str(port)],
-        env={**os.environ, "RELAY_HOME": str(home)},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(20)
+    argv = [RELAY, "serve", "--http", "--port", str(port)]
+    with serving(argv, port, {**os.environ, "RELAY_HOME": str(home)}) as url:
+        yield url
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

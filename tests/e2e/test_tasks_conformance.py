@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,17 @@ def fixture_url(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     home = tmp_path / "home"
     home.mkdir()
+    with serving([sys.executable, "-m", "tests.server.tasks_fixture", str(port), str(home)], port) as url:
+        yield url
+
+
+@contextmanager
+def serving(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start an MCP server over HTTP on 127.0.0.1:`port`, yield its URL once it accepts connections, stop it."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.server.tasks_fixture", str(port), str(home)],
+        argv,
         cwd=str(REPO),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
