@@ -1,4 +1,4 @@
-"""File locks and private descriptors, the same call on POSIX and Windows (where relay runs without CLI jobs)."""
+"""File locks, private descriptors and whole writes, the same call on POSIX and Windows (where relay runs without CLI jobs)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,10 @@ def private_dup(fd: int) -> int:
     import fcntl
 
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` (os.write may take less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from relay.osfiles import lock
+from relay.osfiles import lock, write_all
 
 LOG_FILE = "audit.jsonl"
 HEAD_FILE = "audit.head"
@@ -160,7 +160,7 @@ class AuditLog:
                 "prev": tail.line_hash,
             }
             line = seal(body)
-            _write_all(fd, line + b"\n")
+            write_all(fd, line + b"\n")
             line_hash = sha256(line)
             # Under the exclusive lock every writer appends whole lines, so the log now ends here (a size that
             # is somehow off only makes the next append read the tail again).
@@ -169,13 +169,6 @@ class AuditLog:
             return body
         finally:
             os.close(fd)  # closing releases the lock
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def _write_head(path: Path, seq: int, line_hash: str) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from relay.osfiles import write_all
+
 # Bytes read per step; bounds memory however much an agent prints.
 READ_CHUNK = 1 << 20
 # A line longer than this reaches the parser in pieces of this size (each counted in
@@ -70,9 +72,7 @@ def write_bytes(path: Path, data: bytes, *, append: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
     finally:
         os.close(fd)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from relay import __version__
-from relay.osfiles import private_dup
+from relay.osfiles import private_dup, write_all
 from relay.server.stdio_wire import encode, parse_line
 
 PRIVATE = "relay-front-"
@@ -134,10 +134,7 @@ class Front:
 
     def to_server(self, data: bytes) -> None:
         with self._pipe_lock:
-            view = memoryview(data)
-            while view:
-                written = os.write(self._pipe_w, view)
-                view = view[written:]
+            write_all(self._pipe_w, data)
 
     def read_client(self) -> None:
         """The reader thread: answer what can be answered now, forward the rest in order."""
