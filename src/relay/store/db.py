@@ -188,17 +188,24 @@ class Store:
         with self._lock:
             self._db.close()
 
-    def _exec(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
-        """Run one statement and fetch its rows under the lock; a SQLite failure becomes a RelayError."""
+    @contextmanager
+    def _running(self, sql: str, params: Sequence[Any]) -> Generator[sqlite3.Connection]:
+        """The connection, under the lock, for what runs `sql` with `params`: a SQLite failure becomes a
+        RelayError, and a large bound value is let go afterwards (store/release.py)."""
         with self._lock:
             try:
-                cur = self._db.execute(sql, params)
-                return _Rows(cur.fetchall(), cur.rowcount)
+                yield self._db
             except sqlite3.Error as exc:
                 raise sqlite_error(exc, self.path, self._busy_s) from None
             finally:
                 if large(params):
                     unbind(self._db, sql, len(params))
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        """Run one statement and fetch its rows under the lock; a SQLite failure becomes a RelayError."""
+        with self._running(sql, params) as db:
+            cur = db.execute(sql, params)
+            return _Rows(cur.fetchall(), cur.rowcount)
 
     def applied_migrations(self) -> list[str]:
         return [r[0] for r in self._exec("SELECT name FROM migrations ORDER BY name")]
@@ -326,17 +333,10 @@ class Store:
             model,
             job_id,
         )
-        with self._lock:
-            try:
-                with self._transaction():
-                    changed = self._db.execute(sql, params).rowcount == 1
-                    if changed and session is not None:
-                        self._db.execute(_UPSERT_SESSION, session.params(time.time()))
-            except sqlite3.Error as exc:
-                raise sqlite_error(exc, self.path, self._busy_s) from None
-            finally:
-                if large(params):
-                    unbind(self._db, sql, len(params))
+        with self._running(sql, params) as db, self._transaction():
+            changed = db.execute(sql, params).rowcount == 1
+            if changed and session is not None:
+                db.execute(_UPSERT_SESSION, session.params(time.time()))
         if not changed:
             return False
         done = finished_data(
@@ -399,16 +399,10 @@ class Store:
 
     def _jobs(self, sql: str, params: Sequence[Any]) -> list[JobRecord]:
         """Job rows as records, read as plain tuples (no per-row dict) under the lock."""
-        with self._lock:
-            try:
-                cur = self._db.cursor()
-                cur.row_factory = None
-                rows: list[tuple[Any, ...]] = cur.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise sqlite_error(exc, self.path, self._busy_s) from None
-            finally:
-                if large(params):
-                    unbind(self._db, sql, len(params))
+        with self._running(sql, params) as db:
+            cur = db.cursor()
+            cur.row_factory = None
+            rows: list[tuple[Any, ...]] = cur.execute(sql, params).fetchall()
         return [_job(r) for r in rows]
 
     # events -----------------------------------------------------------------------------
@@ -422,18 +416,11 @@ class Store:
         now = time.time()
         rows = [(job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str)) for i, e in enumerate(events)]
         sql = "INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)"
-        with self._lock:
-            try:
-                with self._transaction():
-                    if rows:
-                        self._db.executemany(sql, rows)
-                    if session_id is not None:
-                        self._db.execute("UPDATE jobs SET session_id=? WHERE id=?", (session_id, job_id))
-            except sqlite3.Error as exc:
-                raise sqlite_error(exc, self.path, self._busy_s) from None
-            finally:
-                if rows and large(rows[-1]):
-                    unbind(self._db, sql, len(rows[-1]))
+        with self._running(sql, rows[-1] if rows else ()) as db, self._transaction():
+            if rows:
+                db.executemany(sql, rows)
+            if session_id is not None:
+                db.execute("UPDATE jobs SET session_id=? WHERE id=?", (session_id, job_id))
 
     @contextmanager
     def _transaction(self) -> Generator[None]:
