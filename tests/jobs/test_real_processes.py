@@ -13,6 +13,7 @@ import pytest
 
 from relay.jobs.engine import Engine, JobRequest
 from relay.runtime import procinfo
+from relay.runtime.folders import MAKING_PREFIX, SPARE_PREFIX
 from relay.store import Store
 from tests.conftest import SettingsFactory
 
@@ -159,6 +160,11 @@ async def test_a_job_that_ended_while_relay_was_down_is_finalized_with_its_exit_
     assert rec.exit_code == 3
 
 
+def ready_folders(jobs: Path) -> set[str]:
+    """The spare job folders ready to be taken (not those still being made, which get renamed)."""
+    return {p.name for p in jobs.iterdir() if p.name.startswith(SPARE_PREFIX) and not p.name.startswith(MAKING_PREFIX)}
+
+
 async def test_a_job_in_a_folder_made_ahead_keeps_every_byte_and_its_exit_status(
     make_settings: SettingsFactory, workdir: Path, relay_home: Path
 ) -> None:
@@ -167,9 +173,9 @@ async def test_a_job_in_a_folder_made_ahead_keeps_every_byte_and_its_exit_status
         first = engine.submit(JobRequest(agent="claude", prompt="same", cwd=str(workdir)))
         with anyio.fail_after(20):
             await engine.wait_one(first, 20)
-            while len([p for p in jobs.iterdir() if p.name.startswith(".spare-")]) < 2:
+            while len(ready_folders(jobs)) < 2:
                 await anyio.sleep(0.01)  # made in a worker thread once the first job ended
-        spares = {p.name for p in jobs.iterdir() if p.name.startswith(".spare-")}
+        spares = ready_folders(jobs)
         second = engine.submit(JobRequest(agent="claude", prompt="same", cwd=str(workdir)))
         assert len(spares - {p.name for p in jobs.iterdir()}) == 1  # the second job took one
         with anyio.fail_after(20):

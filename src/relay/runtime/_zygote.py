@@ -21,6 +21,17 @@ when relay closes its stdin; the jobs it started keep running in their own sessi
 Several requests may be in flight: each carries an `id` its reply repeats, and the helper reads the
 next request while earlier children are still on their way to exec (a burst of 20 jobs no longer
 waits for 20 execs one after another). Replies come in the order the children exec or fail.
+
+Spares (`--spares FD`, a SOCK_SEQPACKET socket): for each byte relay sends there, the helper forks a
+spare shim ahead of any job and sends relay `{"pid": N}` with the spare's end of a fresh socket pair
+attached (SCM_RIGHTS). A spare is a job's shim made ahead: already a child subreaper leading its own
+session, ignoring SIGTERM, waiting for one job on that socket. Given `{dir, argv, env, cwd, stdin,
+stdout, stderr}` (one JSON line) it does what the `sh` shim does, with no exec of its own on the
+job's way in: enters the cwd (checked as above), records its pid in `dir/pid`, spawns the agent
+(posix_spawn: a vfork of this small process), answers `{"pid": N}` (its own pid, the job's), waits for
+the agent, writes its exit status to `dir/exit`, and execs the reaper if anything is left under it.
+A spare whose socket reaches EOF before a job came (relay went, or dropped it) exits. It never runs
+a second job.
 """
 
 from __future__ import annotations
@@ -28,10 +39,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import gc
 import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 from types import FrameType
@@ -158,6 +171,162 @@ def _spawn(req: dict[str, Any]) -> Starting | dict[str, Any]:
             os.close(fd)
 
 
+# How long after relay asks the spares are made: a spare is asked for as one is taken, and making
+# its replacement right then would race the job just handed over for the CPU.
+SPARE_DELAY_S = 0.03
+# Signals a job's agent gets at their default disposition, whatever the shim's own are.
+AGENT_SIGDEF = (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGHUP)
+# The longest job request a spare accepts (argv and env of an agent; relay's are a few KB).
+SPARE_REQUEST_MAX = 16 * 1024 * 1024
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
+
+
+def _spare(sock: socket.socket) -> None:
+    """In a forked child: become a job's shim, wait for its job, run it (see the module doc). Never returns."""
+    code = 127
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the helper's reaper must not take the agent's status
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a TERM meant for the job never ends its shim first
+        become_subreaper()
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        keep = sorted((null, sock.fileno()))
+        os.closerange(3, keep[0])
+        os.closerange(keep[0] + 1, keep[1])
+        os.closerange(keep[1] + 1, MAX_FD)
+        os.close(null)
+        _rehearse()
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(1 << 20)
+            if not chunk or len(data) > SPARE_REQUEST_MAX:
+                os._exit(0)  # relay went (or dropped this spare) before a job came
+            data += chunk
+        code = _run_job(json.loads(data), sock)
+    except BaseException as exc:  # the child must never return into the helper's loop
+        _tell(sock, {"errno": getattr(exc, "errno", 0) or 0, "error": str(exc)})
+    finally:
+        os._exit(code)
+
+
+def _rehearse() -> None:
+    """Touch, ahead of the job, what running it will touch: the pages this fork shares with the helper
+    are copied on first write (refcounts, allocator pools), a cost that would otherwise fall on the
+    job's way in. The collector is off for good: a collection would write to every object's header."""
+    gc.disable()
+    sample = json.dumps({"dir": "/", "argv": ["x"], "env": {"PATH": os.defpath}, "cwd": None, "stdin": None})
+    json.loads(sample)
+    _which("sh", os.defpath)
+    os.getcwd()
+    with contextlib.suppress(OSError), open(f"/proc/{os.getpid()}/task/{os.getpid()}/children", "rb") as fh:
+        fh.read()
+
+
+def _run_job(req: dict[str, Any], sock: socket.socket) -> int:
+    """The shim's work for one job; the exit status to end with (it execs the reaper if processes are left)."""
+    opened = [os.open(req["stdin"] or os.devnull, os.O_RDONLY | os.O_CLOEXEC)]
+    for key in ("stdout", "stderr"):
+        opened.append(os.open(req[key], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    if req["cwd"]:
+        os.chdir(req["cwd"])
+        try:
+            here = os.getcwd()
+        except OSError:
+            here = ""
+        if here != req["cwd"]:
+            _tell(sock, {"cwd_now": here, "error": "not in the checked cwd"})
+            return 127
+    me = os.getpid()
+    argv: list[str] = req["argv"]
+    env: dict[str, str] = req["env"]
+    path = argv[0] if "/" in argv[0] else _which(argv[0], env.get("PATH", os.defpath))
+    status = 0
+    try:
+        try:
+            agent = _posix_spawn(path, argv, env, opened)
+        except OSError as exc:
+            if exc.errno != errno.ENOEXEC:
+                raise
+            agent = _posix_spawn("/bin/sh", ["/bin/sh", path, *argv[1:]], env, opened)  # a script with no #! line
+    except OSError as exc:
+        # What `sh` does when the agent cannot be executed: a message on stderr, 126 or 127.
+        os.write(opened[2], f"relay-job: {argv[0]}: {exc.strerror}\n".encode(errors="replace"))
+        agent, status = 0, 126 if exc.errno in (errno.EACCES, errno.ENOEXEC) else 127
+    for fd in opened:
+        os.close(fd)
+    _tell(sock, {"pid": me})
+    _write_small(os.path.join(req["dir"], "pid"), me)  # after the answer: relay has the pid by then
+    if agent:
+        _, raw = os.waitpid(agent, 0)
+        status = os.waitstatus_to_exitcode(raw)
+        status = 128 - status if status < 0 else status  # killed by a signal: what `sh` reports
+    try:
+        with open(f"/proc/{me}/task/{me}/children", encoding="ascii") as fh:
+            left = bool(fh.read().strip())
+    except OSError:
+        left = True
+    # relay hears the end first (it need not wait for this process to go); the file is for a relay
+    # that restarts. With nothing left under this process, nothing can appear: the job is over.
+    _tell(sock, {"exit": status, "left": left})
+    sock.close()
+    _write_small(os.path.join(req["dir"], "exit"), status)
+    if left:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", REAPER, str(status)])
+    return status
+
+
+def _tell(sock: socket.socket, message: dict[str, Any]) -> None:
+    """Send relay one line; relay may be gone (the job goes on: its files say what happened)."""
+    with contextlib.suppress(OSError):
+        sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _posix_spawn(path: str, argv: list[str], env: dict[str, str], fds: list[int]) -> int:
+    return os.posix_spawn(
+        path,
+        argv,
+        env,
+        file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
+        setsigdef=AGENT_SIGDEF,
+        setsigmask=(),
+    )
+
+
+def _which(name: str, search: str) -> str:
+    """Where `sh` would find command `name` on `search` (the job's PATH); `name` itself if nowhere."""
+    for folder in search.split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return name
+
+
+def _write_small(path: str, number: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, b"%d\n" % number)
+    finally:
+        os.close(fd)
+
+
+def _make_spare(channel: socket.socket) -> None:
+    """Fork one spare and send relay its pid with the relay end of its socket (see the module doc)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            channel.close()
+            _spare(theirs)
+        theirs.close()
+        socket.send_fds(channel, [json.dumps({"pid": pid}).encode()], [ours.fileno()])
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def _send(out: Any, reply: dict[str, Any]) -> None:
     out.write(json.dumps(reply).encode() + b"\n")
     out.flush()
@@ -182,18 +351,34 @@ def _lines(data: bytes) -> tuple[list[bytes], bytes]:
     return lines, rest
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     signal.signal(signal.SIGCHLD, _reap)
     out = sys.stdout.buffer
+    channel: socket.socket | None = None
+    if len(argv) == 2 and argv[0] == "--spares" and argv[1].isdigit():
+        channel = socket.socket(fileno=int(argv[1]))
     _send(out, {"ready": True})
     pending: bytes = b""
+    owed, spares_due = 0, 0.0  # spares asked for and not made yet; when to make them
     starting: dict[int, Starting] = {}
     reading = True
     while reading or starting:
-        soonest = min((s.deadline for s in starting.values()), default=None)
+        deadlines = [s.deadline for s in starting.values()] + ([spares_due] if owed and channel is not None else [])
+        soonest = min(deadlines, default=None)
         timeout = None if soonest is None else max(0.0, soonest - time.monotonic())
-        readable: list[int] = select.select(([0] if reading else []) + list(starting), [], [], timeout)[0]
+        watched = ([0] if reading else []) + ([channel.fileno()] if channel is not None and reading else [])
+        readable: list[int] = select.select(watched + list(starting), [], [], timeout)[0]
         for fd in readable:
+            if channel is not None and fd == channel.fileno():
+                asked = channel.recv(64)
+                if not asked:
+                    channel.close()
+                    channel = None
+                    continue
+                if not owed:
+                    spares_due = time.monotonic() + SPARE_DELAY_S
+                owed += len(asked)
+                continue
             if fd == 0:
                 chunk = os.read(0, 65536)
                 reading = bool(chunk)
@@ -212,6 +397,11 @@ def main() -> int:
                 os.close(fd)
                 _send(out, reply | {"id": child.rid})
         now = time.monotonic()
+        if owed and channel is not None and now >= spares_due:
+            for _ in range(owed):
+                with contextlib.suppress(OSError):
+                    _make_spare(channel)
+            owed = 0
         for fd, child in list(starting.items()):
             if now >= child.deadline:
                 del starting[fd]
@@ -222,4 +412,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

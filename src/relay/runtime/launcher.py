@@ -35,6 +35,7 @@ import itertools
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +45,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from relay.runtime import spares
 
 PR_SET_CHILD_SUBREAPER = 36
 ZYGOTE = Path(__file__).with_name("_zygote.py")
@@ -222,18 +225,72 @@ class _Zygote:
         self._reading = False
         self._buffers: dict[int, bytes] = {}  # what was read of each helper's replies past the last line
         self._gone: set[int] = set()  # helpers (by pid) whose replies stopped: their waiters give up
+        self._spares: spares.Pool | None = None
 
     def _start(self) -> None:
         self._starts += 1
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(ZYGOTE)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C at relay's terminal must not reach it
-            close_fds=True,
-        )
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(ZYGOTE), "--spares", str(theirs.fileno())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C at relay's terminal must not reach it
+                close_fds=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._spares = spares.Pool(ours)
         self._ready = False
+
+    def start_job(self, job_dir: Path, launch: Launch) -> tuple[int, spares.Notice] | None:
+        """Start `launch` under a spare shim (see spares.py): the job's pid and where its end will be told, or None when no spare is ready.
+
+        CwdChanged as spawn(); OSError when the agent could not be started or the spare gave no answer
+        (it may have started the job: never spawn it a second time).
+        """
+        with self._lock:
+            pool = None if self._broken else self._spares
+        request = {
+            "dir": str(job_dir),
+            "argv": list(launch.argv),
+            "env": dict(launch.env),
+            "cwd": launch.cwd,
+            "stdin": str(launch.stdin) if launch.stdin is not None else None,
+            "stdout": str(launch.stdout),
+            "stderr": str(launch.stderr),
+        }
+        while True:
+            spare = pool.take() if pool is not None else None
+            if spare is None:
+                return None
+            try:
+                reply = spare.run(request)
+                break
+            except spares.SpareGone:
+                continue  # it went before reading the job (killed while idle): the job did not start
+            except spares.SpareLost:
+                raise OSError("relay's spare job shim stopped answering") from None
+        if "pid" in reply:
+            return int(reply["pid"]), spares.Notice(spare.sock)
+        if "cwd_now" in reply:
+            raise CwdChanged(launch.cwd or "", str(reply["cwd_now"]))
+        raise OSError(int(reply.get("errno") or 0), str(reply.get("error", "the job's shim could not start")))
+
+    @property
+    def spares(self) -> spares.Pool | None:
+        return self._spares
+
+    def warm(self) -> None:
+        """Start the helper now (it makes spares) rather than on the first job."""
+        with self._lock:
+            if self._proc is None and not self._broken and self._starts < ZYGOTE_MAX_STARTS:
+                self._start()
 
     def _read_line(self, proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
         """One reply line of `proc` within `timeout` (None: none yet); b"" once it can send no more."""
@@ -257,6 +314,9 @@ class _Zygote:
 
     def _discard(self) -> None:
         proc, self._proc, self._ready = self._proc, None, False
+        pool, self._spares = self._spares, None
+        if pool is not None:
+            pool.close()
         if proc is not None:
             with self._replies:
                 self._gone.add(proc.pid)
@@ -379,6 +439,25 @@ class _SpawnFailed(Exception):
 
 
 _zygote = _Zygote()
+
+
+def start_job(job_dir: Path, launch: Launch) -> tuple[int, spares.Notice] | None:
+    """Start a job's agent under a spare shim that writes `job_dir/pid` and `job_dir/exit`; None: no spare ready.
+
+    `launch.argv` is the agent's own (the spare is the shim). Linux runtime only (it needs the subreaper).
+    """
+    return _zygote.start_job(job_dir, launch)
+
+
+def warm() -> None:
+    """Start the spawn helper ahead of the first job (a server about to take requests)."""
+    _zygote.warm()
+
+
+def spares_ready() -> int:
+    """How many spare shims wait for a job right now (0 before the helper is up)."""
+    pool = _zygote.spares
+    return pool.ready() if pool is not None else 0
 
 
 def spawn(launch: Launch, *, subreaper: bool = True) -> tuple[int, subprocess.Popen[bytes] | None]:

@@ -25,7 +25,7 @@ from typing import Protocol
 import anyio
 
 from relay.errors import ErrorCode, RelayError
-from relay.runtime import choice, launcher, procinfo
+from relay.runtime import choice, launcher, procinfo, spares
 from relay.runtime.invocation import Invocation
 from relay.runtime.seam import ExitWatch
 
@@ -227,12 +227,42 @@ class _ShimProcess:
 
 
 class SpawnedProcess(_ShimProcess):
-    """A job process this relay started: its child when spawned directly (`popen`), else the helper's."""
+    """A job process this relay started: its child when spawned directly (`popen`), else the helper's.
 
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None, files: JobFiles) -> None:
+    Started by a spare (`notice`), its end is heard on the spare's socket, before the spare has gone:
+    with nothing left under the spare the job is over then, and its status is the one told.
+    """
+
+    def __init__(
+        self, pid: int, popen: subprocess.Popen[bytes] | None, files: JobFiles, notice: spares.Notice | None = None
+    ) -> None:
         self.popen = popen
+        self._notice = notice
+        self.via_spare = notice is not None
         super().__init__(pid, procinfo.start_ticks(pid), files)
         self._returncode: int | None = None
+
+    async def wait_exit(self, timeout: float) -> bool:
+        notice = self._notice
+        if notice is None or self._exited:
+            return await super().wait_exit(timeout)
+        deadline = time.monotonic() + timeout
+        with anyio.move_on_after(timeout):
+            while not notice.ended:
+                await anyio.wait_readable(notice.fileno())
+                notice.read()
+        if not notice.ended:
+            return False
+        if notice.code is not None and notice.clean:
+            self._exited = True
+            return True
+        self._notice = None  # processes were left (the reaper ends them) or the spare said nothing: its exit
+        return await super().wait_exit(max(0.0, deadline - time.monotonic()))
+
+    def reap_group(self) -> None:
+        if self._notice is not None and self._notice.clean:
+            return  # nothing was left under the spare, which only writes the exit file and goes
+        super().reap_group()
 
     def _on_exit(self) -> None:
         # Reap the shim so it does not linger as a zombie (the spawn helper reaps its own).
@@ -240,6 +270,8 @@ class SpawnedProcess(_ShimProcess):
             self._returncode = self.popen.poll()
 
     def exit_code(self) -> int | None:
+        if self._notice is not None and self._notice.code is not None:
+            return self._notice.code
         code = self.files.read_exit_code()
         if code is not None or self.popen is None:
             return code
@@ -256,6 +288,8 @@ class SpawnedProcess(_ShimProcess):
     def close(self) -> None:
         if self.popen is not None:
             self.popen.poll()
+        if self._notice is not None:
+            self._notice.close()
         super().close()
 
 
@@ -277,10 +311,10 @@ def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
     if invocation.stdin_text is not None:
         files.stdin.write_text(invocation.stdin_text, encoding="utf-8")
     try:
-        pid, popen = _launch(invocation, files, subreaper)
+        pid, popen, notice = _launch(invocation, files, subreaper)
     except launcher.CwdChanged as exc:
         raise cwd_swapped(exc) from None
-    return SpawnedProcess(pid, popen, files)
+    return SpawnedProcess(pid, popen, files, notice)
 
 
 def cwd_swapped(exc: launcher.CwdChanged) -> RelayError:
@@ -295,8 +329,26 @@ def cwd_swapped(exc: launcher.CwdChanged) -> RelayError:
     )
 
 
-def _launch(invocation: Invocation, files: JobFiles, subreaper: bool) -> tuple[int, subprocess.Popen[bytes] | None]:
-    return launcher.spawn(
+def _launch(
+    invocation: Invocation, files: JobFiles, subreaper: bool
+) -> tuple[int, subprocess.Popen[bytes] | None, spares.Notice | None]:
+    stdin = files.stdin if invocation.stdin_text is not None else None
+    if subreaper:
+        # A spare shim made ahead (spares.py) does the `sh` shim's work with no exec of its own.
+        started = launcher.start_job(
+            files.dir,
+            launcher.Launch(
+                argv=invocation.argv,
+                env=invocation.env,
+                cwd=invocation.cwd,
+                stdin=stdin,
+                stdout=files.stdout,
+                stderr=files.stderr,
+            ),
+        )
+        if started is not None:
+            return started[0], None, started[1]
+    pid, popen = launcher.spawn(
         launcher.Launch(
             argv=[
                 "/bin/sh",
@@ -310,12 +362,13 @@ def _launch(invocation: Invocation, files: JobFiles, subreaper: bool) -> tuple[i
             ],
             env=invocation.env,
             cwd=invocation.cwd,
-            stdin=files.stdin if invocation.stdin_text is not None else None,
+            stdin=stdin,
             stdout=files.stdout,
             stderr=files.stderr,
         ),
         subreaper=subreaper,
     )
+    return pid, popen, None
 
 
 def attach(pid: int, start_ticks: int | None, files: JobFiles) -> AttachedProcess:
