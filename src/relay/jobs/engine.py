@@ -84,6 +84,8 @@ class Engine:
         self._lifecycle = Lifecycle(self._state, self._admission, spawn=spawn, which=which)
         self._recovery = Recovery(self._state, self._admission, self._lifecycle)
         self._waiting = Waiting(self._state)
+        if spawn is supervisor.spawn:
+            supervisor.expect_jobs(settings.max_concurrent)  # shims made ahead for a burst of that size
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------
@@ -99,6 +101,13 @@ class Engine:
                 # Leaving: monitors stop, processes keep running; the next relay re-attaches.
                 tg.cancel_scope.cancel()
                 self._state.close()
+
+    def make_ready(self) -> None:
+        """A server about to take jobs: job folders and spare shims made now, in the background, not by the first jobs."""
+        state = self._state
+        state.refill_spares()
+        if state.tg is not None and self._lifecycle.spawns_for_real:
+            state.tg.start_soon(anyio.to_thread.run_sync, supervisor.warm)
 
     async def __aenter__(self) -> Engine:
         self._cm = self.running()

@@ -56,6 +56,7 @@ class Lifecycle:
         self._state = state
         self._admission = admission
         self._spawn = spawn
+        self.spawns_for_real = spawn is supervisor.spawn  # not a test's stand-in
         self.which = which
         self.publisher = Publisher(state)
         self.finisher = Finisher(state)

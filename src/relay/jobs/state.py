@@ -18,7 +18,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.runtime import procinfo
-from relay.runtime.folders import SparePool
+from relay.runtime.folders import SPARES, SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, Store
@@ -60,8 +60,9 @@ class JobState:
         self.secrets = secret_values(settings.environ, _api_key_values(settings.home))
         self.my_pid = os.getpid()
         self.my_start = procinfo.start_ticks(self.my_pid)
-        # Job folders made ahead of time, so a job's files cost a rename on its way (runtime/folders.py).
-        self.spares = SparePool(settings.jobs_dir)
+        # Job folders made ahead of time, so a job's files cost a rename on its way (runtime/folders.py):
+        # as many as may start at once, so a burst of jobs finds its folders made.
+        self.spares = SparePool(settings.jobs_dir, max(SPARES, settings.max_concurrent))
 
     def open(self, tg: TaskGroup) -> None:
         self.tg = tg

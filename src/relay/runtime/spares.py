@@ -10,7 +10,8 @@ one spare. The spare does what the `sh` shim does (pid file, exit status file, t
 processes are left), so everything downstream (exit watch, kill, re-attach after a restart) is the
 same whichever way a job started.
 
-The pool grows when a job finds it empty (a burst of jobs: the next burst finds spares ready), up
+The pool starts with as many spares as relay may run jobs at once (`keep`, from the concurrency
+limit), so a burst of jobs finds its shims made. It grows when a job finds it empty (a burst of jobs: the next burst finds spares ready), up
 to MAX_SPARES, and shrinks back as jobs keep finding it full; an idle spare costs ~1.1 MB of memory
 of its own (the rest it shares with the helper it was forked from). A spare that went away while
 idle is dropped when taken (its socket reads EOF) and the next one is tried; with none ready the
@@ -162,7 +163,7 @@ class Pool:
         self._lock = threading.Lock()
         self._ready: collections.deque[Spare] = collections.deque()
         self._asked = 0
-        self._want = want
+        self._want = self._floor = want
         self._last_miss = 0.0
         self._closed = False
         threading.Thread(target=self._receive, name="relay-spares", daemon=True).start()
@@ -183,12 +184,19 @@ class Pool:
             if found is None:
                 self._want = min(MAX_SPARES, self._want + 1)
                 self._last_miss = now
-            elif self._want > MIN_SPARES and now - self._last_miss > SHRINK_AFTER_S:
+            elif self._want > self._floor and now - self._last_miss > SHRINK_AFTER_S:
                 self._want -= 1
                 if len(self._ready) > self._want:
                     self._ready.pop().close()
             self._top_up()
             return found
+
+    def keep(self, count: int) -> None:
+        """Keep at least `count` spares ready (bounded by MIN_SPARES and MAX_SPARES)."""
+        with self._lock:
+            self._floor = max(MIN_SPARES, min(MAX_SPARES, count))
+            self._want = max(self._want, self._floor)
+            self._top_up()
 
     def ready(self) -> int:
         with self._lock:

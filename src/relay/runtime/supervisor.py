@@ -317,6 +317,18 @@ def spawn(invocation: Invocation, files: JobFiles) -> SpawnedProcess:
     return SpawnedProcess(pid, popen, files, notice)
 
 
+def warm() -> None:
+    """Start the runtime's spawn helper now (it makes the spare shims) rather than at the first job."""
+    if choice.active().runtime.subreaper:
+        launcher.warm()
+
+
+def expect_jobs(count: int) -> None:
+    """Up to `count` jobs may run at once: where the runtime uses spare shims, keep that many ready."""
+    if choice.active().runtime.subreaper:
+        launcher.keep_spares(count)
+
+
 def cwd_swapped(exc: launcher.CwdChanged) -> RelayError:
     """The error of a job whose process was not in the directory relay checked (it did not start)."""
     found = repr(exc.actual) if exc.actual else "a directory that had been removed"

@@ -78,6 +78,7 @@ def build_server(
     async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
         engine = engine_factory(settings)
         async with engine.running():
+            engine.make_ready()
             holder.engine = engine
             try:
                 yield {"engine": engine}
