@@ -218,7 +218,10 @@ class Pool:
         if self._closed or missing <= 0:
             return
         try:
-            self._channel.send(b"+" * missing)
+            # Never blocks (this runs under the lock takers wait on): a helper too busy to read is asked again later.
+            self._channel.send(b"+" * missing, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
         except OSError:
             self._closed = True
             return
