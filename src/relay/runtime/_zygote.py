@@ -29,7 +29,8 @@ session, ignoring SIGTERM, waiting for one job on that socket. Given `{dir, argv
 stdout, stderr}` (one JSON line) it does what the `sh` shim does, with no exec of its own on the
 job's way in: enters the cwd (checked as above), records its pid in `dir/pid`, spawns the agent
 (posix_spawn: a vfork of this small process), answers `{"pid": N}` (its own pid, the job's), waits for
-the agent, writes its exit status to `dir/exit`, and execs the reaper if anything is left under it.
+the agent, writes its exit status to `dir/exit`, tells relay that status on the socket, and execs
+the reaper if anything is left under it.
 A spare whose socket reaches EOF before a job came (relay went, or dropped it) exits. It never runs
 a second job.
 """
@@ -267,11 +268,12 @@ def _run_job(req: dict[str, Any], sock: socket.socket) -> int:
             left = bool(fh.read().strip())
     except OSError:
         left = True
-    # relay hears the end first (it need not wait for this process to go); the file is for a relay
-    # that restarts. With nothing left under this process, nothing can appear: the job is over.
+    # The status on disk first (whoever reads the job's folder once relay calls it done finds it
+    # there), then relay hears the end, without waiting for this process to go. With nothing left
+    # under this process, nothing can appear: the job is over.
+    _write_small(os.path.join(req["dir"], "exit"), status)
     _tell(sock, {"exit": status, "left": left})
     sock.close()
-    _write_small(os.path.join(req["dir"], "exit"), status)
     if left:
         os.execv(sys.executable, [sys.executable, "-I", "-S", REAPER, str(status)])
     return status

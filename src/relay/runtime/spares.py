@@ -118,7 +118,7 @@ class Notice:
     """How a job started by a spare ended, as the spare tells it on its socket (before it goes).
 
     `ended` once told: `code` is the agent's exit status and `clean` means nothing was left under
-    the spare (the job is over; the spare only writes its exit file and exits). A spare that closed
+    the spare (the job is over, its status on disk; the spare only exits). A spare that closed
     its socket without telling, or told something else, leaves `code` None: watch its pid instead.
     """
 

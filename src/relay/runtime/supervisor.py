@@ -261,7 +261,7 @@ class SpawnedProcess(_ShimProcess):
 
     def reap_group(self) -> None:
         if self._notice is not None and self._notice.clean:
-            return  # nothing was left under the spare, which only writes the exit file and goes
+            return  # nothing was left under the spare, which has written the exit file and only goes
         super().reap_group()
 
     def _on_exit(self) -> None:
