@@ -84,8 +84,6 @@ class Engine:
         self._lifecycle = Lifecycle(self._state, self._admission, spawn=spawn, which=which)
         self._recovery = Recovery(self._state, self._admission, self._lifecycle)
         self._waiting = Waiting(self._state)
-        if spawn is supervisor.spawn:
-            supervisor.expect_jobs(settings.max_concurrent)  # shims made ahead for a burst of that size
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------

@@ -226,7 +226,6 @@ class _Zygote:
         self._buffers: dict[int, bytes] = {}  # what was read of each helper's replies past the last line
         self._gone: set[int] = set()  # helpers (by pid) whose replies stopped: their waiters give up
         self._spares: spares.Pool | None = None
-        self._keep = spares.MIN_SPARES
 
     def _start(self) -> None:
         self._starts += 1
@@ -246,7 +245,7 @@ class _Zygote:
             raise
         finally:
             theirs.close()
-        self._spares = spares.Pool(ours, max(spares.MIN_SPARES, min(spares.MAX_SPARES, self._keep)))
+        self._spares = spares.Pool(ours)
         self._ready = False
 
     def start_job(self, job_dir: Path, launch: Launch) -> tuple[int, spares.Notice] | None:
@@ -286,13 +285,6 @@ class _Zygote:
     @property
     def spares(self) -> spares.Pool | None:
         return self._spares
-
-    def keep_spares(self, count: int) -> None:
-        with self._lock:
-            self._keep = max(self._keep, count)
-            pool = self._spares
-        if pool is not None:
-            pool.keep(count)
 
     def warm(self) -> None:
         """Start the helper now (it makes spares) rather than on the first job."""
@@ -460,11 +452,6 @@ def start_job(job_dir: Path, launch: Launch) -> tuple[int, spares.Notice] | None
 def warm() -> None:
     """Start the spawn helper ahead of the first job (a server about to take requests)."""
     _zygote.warm()
-
-
-def keep_spares(count: int) -> None:
-    """Keep spare shims for `count` jobs starting at once (the helper makes them once it is up)."""
-    _zygote.keep_spares(count)
 
 
 def spares_ready() -> int:

@@ -323,12 +323,6 @@ def warm() -> None:
         launcher.warm()
 
 
-def expect_jobs(count: int) -> None:
-    """Up to `count` jobs may run at once: where the runtime uses spare shims, keep that many ready."""
-    if choice.active().runtime.subreaper:
-        launcher.keep_spares(count)
-
-
 def cwd_swapped(exc: launcher.CwdChanged) -> RelayError:
     """The error of a job whose process was not in the directory relay checked (it did not start)."""
     found = repr(exc.actual) if exc.actual else "a directory that had been removed"
