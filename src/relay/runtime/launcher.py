@@ -74,6 +74,17 @@ class Launch:
     stdout: Path
     stderr: Path
 
+    def fields(self) -> dict[str, Any]:
+        """As the spawn helper and the spare shims read it (JSON): stdin None means /dev/null."""
+        return {
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "stdin": str(self.stdin) if self.stdin is not None else None,
+            "stdout": str(self.stdout),
+            "stderr": str(self.stderr),
+        }
+
 
 # Resolved once here: the forked child of a threaded process must not dlopen or look symbols up.
 # None where there is no prctl (macOS, the BSDs): the portable runtime never asks for a subreaper.
@@ -256,15 +267,7 @@ class _Zygote:
         """
         with self._lock:
             pool = None if self._broken else self._spares
-        request = {
-            "dir": str(job_dir),
-            "argv": list(launch.argv),
-            "env": dict(launch.env),
-            "cwd": launch.cwd,
-            "stdin": str(launch.stdin) if launch.stdin is not None else None,
-            "stdout": str(launch.stdout),
-            "stderr": str(launch.stderr),
-        }
+        request = {"dir": str(job_dir), **launch.fields()}
         while True:
             spare = pool.take() if pool is not None else None
             if spare is None:
@@ -378,15 +381,7 @@ class _Zygote:
         if proc.stdin is None:
             return None
         rid = next(self._ids)
-        request = {
-            "id": rid,
-            "argv": list(launch.argv),
-            "env": dict(launch.env),
-            "cwd": launch.cwd,
-            "stdin": str(launch.stdin) if launch.stdin is not None else None,
-            "stdout": str(launch.stdout),
-            "stderr": str(launch.stderr),
-        }
+        request = {"id": rid, **launch.fields()}
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         proc.stdin.flush()
         return proc, rid
