@@ -93,15 +93,10 @@ def _exec_child(req: dict[str, Any], fds: tuple[int, int, int], ready: int) -> N
         os.closerange(ready + 1, MAX_FD)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)  # Python's own dispositions must not reach the job
-        if req["cwd"]:
-            os.chdir(req["cwd"])
-            try:
-                here = os.getcwd()  # the directory this process is in, named by the kernel
-            except OSError:
-                here = ""  # removed since the chdir: it has no path any more
-            if here != req["cwd"]:
-                os.write(ready, CWD_CHANGED + os.fsencode(here))
-                return  # no exec: the job never runs outside the directory relay checked
+        here = _enter(req["cwd"])
+        if here is not None:
+            os.write(ready, CWD_CHANGED + os.fsencode(here))
+            return  # no exec: the job never runs outside the directory relay checked
         argv: list[str] = req["argv"]
         os.execve(argv[0], argv, req["env"])
     except BaseException as exc:  # the child must never return into the helper's loop
@@ -110,6 +105,29 @@ def _exec_child(req: dict[str, Any], fds: tuple[int, int, int], ready: int) -> N
             os.write(ready, f"{code}:{exc}".encode(errors="replace")[:4000])
     finally:
         os._exit(127)
+
+
+def _enter(cwd: str | None) -> str | None:
+    """Change into `cwd` (if given); None once there, else where this process found itself ("" if nowhere).
+
+    getcwd() names the directory this process is in, computed by the kernel from that directory; ""
+    when it was removed since the chdir (it has no path any more).
+    """
+    if not cwd:
+        return None
+    os.chdir(cwd)
+    try:
+        here = os.getcwd()
+    except OSError:
+        here = ""
+    return None if here == cwd else here
+
+
+def _open_streams(req: dict[str, Any], opened: list[int]) -> None:
+    """Open the job's stdin (/dev/null when none), stdout and stderr (appended to), onto `opened` in that order."""
+    opened.append(os.open(req["stdin"] or os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    for key in ("stdout", "stderr"):
+        opened.append(os.open(req[key], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
 
 class Starting:
@@ -150,9 +168,7 @@ def _spawn(req: dict[str, Any]) -> Starting | dict[str, Any]:
             raise ValueError("argv[0] must be an absolute path")
         if req["cwd"] and not os.path.isdir(req["cwd"]):
             raise FileNotFoundError(errno.ENOENT, "no such directory", req["cwd"])
-        opened.append(os.open(req["stdin"] or os.devnull, os.O_RDONLY | os.O_CLOEXEC))
-        for key in ("stdout", "stderr"):
-            opened.append(os.open(req[key], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        _open_streams(req, opened)
         ready_r, ready_w = os.pipe()  # both close-on-exec (PEP 446)
         opened.append(ready_w)
         try:
@@ -221,24 +237,17 @@ def _rehearse() -> None:
     json.loads(sample)
     _which("sh", os.defpath)
     os.getcwd()
-    with contextlib.suppress(OSError), open(f"/proc/{os.getpid()}/task/{os.getpid()}/children", "rb") as fh:
-        fh.read()
+    _anything_left()
 
 
 def _run_job(req: dict[str, Any], sock: socket.socket) -> int:
     """The shim's work for one job; the exit status to end with (it execs the reaper if processes are left)."""
-    opened = [os.open(req["stdin"] or os.devnull, os.O_RDONLY | os.O_CLOEXEC)]
-    for key in ("stdout", "stderr"):
-        opened.append(os.open(req[key], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
-    if req["cwd"]:
-        os.chdir(req["cwd"])
-        try:
-            here = os.getcwd()
-        except OSError:
-            here = ""
-        if here != req["cwd"]:
-            _tell(sock, {"cwd_now": here, "error": "not in the checked cwd"})
-            return 127
+    opened: list[int] = []
+    _open_streams(req, opened)
+    here = _enter(req["cwd"])
+    if here is not None:
+        _tell(sock, {"cwd_now": here, "error": "not in the checked cwd"})
+        return 127
     me = os.getpid()
     argv: list[str] = req["argv"]
     env: dict[str, str] = req["env"]
@@ -263,11 +272,7 @@ def _run_job(req: dict[str, Any], sock: socket.socket) -> int:
         _, raw = os.waitpid(agent, 0)
         status = os.waitstatus_to_exitcode(raw)
         status = 128 - status if status < 0 else status  # killed by a signal: what `sh` reports
-    try:
-        with open(f"/proc/{me}/task/{me}/children", encoding="ascii") as fh:
-            left = bool(fh.read().strip())
-    except OSError:
-        left = True
+    left = _anything_left()
     # The status on disk first (whoever reads the job's folder once relay calls it done finds it
     # there), then relay hears the end, without waiting for this process to go. With nothing left
     # under this process, nothing can appear: the job is over.
@@ -277,6 +282,16 @@ def _run_job(req: dict[str, Any], sock: socket.socket) -> int:
     if left:
         os.execv(sys.executable, [sys.executable, "-I", "-S", REAPER, str(status)])
     return status
+
+
+def _anything_left() -> bool:
+    """Whether any process is left under this one (its children list; True when it cannot be read)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children", encoding="ascii") as fh:
+            return bool(fh.read().strip())
+    except OSError:
+        return True
 
 
 def _tell(sock: socket.socket, message: dict[str, Any]) -> None:
