@@ -34,7 +34,6 @@ import ctypes
 import itertools
 import json
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -298,22 +297,11 @@ class _Zygote:
     def _read_line(self, proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
         """One reply line of `proc` within `timeout` (None: none yet); b"" once it can send no more."""
         assert proc.stdout is not None
-        fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        buffer = self._buffers.get(proc.pid, b"")
-        try:
-            while b"\n" not in buffer:
-                left = deadline - time.monotonic()
-                if not select.select([fd], [], [], max(0.0, left))[0]:
-                    return None
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    return b""
-                buffer += chunk
-            line, _, buffer = buffer.partition(b"\n")
-            return line + b"\n"
-        finally:
-            self._buffers[proc.pid] = buffer
+        line, self._buffers[proc.pid] = spares.read_line(
+            proc.stdout.fileno(), deadline, self._buffers.get(proc.pid, b"")
+        )
+        return line
 
     def _discard(self) -> None:
         proc, self._proc, self._ready = self._proc, None, False

@@ -80,7 +80,7 @@ class Spare:
         try:
             try:
                 self.sock.sendall(json.dumps(request).encode() + b"\n")
-                line = _line(self.sock, time.monotonic() + SPARE_REPLY_S, b"")[0]
+                line = read_line(self.sock.fileno(), time.monotonic() + SPARE_REPLY_S, b"")[0]
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise SpareGone(str(exc)) from None
             if line is None:
@@ -101,18 +101,19 @@ class Spare:
             self.sock.close()
 
 
-def _line(sock: socket.socket, deadline: float | None, data: bytes) -> tuple[bytes | None, bytes]:
-    """The next line on `sock` (b"" at EOF) and what was read past it; None if none by `deadline`."""
+def read_line(fd: int, deadline: float, data: bytes) -> tuple[bytes | None, bytes]:
+    """The next line from `fd` (a socket or a pipe), newline included, after what was already read
+    (`data`), and what was read past it. None (with what was read) if no whole line came by `deadline`;
+    b"" at EOF."""
     while b"\n" not in data:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and not select.select([sock], [], [], max(0.0, left))[0]:
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
             return None, data
-        chunk = sock.recv(65536)
+        chunk = os.read(fd, 65536)
         if not chunk:
             return b"", b""
         data += chunk
     line, _, rest = data.partition(b"\n")
-    return line, rest
+    return line + b"\n", rest
 
 
 class Notice:
@@ -138,7 +139,7 @@ class Notice:
         if self.ended:
             return
         try:
-            line, self._data = _line(self.sock, time.monotonic(), self._data)
+            line, self._data = read_line(self.sock.fileno(), time.monotonic(), self._data)
         except OSError:
             line = b""
         if line is None:

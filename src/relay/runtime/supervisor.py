@@ -12,6 +12,7 @@ Which runtime serves is chosen once, at start-up (`choice`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
@@ -338,42 +339,30 @@ def cwd_swapped(exc: launcher.CwdChanged) -> RelayError:
 def _launch(
     invocation: Invocation, files: JobFiles, subreaper: bool
 ) -> tuple[int, subprocess.Popen[bytes] | None, spares.Notice | None]:
-    stdin = files.stdin if invocation.stdin_text is not None else None
+    agent = launcher.Launch(
+        argv=invocation.argv,
+        env=invocation.env,
+        cwd=invocation.cwd,
+        stdin=files.stdin if invocation.stdin_text is not None else None,
+        stdout=files.stdout,
+        stderr=files.stderr,
+    )
     if subreaper:
         # A spare shim made ahead (spares.py) does the `sh` shim's work with no exec of its own.
-        started = launcher.start_job(
-            files.dir,
-            launcher.Launch(
-                argv=invocation.argv,
-                env=invocation.env,
-                cwd=invocation.cwd,
-                stdin=stdin,
-                stdout=files.stdout,
-                stderr=files.stderr,
-            ),
-        )
+        started = launcher.start_job(files.dir, agent)
         if started is not None:
             return started[0], None, started[1]
-    pid, popen = launcher.spawn(
-        launcher.Launch(
-            argv=[
-                "/bin/sh",
-                "-c",
-                SHIM if subreaper else PORTABLE_SHIM,
-                "relay-job",
-                str(files.dir),
-                sys.executable,
-                str(REAPER),
-                *invocation.argv,
-            ],
-            env=invocation.env,
-            cwd=invocation.cwd,
-            stdin=stdin,
-            stdout=files.stdout,
-            stderr=files.stderr,
-        ),
-        subreaper=subreaper,
-    )
+    shim = [
+        "/bin/sh",
+        "-c",
+        SHIM if subreaper else PORTABLE_SHIM,
+        "relay-job",
+        str(files.dir),
+        sys.executable,
+        str(REAPER),
+        *invocation.argv,
+    ]
+    pid, popen = launcher.spawn(dataclasses.replace(agent, argv=shim), subreaper=subreaper)
     return pid, popen, None
 
 
