@@ -156,13 +156,13 @@ def _list(registry: ServerRegistry, servers: list[ServerConfig], as_json: bool) 
 
 
 def _not_found(name: str, available: list[str]) -> RelayError:
-    from relay.server.toolsets._registry import did_you_mean
+    from relay.server.toolsets._registry import did_you_mean_first
 
-    near = did_you_mean(name, available)
     return RelayError(
         ErrorCode.SERVER_NOT_FOUND,
         f"Server '{name}' not found",
-        (f"{near} " if near else "") + f"servers here: {', '.join(sorted(available)) or 'none'} (`relay mcp list`)",
+        did_you_mean_first(name, available)
+        + f"servers here: {', '.join(sorted(available)) or 'none'} (`relay mcp list`)",
     )
 
 

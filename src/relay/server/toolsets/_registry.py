@@ -310,6 +310,12 @@ def did_you_mean(name: str, candidates: Sequence[str]) -> str:
     return f"did you mean {' or '.join(f'`{c}`' for c in near)}?" if near else ""
 
 
+def did_you_mean_first(name: str, candidates: Sequence[str]) -> str:
+    """`did you mean `x`? ` (with the trailing space) to start a hint, when a candidate is close; else nothing."""
+    near = did_you_mean(name, candidates)
+    return f"{near} " if near else ""
+
+
 def unknown_argument_error(tool: str, unknown: list[str], valid: list[str]) -> RelayError:
     """The default error for argument names a tool does not have, naming the closest valid ones."""
     first = unknown[0]

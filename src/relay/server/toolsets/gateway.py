@@ -33,7 +33,7 @@ from relay.server.toolsets._registry import (
     Deps,
     ToolRegistry,
     Toolset,
-    did_you_mean,
+    did_you_mean_first,
 )
 
 # list_tools shows this much of each tool's description (seed 003's "brief").
@@ -111,18 +111,11 @@ def _load_error(exc: Exception) -> str:
     return exc.message if isinstance(exc, RelayError) else f"{type(exc).__name__}: {exc}"
 
 
-def _nearest(wanted: str, available: list[str]) -> str:
-    """`did you mean `x`? ` (with the trailing space) when a name is close to `wanted`, else nothing."""
-    near = did_you_mean(wanted, available)
-    return f"{near} " if near else ""
-
-
 def _not_found(wanted: str, available: list[str], **fields: Any) -> CallToolResult:
-    near = did_you_mean(wanted, available)
     return _seed_failure(
         {**fields, "error": f"Server '{wanted}' not found", "available_servers": available},
         ErrorCode.SERVER_NOT_FOUND,
-        (f"{near} " if near else "") + f"servers: {', '.join(available)}; add one with add_mcp_server",
+        did_you_mean_first(wanted, available) + f"servers: {', '.join(available)}; add one with add_mcp_server",
     )
 
 
@@ -210,7 +203,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                         "available_tools": available,
                     },
                     ErrorCode.TOOL_NOT_FOUND,
-                    _nearest(tool_name, available) + f"list_tools(server='{server_name}') lists them",
+                    did_you_mean_first(tool_name, available) + f"list_tools(server='{server_name}') lists them",
                 )
             out = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
             return json_result({"success": True, "server": server_name, "tool": out})
@@ -223,7 +216,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             extra: dict[str, Any] = {"server": server_name}
             if err.code is ErrorCode.TOOL_NOT_FOUND:
                 extra["available_tools"] = names = [t.name for t in gateway.connection(server_name).tools]
-                err = RelayError(err.code, err.message, _nearest(tool_name, names) + err.hint)
+                err = RelayError(err.code, err.message, did_you_mean_first(tool_name, names) + err.hint)
             return _failure(err, **extra)
         described: dict[str, Any] = {
             "name": found.name,
@@ -278,7 +271,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             extra: dict[str, Any] = {"server": server_name, "tool": tool_name}
             if err.code is ErrorCode.TOOL_NOT_FOUND:
                 extra["available_tools"] = names = [t.name for t in gateway.connection(server_name).tools]
-                err = RelayError(err.code, err.message, _nearest(tool_name, names) + err.hint)
+                err = RelayError(err.code, err.message, did_you_mean_first(tool_name, names) + err.hint)
             return _failure(err, **extra)
         wire = _wire(downstream)
         if downstream.is_error:

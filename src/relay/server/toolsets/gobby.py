@@ -36,6 +36,7 @@ from relay.server.toolsets._registry import (
     ToolRegistry,
     Toolset,
     did_you_mean,
+    did_you_mean_first,
 )
 from relay.tracker import TaskStore
 from relay.tracker.ai import engine_asker
@@ -197,8 +198,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     ) -> CallToolResult:
         reply = await hooks_service(deps).call(hook_type, params, source)
         if "available_types" in reply and "hint" not in reply:
-            near = did_you_mean(hook_type, list(HOOK_TYPES))
-            reply["hint"] = (f"{near} " if near else "") + f"hook types: {', '.join(HOOK_TYPES)}"
+            reply["hint"] = did_you_mean_first(hook_type, list(HOOK_TYPES)) + f"hook types: {', '.join(HOOK_TYPES)}"
         return json_result(reply, is_error=not reply["success"])
 
     @reg.tool(

@@ -21,7 +21,7 @@ from relay.server.toolsets._registry import (
     Deps,
     ToolRegistry,
     Toolset,
-    did_you_mean,
+    did_you_mean_first,
 )
 from relay.workflows import clink as clink_core
 from relay.workflows import messages as msg
@@ -117,9 +117,8 @@ def _clink_nearest(err: RelayError, cli_name: str, available: list[str]) -> Rela
     """clink's refusal of a CLI it does not know, with the nearest configured CLI in the hint."""
     if not err.message.startswith(f"CLI '{cli_name}' is not configured"):
         return err
-    near = did_you_mean(cli_name, available)
     return RelayError(
-        err.code, err.message, (f"{near} " if near else "") + f"cli_name is one of: {', '.join(available)}"
+        err.code, err.message, did_you_mean_first(cli_name, available) + f"cli_name is one of: {', '.join(available)}"
     )
 
 
