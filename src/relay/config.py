@@ -29,6 +29,10 @@ DEFAULT_OUTPUT_LIMIT_CHARS = 20_000
 DEFAULT_MAX_CONCURRENT = 8
 DEFAULT_MAX_CONCURRENT_PER_AGENT = 4
 DEFAULT_MAX_DEPTH = 2
+# A worktree of an ended job that was never landed is kept a week, then removed (its branch stays).
+DEFAULT_WORKTREE_KEEP_S = 7 * 86400.0
+# A land's test command gets ten minutes before it is stopped and the land refused.
+DEFAULT_LAND_TEST_TIMEOUT_S = 600.0
 DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5")
 
 PERMISSIONS = ("read-only", "edit", "full")
@@ -87,6 +91,10 @@ class Settings:
     runtime: str = "auto"
     # Extra Host names/addresses HTTP clients may use beyond the bound ones (`[server] allowed_hosts`).
     allowed_hosts: tuple[str, ...] = ()
+    # Worktrees of ended jobs that were never landed are removed after this long (`[workspaces] keep_days`).
+    worktree_keep_s: float = DEFAULT_WORKTREE_KEEP_S
+    # A land's test command is stopped after this long (`[workspaces] test_timeout_s`).
+    land_test_timeout_s: float = DEFAULT_LAND_TEST_TIMEOUT_S
 
     @property
     def db_path(self) -> Path:
@@ -95,6 +103,11 @@ class Settings:
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def worktrees_dir(self) -> Path:
+        """Where relay makes the git worktrees of `workspace="worktree"` jobs (docs/workspaces.md says why here)."""
+        return self.home / "worktrees"
 
     def agent(self, name: str) -> AgentConfig:
         return self.agents.get(name, AgentConfig())
@@ -204,6 +217,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
                 ErrorCode.CONFIG_INVALID, f"{config_path} is not valid TOML: {exc}", "fix or remove the file"
             ) from None
     jobs: dict[str, Any] = raw.get("jobs", {}) if isinstance(raw.get("jobs"), dict) else {}
+    spaces: dict[str, Any] = raw.get("workspaces", {}) if isinstance(raw.get("workspaces"), dict) else {}
     server: dict[str, Any] = raw.get("server", {}) if isinstance(raw.get("server"), dict) else {}
     agents_raw: dict[str, Any] = raw.get("agents", {}) if isinstance(raw.get("agents"), dict) else {}
     agents = {name: _agent_config(name, table) for name, table in agents_raw.items()}
@@ -262,4 +276,8 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         profile=(env.get("RELAY_PROFILE") or str(server.get("profile") or "")).strip() or None,
         runtime=runtime,
         allowed_hosts=_str_tuple(env.get("RELAY_ALLOWED_HOSTS") or server.get("allowed_hosts"), "server.allowed_hosts"),
+        worktree_keep_s=86400 * _float(env, "RELAY_WORKTREE_KEEP_DAYS", float(spaces.get("keep_days", DEFAULT_WORKTREE_KEEP_S / 86400))),
+        land_test_timeout_s=_float(
+            env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
+        ),
     )

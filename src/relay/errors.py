@@ -36,6 +36,9 @@ class ErrorCode(StrEnum):
     STORE_DAMAGED = "STORE_DAMAGED"
     STORE_READONLY = "STORE_READONLY"
     DISK_FULL = "DISK_FULL"
+    GIT_FAILED = "GIT_FAILED"  # a git command of a worktree job failed (the message has git's own words)
+    LAND_CONFLICT = "LAND_CONFLICT"  # a job's branch does not apply onto the target: nothing was changed
+    LAND_TEST_FAILED = "LAND_TEST_FAILED"  # the land's test command failed: nothing was changed
     INTERNAL = "INTERNAL"
 
 

@@ -289,6 +289,33 @@ def m010_task_tombstones(db: sqlite3.Connection) -> None:
     )
 
 
+def m011_workspaces(db: sqlite3.Connection) -> None:
+    """Git worktrees of `workspace="worktree"` jobs (workspaces/): where each is, its branch and base, landed or not."""
+    db.executescript(
+        """
+        CREATE TABLE workspaces (
+            job_id TEXT PRIMARY KEY,
+            repo TEXT NOT NULL,
+            common_dir TEXT NOT NULL,
+            path TEXT NOT NULL,
+            subdir TEXT NOT NULL,
+            branch TEXT NOT NULL,
+            base_ref TEXT,
+            base_sha TEXT NOT NULL,
+            state TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            ended_at REAL,
+            head_sha TEXT,
+            landed_at REAL,
+            landed_into TEXT,
+            landed_sha TEXT,
+            removed_at REAL
+        );
+        CREATE INDEX workspaces_state ON workspaces(state, ended_at);
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -300,6 +327,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m008_indexes", m008_indexes),
     ("m009_mcp_tasks", m009_mcp_tasks),
     ("m010_task_tombstones", m010_task_tombstones),
+    ("m011_workspaces", m011_workspaces),
 ]
 
 
