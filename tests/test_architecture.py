@@ -18,7 +18,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("relay.server",),
     ("relay.workflows", "relay.gateway", "relay.tracker", "relay.hooks", "relay.sandbox", "relay.doctor"),
     ("relay.ask", "relay.threads", "relay.jobs"),
-    ("relay.agents",),
+    # Worktrees per job sit under the job engine, which makes and seals them.
+    ("relay.agents", "relay.workspaces"),
     # relay.audit sits with the store, which records every job state change in it.
     (
         "relay.runtime",

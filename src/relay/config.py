@@ -276,7 +276,8 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         profile=(env.get("RELAY_PROFILE") or str(server.get("profile") or "")).strip() or None,
         runtime=runtime,
         allowed_hosts=_str_tuple(env.get("RELAY_ALLOWED_HOSTS") or server.get("allowed_hosts"), "server.allowed_hosts"),
-        worktree_keep_s=86400 * _float(env, "RELAY_WORKTREE_KEEP_DAYS", float(spaces.get("keep_days", DEFAULT_WORKTREE_KEEP_S / 86400))),
+        worktree_keep_s=86400
+        * _float(env, "RELAY_WORKTREE_KEEP_DAYS", float(spaces.get("keep_days", DEFAULT_WORKTREE_KEEP_S / 86400))),
         land_test_timeout_s=_float(
             env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
         ),

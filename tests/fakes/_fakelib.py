@@ -12,6 +12,7 @@ Common ones (each fake documents its own extras):
   echo             answer with the prompt instead of the recorded text
   missing_session  fail the way the CLI does when the resumed session does not exist
   pidfile=PATH     write this process's pid to PATH
+  write=F~TEXT     write TEXT (\n for a newline) to file F under the cwd, as an agent's edit; `;` between files
 Env FAKE_ARGV_LOG: append {"argv", "cwd", "prompt", "env"} as one JSON line to that file.
 Env FAKE_GOLDEN_DIR: one more folder of recordings, searched after tests/fakes/recordings.
 """
@@ -77,6 +78,16 @@ def prepare(opts: dict[str, str], noise: tuple[str, ...]) -> None:
             err(line)
     if "stderr" in opts:
         err(opts["stderr"])
+    write_files(opts)
+
+
+def write_files(opts: dict[str, str]) -> None:
+    """The `write=` directive: edit files under the cwd the way an agent with edit permission would."""
+    for item in filter(None, opts.get("write", "").split(";")):
+        name, _, text = item.partition("~")
+        path = Path(os.getcwd(), name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.replace("\\n", "\n"), encoding="utf-8")
 
 
 def pause(opts: dict[str, str]) -> None:

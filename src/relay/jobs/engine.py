@@ -16,6 +16,7 @@ each one responsibility, dependencies pointing down:
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
@@ -27,7 +28,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from relay.config import Settings
-from relay.errors import invalid
+from relay.errors import RelayError, invalid
 from relay.events import Event
 from relay.jobs.admission import Admission
 from relay.jobs.envelope import envelope
@@ -37,6 +38,7 @@ from relay.jobs.recovery import Recovery
 from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, check_depth, prepare, with_inherited_depth
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
+from relay.jobs.workspace import JobWorkspaces
 from relay.runtime import choice, procinfo, supervisor
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact
@@ -84,6 +86,7 @@ class Engine:
         self._lifecycle = Lifecycle(self._state, self._admission, spawn=spawn, which=which)
         self._recovery = Recovery(self._state, self._admission, self._lifecycle)
         self._waiting = Waiting(self._state)
+        self._workspaces = JobWorkspaces(self._state)
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------
@@ -106,6 +109,13 @@ class Engine:
         state.refill_spares()
         if state.tg is not None and self._lifecycle.spawns_for_real:
             state.tg.start_soon(anyio.to_thread.run_sync, supervisor.warm)
+        if state.tg is not None and self.settings.worktrees_dir.is_dir():
+            state.tg.start_soon(anyio.to_thread.run_sync, self._prune_quietly)
+
+    def _prune_quietly(self) -> None:
+        """The start-up prune: a worktree that cannot be removed now is tried again at the next start."""
+        with contextlib.suppress(RelayError, OSError):
+            self.prune_worktrees()
 
     async def __aenter__(self) -> Engine:
         self._cm = self.running()
@@ -130,6 +140,26 @@ class Engine:
     def _prepare(self, req: JobRequest, job_id: str) -> Prepared:
         return prepare(self.settings, self.store, self._lifecycle.which, req, job_id)
 
+    def _place(self, req: JobRequest, job_id: str) -> tuple[JobRequest, Prepared, dict[str, Any]]:
+        """The request validated, moved into its worktree when it asks for one, and what to store of that."""
+        spaces = self._workspaces
+        spaces.check(req.workspace, req.base, req.carry_changes)
+        follow = spaces.follow_up_target(req.workspace, req.session_id, req.agent)
+        if follow is not None:  # an earlier job's worktree: made again if it was removed, never shared at once
+            ws = spaces.reopen(follow)
+            req = replace(
+                req, cwd=ws.cwd, workspace=f"job:{ws.job_id}"
+            )  # a resumed session that started elsewhere is refused by prepare
+            return req, self._prepare(req, job_id), spaces.stored(ws)
+        prepared = self._prepare(req, job_id)  # everything checked before a worktree is made
+        if req.workspace != "worktree":
+            return req, prepared, {}
+        ws = self._state.workspaces.create(
+            job_id, prepared.agent_request.cwd, base=req.base, carry_changes=req.carry_changes
+        )
+        req = replace(req, cwd=ws.cwd)
+        return req, self._prepare(req, job_id), spaces.stored(ws)
+
     def files(self, job_id: str) -> JobFiles:
         return self._state.files(job_id)
 
@@ -148,16 +178,20 @@ class Engine:
         if req.via is None:
             req = replace(req, via=SUBMITTED_VIA.get())
         job_id = new_job_id()
-        prepared = self._prepare(req, job_id)
+        req, prepared, placed = self._place(req, job_id)
         ar = prepared.agent_request
-        stored = vars(req) | {  # a flat dataclass of scalars: its fields as they are (asdict deep-copies each)
-            "cwd": ar.cwd,
-            "model": ar.model,
-            "permission": ar.permission,
-            "timeout_s": prepared.timeout_s,
-            "idle_timeout_s": prepared.idle_timeout_s,
-            "depth": self.settings.depth,
-        }
+        stored = (
+            vars(req)
+            | placed
+            | {  # a flat dataclass of scalars: its fields as they are (asdict deep-copies each)
+                "cwd": ar.cwd,
+                "model": ar.model,
+                "permission": ar.permission,
+                "timeout_s": prepared.timeout_s,
+                "idle_timeout_s": prepared.idle_timeout_s,
+                "depth": self.settings.depth,
+            }
+        )
         self._make_dir(job_id)
         self.store.insert_job(
             job_id, req.agent, "cli", self._state.redacted(stored), ar.model, ar.cwd, owner=self._state.owner
@@ -199,7 +233,9 @@ class Engine:
 
     def envelope(self, job_id: str) -> dict[str, Any]:
         rec = self.get(job_id)
-        return envelope(rec, self.files(rec.id), self.settings.output_limit_chars)
+        env = envelope(rec, self.files(rec.id), self.settings.output_limit_chars)
+        env["workspace"] = self._workspaces.current(rec)
+        return env
 
     def list(
         self,
@@ -227,12 +263,18 @@ class Engine:
             "transcript": files.dir / "transcript.txt",
             "events": files.stdout,
             "stderr": files.stderr,
+            "test": files.dir / "land-test.log",
         }
+        if view == "diff":  # a worktree job's branch against its base
+            paths["diff"] = self._workspaces.diff_file(rec.id, fresh=offset == 0)
         if view not in paths:
-            raise invalid(f"view {view!r} is not one of {', '.join(paths)}", "use final, transcript, events or stderr")
+            raise invalid(
+                f"view {view!r} is not one of {', '.join([*paths, 'diff'])}",
+                "use final, transcript, events, stderr, diff or test",
+            )
         if offset < 0 or limit < 1:
             raise invalid("offset must be >= 0 and limit >= 1", "page with offset=0, then offset += len(text)")
-        if view == "final" and not rec.is_final:
+        if view in ("final", "diff") and not rec.is_final:
             text, total = "", 0
         else:
             text, total = read_text_page(paths[view], offset, limit)
@@ -257,6 +299,34 @@ class Engine:
 
     def events(self, job_id: str, after_seq: int = -1, limit: int = 1000) -> list[tuple[int, float, Event]]:
         return self.store.events(self.get(job_id).id, after_seq, limit)
+
+    # worktrees ----------------------------------------------------------------------------
+
+    async def land(
+        self, job_id: str, *, into: str | None = None, strategy: str = "rebase", test_command: str | None = None
+    ) -> dict[str, Any]:
+        """Land a worktree job's branch into `into` through the optional test gate (LandError when it does not)."""
+        rec = self.get(job_id)
+        if not rec.is_final:
+            raise invalid(
+                f"job {rec.id} is still {rec.status}: a branch lands once its job has ended",
+                f"job_wait(job_ids=['{rec.id}']) first",
+            )
+        landed = await anyio.to_thread.run_sync(self._workspaces.land, rec.id, into, strategy, test_command)
+        await anyio.to_thread.run_sync(self._workspaces.prune)
+        return landed
+
+    async def discard(self, job_id: str) -> dict[str, Any]:
+        """Remove a worktree job's worktree and branch."""
+        rec = self.get(job_id)
+        return await anyio.to_thread.run_sync(self._workspaces.discard, rec.id)
+
+    def prune_worktrees(self) -> list[str]:
+        """Remove worktrees of jobs unlanded past the retention time (and landed ones still on disk)."""
+        return self._workspaces.prune()
+
+    def worktree_usage(self) -> dict[str, Any]:
+        return self._state.workspaces.usage()
 
     # waiting and cancelling ---------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from relay.jobs.envelope import job_title
 from relay.jobs.gitprobe import changed_files
 from relay.jobs.output import write_bytes
 from relay.jobs.state import JobState
+from relay.jobs.workspace import JobWorkspaces
 from relay.secrets import redact
 from relay.store import JobRecord, SessionTurn
 from relay.store.health import disk_full, low_space, os_error
@@ -46,6 +47,7 @@ class Finisher:
 
     def __init__(self, state: JobState) -> None:
         self._state = state
+        self._workspaces = JobWorkspaces(state)
 
     def finalize(self, job_id: str, parser: Parser, exit_code: int | None, stop_reason: str | None) -> None:
         """A CLI job's process has ended: ask the parser for the result and record the outcome."""
@@ -129,6 +131,8 @@ class Finisher:
                 "files_changed": list(result.files_changed),
             }
         )
+        # A worktree job: what the agent left becomes a commit on its branch, whatever the job's end.
+        payload = self._workspaces.seal(rec, payload)
         if error is not None:
             error = RelayError(error.code, redact(error.message, state.secrets), redact(error.hint, state.secrets))
         session = None

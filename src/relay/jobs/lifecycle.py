@@ -169,7 +169,9 @@ class Lifecycle:
         # Checked again at the point of use: a queued job's directory may have been swapped (a symlink
         # out of the allowed roots) since it was validated at submit.
         check_cwd_unchanged(state.settings, prepared.invocation.cwd)
-        live.git_before = git_status(prepared.invocation.cwd)
+        # A worktree job's files_changed is its branch's diff (finish.py), not a before/after status.
+        if not prepared.in_worktree:
+            live.git_before = git_status(prepared.invocation.cwd)
         # Mark the spawn before it happens: a relay killed between here and the shim writing
         # its pid must not run the job a second time after a restart.
         try:

@@ -59,6 +59,10 @@ class JobRequest:
     timeout_s: float | None = None
     idle_timeout_s: float | None = None
     reasoning_effort: str | None = None
+    # Where the agent works: None/"cwd" the folder as it is, "worktree" a new git worktree, "job:<id>" an earlier one's.
+    workspace: str | None = None
+    base: str | None = None  # the ref a new worktree starts from (default: HEAD of cwd's repository)
+    carry_changes: bool = False  # start a new worktree from the checkout's uncommitted state
     via: str | None = None  # which tool or command submitted it; the engine fills it from SUBMITTED_VIA
 
 
@@ -71,6 +75,7 @@ class Prepared:
     invocation: Invocation
     timeout_s: float
     idle_timeout_s: float
+    in_worktree: bool = False  # the job runs in a worktree of relay's (workspace "worktree" or "job:<id>")
 
 
 def request_from(rec: JobRecord) -> JobRequest:
@@ -165,12 +170,13 @@ def resolve_cwd(settings: Settings, raw: str | None) -> str:
         raise invalid(f"cwd {raw!r} does not exist", "pass an existing directory") from None
     if not resolved.is_dir():
         raise invalid(f"cwd {raw!r} is not a directory", "pass a directory, not a file")
-    roots = settings.allowed_roots
+    # relay's own worktrees are made from checkouts inside the allowed roots: jobs may run in them.
+    roots = (*settings.allowed_roots, settings.worktrees_dir.resolve()) if settings.allowed_roots else ()
     if roots and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
         raise RelayError(
             ErrorCode.CWD_NOT_ALLOWED,
             f"cwd {str(resolved)!r} is outside the allowed roots",
-            f"use a directory under {', '.join(map(str, roots))}, or add it to security.allowed_roots in config.toml",
+            f"use a directory under {', '.join(map(str, settings.allowed_roots))}, or add it to security.allowed_roots in config.toml",
         )
     return str(resolved)
 
@@ -271,4 +277,5 @@ def prepare(
         invocation=invocation,
         timeout_s=req.timeout_s or cfg.timeout_s or settings.job_timeout_s,
         idle_timeout_s=req.idle_timeout_s or cfg.idle_timeout_s or settings.idle_timeout_s,
+        in_worktree=req.workspace not in (None, "cwd"),
     )

@@ -23,6 +23,7 @@ from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, Store
 from relay.store.health import make_reserve
+from relay.workspaces import Workspaces
 
 
 @dataclass
@@ -63,6 +64,8 @@ class JobState:
         # Job folders made ahead of time, so a job's files cost a rename on its way (runtime/folders.py):
         # as many as may start at once, so a burst of jobs finds its folders made.
         self.spares = SparePool(settings.jobs_dir, max(SPARES, settings.max_concurrent))
+        # Git worktrees of `workspace="worktree"` jobs (opened on first use).
+        self.workspaces = Workspaces(settings)
 
     def open(self, tg: TaskGroup) -> None:
         self.tg = tg
@@ -71,6 +74,7 @@ class JobState:
 
     def close(self) -> None:
         self.tg = None
+        self.workspaces.close()
         _ACTIVE.discard(self)
 
     def task_group(self) -> TaskGroup:

@@ -1,0 +1,166 @@
+"""The job engine's side of worktree workspaces: where a job runs, its branch sealed at its end, land, discard.
+
+A request's `workspace` is None (the caller's folder as it is), "worktree" (a new git worktree on
+branch relay/<job-id>) or "job:<id>" (the worktree of an earlier job: a follow-up adds commits to
+its branch). The stored request says `workspace="job:<owner>"` and `worktree={path, branch, base}`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.jobs.state import JobState
+from relay.store import JobRecord
+from relay.workspaces import WorkspaceRecord, commit_message
+
+JOB_PREFIX = "job:"
+
+
+def owner_of(request: dict[str, Any]) -> str | None:
+    """The job whose worktree a stored request runs in (None: not a worktree job)."""
+    value = request.get("workspace")
+    return value.removeprefix(JOB_PREFIX) if isinstance(value, str) and value.startswith(JOB_PREFIX) else None
+
+
+class JobWorkspaces:
+    """Places jobs in worktrees and seals, lands and discards them."""
+
+    def __init__(self, state: JobState) -> None:
+        self._state = state
+        self.spaces = state.workspaces
+
+    # where a job runs ---------------------------------------------------------------------
+
+    def follow_up_target(self, workspace: str | None, session_id: str | None, agent: str) -> WorkspaceRecord | None:
+        """The existing workspace a request continues: `job:<id>`, or the one its resumed session started in."""
+        if workspace is not None and workspace.startswith(JOB_PREFIX):
+            return self.record_for(workspace.removeprefix(JOB_PREFIX))
+        if workspace is None and session_id:
+            session = self._state.store.get_session(session_id, agent)
+            if session is not None:
+                return self.spaces.of_path(session.cwd)
+        return None
+
+    def reopen(self, rec: WorkspaceRecord) -> WorkspaceRecord:
+        """The workspace, made again if it was removed; refused while another job runs in it."""
+        busy = [
+            r.id
+            for r in self._state.store.list_jobs(statuses=("queued", "running"), limit=10_000)
+            if owner_of(r.request) == rec.job_id
+        ]
+        if busy:
+            raise RelayError(
+                ErrorCode.LIMIT_REACHED,
+                f"job {busy[0]} is still running in job {rec.job_id}'s worktree",
+                f"job_wait(job_ids=['{busy[0]}']) first, then follow up",
+            )
+        return self.spaces.reopen(rec)
+
+    @staticmethod
+    def check(workspace: str | None, base: str | None, carry_changes: bool) -> None:
+        if workspace not in (None, "cwd", "worktree") and not (workspace or "").startswith(JOB_PREFIX):
+            raise invalid(
+                f"workspace {workspace!r} is not one of cwd, worktree, job:<job-id>",
+                "use workspace='worktree' for a new worktree, or 'job:<id>' to continue in an earlier job's",
+            )
+        if (base is not None or carry_changes) and workspace != "worktree":
+            raise invalid(
+                "base and carry_changes apply only to a new worktree",
+                "pass workspace='worktree' with them, or leave them out",
+            )
+
+    def stored(self, rec: WorkspaceRecord) -> dict[str, Any]:
+        """What the job's stored request records of its workspace."""
+        return {
+            "workspace": f"{JOB_PREFIX}{rec.job_id}",
+            "worktree": {"path": rec.cwd, "branch": rec.branch, "base": rec.base_ref or rec.base_sha},
+        }
+
+    # a job's end --------------------------------------------------------------------------
+
+    def seal(self, rec: JobRecord, payload: dict[str, Any]) -> dict[str, Any]:
+        """Commit what the job left on its branch; the payload gets `workspace` and the branch's files_changed."""
+        owner = owner_of(rec.request)
+        ws = self.spaces.get(owner) if owner else None
+        if ws is None:
+            return payload
+        try:
+            found = self.spaces.seal(ws, commit_message(str(rec.request.get("prompt", "")), rec.id, rec.agent))
+        except RelayError as err:
+            found = {"path": ws.cwd, "branch": ws.branch, "base": ws.base_ref or ws.base_sha, "note": err.message}
+            return payload | {"workspace": found}
+        return payload | {"workspace": found, "files_changed": found["files_changed"]}
+
+    def current(self, rec: JobRecord) -> dict[str, Any] | None:
+        """The envelope's `workspace`: as sealed at the job's end, with what became of it since (landed, discarded)."""
+        owner = owner_of(rec.request)
+        if owner is None:
+            return None
+        base: dict[str, Any] = (rec.result or {}).get("workspace") or rec.request.get("worktree") or {}
+        ws = self.spaces.get(owner)
+        if ws is None:
+            return dict(base)
+        extra: dict[str, Any] = {"state": ws.state, "owner_job_id": ws.job_id}
+        if ws.landed_into:
+            extra |= {"landed_into": ws.landed_into, "landed_sha": ws.landed_sha}
+        return dict(base) | extra
+
+    # after the job ------------------------------------------------------------------------
+
+    def record_for(self, job_id: str) -> WorkspaceRecord:
+        """The workspace of a job (a follow-up's is its owner's); INVALID_ARGUMENT when it ran in a plain folder."""
+        job = self._state.get(job_id)
+        owner = owner_of(job.request)
+        ws = self.spaces.get(owner) if owner else None
+        if ws is None:
+            raise invalid(
+                f"job {job.id} did not run in a worktree",
+                "only jobs delegated with workspace='worktree' have a branch to land, diff or discard",
+            )
+        return ws
+
+    def running_owners(self) -> set[str]:
+        """Workspaces a queued or running job is in (never pruned, landed or discarded under it)."""
+        jobs = self._state.store.list_jobs(statuses=("queued", "running"), limit=10_000)
+        return {owner for r in jobs if (owner := owner_of(r.request))}
+
+    def check_idle(self, ws: WorkspaceRecord, what: str) -> None:
+        if ws.job_id in self.running_owners():
+            raise RelayError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"a job is still running in job {ws.job_id}'s worktree: it cannot be {what} now",
+                f"job_wait(job_ids=['{ws.job_id}']) until it ends (or job_cancel it), then try again",
+            )
+
+    def land(self, job_id: str, into: str | None, strategy: str, test_command: str | None) -> dict[str, Any]:
+        ws = self.record_for(job_id)
+        self.check_idle(ws, "landed")
+        rec = self._state.get(job_id)
+        owner = self._state.get(ws.job_id)
+        log = self._state.files(rec.id).dir / "land-test.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        message = commit_message(str(owner.request.get("prompt", "")), ws.job_id, owner.agent)
+        landed = self.spaces.land(
+            ws, into=into, strategy=strategy, test_command=test_command, test_log=log, message=message
+        )
+        return {"job_id": rec.id, "branch": ws.branch} | landed
+
+    def discard(self, job_id: str) -> dict[str, Any]:
+        ws = self.record_for(job_id)
+        self.check_idle(ws, "discarded")
+        self.spaces.discard(ws)
+        return {"job_id": job_id, "branch": ws.branch, "discarded": True, "path": ws.path}
+
+    def prune(self) -> list[str]:
+        return self.spaces.prune(self.running_owners())
+
+    def diff_file(self, job_id: str, fresh: bool) -> Path:
+        """The job's diff against its base in a file of its folder, for paging (written again when `fresh`)."""
+        ws = self.record_for(job_id)
+        path = self._state.files(job_id).dir / "diff.patch"
+        if fresh or not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.spaces.diff(ws), encoding="utf-8")
+        return path

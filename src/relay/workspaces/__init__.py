@@ -1,0 +1,142 @@
+"""Workspaces: a git worktree per job, its branch as the result, landing through a test gate, cleanup.
+
+`Workspaces` is the one face the job engine, the tools and the CLI call; the rooms behind it:
+
+    make.py      find the caller's repository, resolve the base, add the worktree (carrying changes)
+    seal.py      at a job's end: commit what the agent left, the branch's stats and diff
+    land.py      rebase/merge/squash onto the target, the test gate, compare-and-swap of the ref
+    cleanup.py   discard, prune after the retention time, disk use
+    records.py   the rows in relay.db;  _git.py  running git, bounded, errors translated
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from relay.config import Settings
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.workspaces import cleanup, land, make, seal
+from relay.workspaces.land import STRATEGIES, LandError
+from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
+
+__all__ = ["STRATEGIES", "LandError", "WorkspaceRecord", "Workspaces", "commit_message"]
+
+commit_message = seal.commit_message
+
+
+class Workspaces:
+    """The worktrees of one RELAY_HOME."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: WorkspaceStore | None = None
+
+    @property
+    def store(self) -> WorkspaceStore:
+        if self._store is None:
+            self._store = WorkspaceStore(self.settings.db_path)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # making and finding -------------------------------------------------------------------
+
+    def create(self, job_id: str, cwd: str, *, base: str | None, carry_changes: bool) -> WorkspaceRecord:
+        return make.create(self.settings.worktrees_dir, self.store, job_id, cwd, base=base, carry_changes=carry_changes)
+
+    def get(self, job_id: str) -> WorkspaceRecord | None:
+        return self.store.get(job_id)
+
+    def of_path(self, path: str) -> WorkspaceRecord | None:
+        """The workspace a folder is in (a session started in a worktree resumes there)."""
+        root = self.settings.worktrees_dir.resolve()
+        resolved = Path(path).resolve()
+        if not resolved.is_relative_to(root) or resolved == root:
+            return None
+        return self.get(resolved.relative_to(root).parts[0])
+
+    def reopen(self, rec: WorkspaceRecord) -> WorkspaceRecord:
+        """A workspace about to take a follow-up job: made again from its branch if it was removed."""
+        if rec.state == "discarded":
+            raise invalid(
+                f"job {rec.job_id}'s workspace was discarded (its worktree and branch are gone)",
+                "start a new one with workspace='worktree'",
+            )
+        if not Path(rec.path).is_dir():
+            make.restore(rec)
+            self.store.update(rec.job_id, state="active", removed_at=None)
+            rec = self.store.get(rec.job_id) or rec
+        return rec
+
+    # a job's end and what it left ---------------------------------------------------------
+
+    def seal(self, rec: WorkspaceRecord, message: str) -> dict[str, Any]:
+        return seal.seal(self.store, rec, message)
+
+    def info(self, rec: WorkspaceRecord) -> dict[str, Any]:
+        return seal.info(rec)
+
+    def diff(self, rec: WorkspaceRecord) -> str:
+        return seal.diff(rec)
+
+    # landing and removing -----------------------------------------------------------------
+
+    def land(
+        self,
+        rec: WorkspaceRecord,
+        *,
+        into: str | None,
+        strategy: str,
+        test_command: str | None,
+        test_log: Path,
+        message: str,
+    ) -> dict[str, Any]:
+        if rec.state == "discarded":
+            raise invalid(f"job {rec.job_id}'s workspace was discarded: there is nothing to land", "start a new job")
+        if rec.state == "landed":
+            raise invalid(
+                f"job {rec.job_id} was already landed into {rec.landed_into} ({(rec.landed_sha or '')[:12]})",
+                f"follow up with workspace='job:{rec.job_id}' to add to it, then land again",
+            )
+        try:
+            landed = land.land(
+                rec,
+                into=into,
+                strategy=strategy,
+                test_command=test_command,
+                test_timeout_s=self.settings.land_test_timeout_s,
+                test_log=test_log,
+                message=message,
+            )
+        except LandError:
+            raise
+        except RelayError as err:
+            if err.code is ErrorCode.GIT_FAILED:
+                raise RelayError(err.code, err.message, "nothing was changed on the target; " + err.hint) from None
+            raise
+        now = time.time()
+        head = seal.head_of(rec)
+        self.store.update(
+            rec.job_id,
+            state="landed",
+            landed_at=now,
+            landed_into=landed["into"],
+            landed_sha=landed["new"],
+            head_sha=head,
+            removed_at=now,
+        )
+        return landed
+
+    def discard(self, rec: WorkspaceRecord) -> None:
+        cleanup.discard(self.store, rec)
+
+    def prune(self, running: set[str]) -> list[str]:
+        return cleanup.prune(self.store, self.settings.worktree_keep_s, running)
+
+    def usage(self) -> dict[str, Any]:
+        return cleanup.usage(self.store)

@@ -1,0 +1,78 @@
+"""Removing worktrees: a discard (worktree and branch), the prune of old unlanded ones, and their disk use."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from relay.workspaces import _git
+from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
+
+
+def remove_worktree(rec: WorkspaceRecord) -> None:
+    """The worktree's folder and git's record of it (the branch stays)."""
+    if Path(rec.common_dir).is_dir():
+        _git.run(["worktree", "remove", "--force", rec.path], rec.common_dir, check=False)
+    shutil.rmtree(rec.path, ignore_errors=True)
+    if Path(rec.common_dir).is_dir():
+        _git.run(["worktree", "prune"], rec.common_dir, check=False)
+
+
+def discard(store: WorkspaceStore, rec: WorkspaceRecord) -> None:
+    """Remove the worktree and its branch."""
+    remove_worktree(rec)
+    if Path(rec.common_dir).is_dir():
+        _git.run(["branch", "-D", rec.branch], rec.common_dir, check=False)
+    store.update(rec.job_id, state="discarded", removed_at=time.time())
+
+
+def prune(store: WorkspaceStore, keep_s: float, running: set[str], now: float | None = None) -> list[str]:
+    """Remove worktrees of ended jobs unlanded for longer than `keep_s`, and any landed one still there.
+
+    `running`: jobs (owners of workspaces) that run now; their worktrees are never touched.
+    """
+    now = time.time() if now is None else now
+    pruned: list[str] = []
+    for rec in store.list(states=("active", "landed")):
+        if rec.job_id in running:
+            continue
+        old = rec.state == "active" and rec.ended_at is not None and now - rec.ended_at > keep_s
+        if old or (rec.state == "landed" and rec.removed_at is None):
+            remove_worktree(rec)
+            store.update(rec.job_id, state="pruned" if old else "landed", removed_at=now)
+            pruned.append(rec.job_id)
+    return pruned
+
+
+def folder_size(path: Path) -> int:
+    """Bytes under `path` (files only, links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def usage(store: WorkspaceStore) -> dict[str, Any]:
+    """What `relay doctor` reports: the worktrees there now, each with its state and size."""
+    items: list[dict[str, Any]] = []
+    for rec in store.list(states=("active", "landed")):
+        path = Path(rec.path)
+        if not path.is_dir():
+            continue
+        items.append(
+            {
+                "job_id": rec.job_id,
+                "branch": rec.branch,
+                "state": rec.state,
+                "path": rec.path,
+                "bytes": folder_size(path),
+            }
+        )
+    return {"count": len(items), "bytes": sum(i["bytes"] for i in items), "worktrees": items}

@@ -1,0 +1,258 @@
+"""Landing a job's branch: onto the target's tip, through the test gate, then the target moved compare-and-swap.
+
+Lands of one repository are serialized by a lock file in its git folder (every relay process that
+lands there takes it); the ref moves only if it still holds the value the land started from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.workspaces import _git
+from relay.workspaces._git import AUTHOR
+from relay.workspaces.make import restore
+from relay.workspaces.records import WorkspaceRecord
+from relay.workspaces.seal import commit_leftovers, head_of
+
+STRATEGIES = ("rebase", "merge", "squash")
+LOCK_FILE = "relay-land.lock"
+# How much of a failing test's output the land's answer quotes (the whole of it pages with view="test").
+TEST_TAIL_CHARS = 4000
+# After a test command's time is up: SIGTERM to its group, this long, then SIGKILL.
+TEST_KILL_GRACE_S = 2.0
+
+
+class LandError(RelayError):
+    """A land that changed nothing, with what the caller needs to see why (conflicting files, the test)."""
+
+    def __init__(self, code: ErrorCode, message: str, hint: str, **details: Any) -> None:
+        super().__init__(code, message, hint)
+        self.details = details
+
+
+@contextlib.contextmanager
+def repo_lock(common_dir: str) -> Generator[None]:
+    """One land at a time per repository, across every relay process (an flock on a file in its git folder)."""
+    import fcntl  # POSIX only; relay runs worktree jobs where it runs CLI jobs
+
+    with open(Path(common_dir, LOCK_FILE), "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def checked_out_in(rec: WorkspaceRecord, branch: str) -> list[str]:
+    """The worktrees (the caller's checkout among them) that have `branch` checked out, except the job's own."""
+    listing = _git.out(["worktree", "list", "--porcelain"], rec.common_dir)
+    found: list[str] = []
+    path = ""
+    for line in listing.splitlines():
+        if line.startswith("worktree "):
+            path = line.removeprefix("worktree ")
+        elif line == f"branch refs/heads/{branch}" and Path(path) != Path(rec.path):
+            found.append(path)
+    return found
+
+
+def _conflicted(wt: Path) -> list[str]:
+    return sorted(filter(None, _git.out(["diff", "--name-only", "--diff-filter=U"], wt).splitlines()))
+
+
+def _apply(rec: WorkspaceRecord, wt: Path, old: str, head: str, strategy: str, message: str) -> str:
+    """The commit the target should move to; on a conflict the worktree is put back and LandError raised."""
+    if strategy != "squash" and _git.ok(["merge-base", "--is-ancestor", old, head], wt):
+        return head  # already on top of the target: a fast-forward
+    if strategy == "rebase":
+        attempt = _git.run(["rebase", "--quiet", old], wt, env=AUTHOR, check=False)
+        conflicts = _conflicted(wt) if attempt.returncode != 0 else []
+        if attempt.returncode != 0:
+            _git.run(["rebase", "--abort"], wt, check=False)
+    else:
+        _git.run(["checkout", "--quiet", "--detach", old], wt)
+        args = (
+            ["merge", "--squash", rec.branch]
+            if strategy == "squash"
+            else ["merge", "--no-ff", "-m", message, rec.branch]
+        )
+        attempt = _git.run(args, wt, env=AUTHOR, check=False)
+        conflicts = _conflicted(wt) if attempt.returncode != 0 else []
+        if attempt.returncode == 0 and strategy == "squash":
+            if _git.ok(["diff", "--cached", "--quiet"], wt):
+                _back_to_branch(rec, wt, head)
+                raise invalid(f"job {rec.job_id}'s branch changes nothing against the target", "discard it instead")
+            _git.run(["commit", "--quiet", "--no-verify", "-m", message], wt, env=AUTHOR)
+        elif attempt.returncode != 0:
+            _git.run(["merge", "--abort"], wt, check=False)
+            _back_to_branch(rec, wt, head)
+    if attempt.returncode != 0:
+        raise LandError(
+            ErrorCode.LAND_CONFLICT,
+            f"job {rec.job_id}'s branch conflicts with the target in: {', '.join(conflicts) or '(git did not say)'}",
+            "nothing was changed; ask the agent to resolve it: delegate(session_id=..., workspace='job:"
+            f"{rec.job_id}', prompt='rebase onto the target and resolve the conflicts'), or land with another strategy",
+            conflicts=conflicts or [attempt.stderr.strip()[-400:]],
+        )
+    return _git.out(["rev-parse", "HEAD"], wt)
+
+
+def _back_to_branch(rec: WorkspaceRecord, wt: Path, head: str) -> None:
+    """Put the worktree back on the job's branch at `head`, as it was before the land."""
+    _git.run(["checkout", "--quiet", "--force", rec.branch], wt, check=False)
+    _git.run(["reset", "--quiet", "--hard", head], wt, check=False)
+
+
+def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, Any]:
+    """Run the test command in the worktree, its output (both streams) kept in `log`; bounded by `timeout_s`."""
+    started = time.monotonic()
+    timed_out = False
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            for sig, grace in ((signal.SIGTERM, TEST_KILL_GRACE_S), (signal.SIGKILL, None)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            code = proc.returncode
+    text = log.read_bytes().decode("utf-8", "replace")
+    return {
+        "command": command,
+        "passed": code == 0 and not timed_out,
+        "exit_code": code,
+        "timed_out": timed_out,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "output_tail": text[-TEST_TAIL_CHARS:],
+        "output_chars": len(text),
+    }
+
+
+def _move_target(rec: WorkspaceRecord, target: str, old: str, new: str) -> None:
+    """Move refs/heads/<target> from `old` to `new`; a checkout of it is updated as `git merge --ff-only` would."""
+    trees = checked_out_in(rec, target)
+    if not trees:
+        moved = _git.run(
+            ["update-ref", "-m", f"relay: land job {rec.job_id}", f"refs/heads/{target}", new, old],
+            rec.common_dir,
+            check=False,
+        )
+        if moved.returncode != 0:
+            raise LandError(
+                ErrorCode.LAND_CONFLICT,
+                f"{target} moved while job {rec.job_id} was being landed",
+                "nothing was changed; land again to go onto its new tip",
+                conflicts=[],
+            )
+        return
+    tree = trees[0]
+    if _git.out(["rev-parse", "HEAD"], tree) != old:
+        raise LandError(
+            ErrorCode.LAND_CONFLICT,
+            f"{target} moved while job {rec.job_id} was being landed",
+            "nothing was changed; land again",
+            conflicts=[],
+        )
+    touched = set(_git.out(["diff", "--name-only", old, new], tree).splitlines())
+    status = _git.run(["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"], tree).stdout
+    dirty = {item[3:] for item in status.split("\0") if len(item) > 3}
+    blocked = sorted(touched & dirty)
+    if blocked:
+        raise LandError(
+            ErrorCode.LAND_CONFLICT,
+            f"{target} is checked out in {tree} with uncommitted changes to files the land touches: {', '.join(blocked)}",
+            f"nothing was changed; commit or stash them in {tree} (git stash), then land again",
+            conflicts=blocked,
+        )
+    _git.run(["merge", "--quiet", "--ff-only", new], tree)
+
+
+def land(
+    rec: WorkspaceRecord,
+    *,
+    into: str | None,
+    strategy: str,
+    test_command: str | None,
+    test_timeout_s: float,
+    test_log: Path,
+    message: str,
+) -> dict[str, Any]:
+    """Land the job's branch into `into` (default: the branch it was made from); changes nothing unless it lands."""
+    if strategy not in STRATEGIES:
+        raise invalid(
+            f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}", "use rebase (default), merge or squash"
+        )
+    target = into or rec.base_ref
+    if target is None:
+        raise invalid(
+            f"job {rec.job_id} was made from a commit or a detached HEAD ({rec.base_sha[:12]}): there is no branch to land into",
+            "pass into='<branch>'",
+        )
+    if target == rec.branch or not _git.ok(["check-ref-format", "--branch", target], rec.common_dir):
+        raise invalid(
+            f"into={target!r} is not a branch relay can land into", "pass the name of a local branch, e.g. main"
+        )
+    with repo_lock(rec.common_dir):
+        found = _git.run(["rev-parse", "--verify", "--quiet", f"refs/heads/{target}"], rec.common_dir, check=False)
+        if found.returncode != 0:
+            raise invalid(
+                f"branch {target!r} does not exist in {rec.repo}",
+                "pass an existing branch as into (git branch lists them)",
+            )
+        old = found.stdout.strip()
+        restore(rec)
+        wt = Path(rec.path)
+        commit_leftovers(rec, f"Edits made in the worktree after relay job {rec.job_id}\n")
+        head = head_of(rec)
+        new = _apply(rec, wt, old, head, strategy, message)
+        test: dict[str, Any] | None = None
+        if test_command:
+            test = run_test(test_command, Path(rec.cwd), test_log, test_timeout_s)
+            if not test["passed"]:
+                _back_to_branch(rec, wt, head)
+                what = "timed out" if test["timed_out"] else f"exited {test['exit_code']}"
+                raise LandError(
+                    ErrorCode.LAND_TEST_FAILED,
+                    f"the test command {what}; {target} was not changed",
+                    f"read the whole output with job_result(job_id='{rec.job_id}', view='test'); fix it with a follow-up"
+                    f" (workspace='job:{rec.job_id}') and land again",
+                    test=test,
+                    conflicts=[],
+                )
+        try:
+            _move_target(rec, target, old, new)
+        except RelayError:
+            _back_to_branch(rec, wt, head)
+            raise
+        commits = int(_git.out(["rev-list", "--count", f"{old}..{new}"], rec.common_dir) or 0)
+        _git.run(["worktree", "remove", "--force", str(wt)], rec.common_dir, check=False)
+    return {
+        "landed": True,
+        "into": target,
+        "strategy": strategy,
+        "old": old,
+        "new": new,
+        "commits": commits,
+        "test": test,
+    }

@@ -1,0 +1,176 @@
+"""Making a job's worktree: find the caller's repository, resolve the base, add the worktree on its own branch."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from relay.errors import ErrorCode, RelayError, invalid
+from relay.workspaces import _git
+from relay.workspaces._git import AUTHOR, GitError
+from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
+
+CARRY_MESSAGE = "relay: the caller's uncommitted changes, carried into the worktree"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The repository a caller's cwd is in."""
+
+    repo: str  # its top folder
+    common_dir: str  # the git folder every worktree of it shares
+    subdir: str  # cwd relative to the top ("" at the top)
+
+
+def branch_of(job_id: str) -> str:
+    return f"relay/{job_id}"
+
+
+def locate(cwd: str) -> Origin:
+    """The repository that contains `cwd`; a clear error when there is none, or it is bare."""
+    probe = _git.run(["rev-parse", "--is-bare-repository", "--is-inside-git-dir", "--git-common-dir"], cwd, check=False)
+    if probe.returncode != 0:
+        raise invalid(
+            f"cwd {cwd} is not in a git repository, and workspace='worktree' needs one",
+            "run `git init` and commit once, or omit workspace to run in the folder as it is",
+        )
+    bare, in_git_dir, common = probe.stdout.split("\n")[:3]
+    if bare == "true" or in_git_dir == "true":
+        raise invalid(
+            f"cwd {cwd} is a bare repository (or inside a .git folder): there is no checkout to start from",
+            "pass the folder of a checkout (a clone or `git worktree add` of this repository) as cwd",
+        )
+    top, _, prefix = _git.out(["rev-parse", "--show-toplevel", "--show-prefix"], cwd).partition("\n")
+    common_dir = Path(common) if Path(common).is_absolute() else Path(cwd, common)
+    return Origin(repo=top, common_dir=str(common_dir.resolve()), subdir=prefix.strip().rstrip("/"))
+
+
+def resolve_base(origin: Origin, base: str | None) -> tuple[str | None, str]:
+    """(the branch name or None, the commit) that a worktree starts from; default: the checkout's HEAD."""
+    if base is not None and (not base.strip() or base.startswith("-") or "\x00" in base):
+        raise invalid(f"base {base!r} is not a ref", "pass a branch, tag or commit, or omit base for HEAD")
+    name = base or "HEAD"
+    found = _git.run(["rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], origin.repo, check=False)
+    if found.returncode != 0:
+        if base is None:
+            raise invalid(
+                f"the repository at {origin.repo} has no commit yet",
+                "commit once (git commit --allow-empty -m init), then delegate with workspace='worktree'",
+            )
+        raise invalid(
+            f"base {base!r} is not a branch, tag or commit of {origin.repo}",
+            "pass an existing ref (git branch -a lists them), or omit base for the checkout's HEAD",
+        )
+    sha = found.stdout.strip()
+    if base is None:
+        branch = _git.run(["symbolic-ref", "--quiet", "--short", "HEAD"], origin.repo, check=False)
+        return (branch.stdout.strip() or None) if branch.returncode == 0 else None, sha
+    is_branch = _git.ok(["show-ref", "--verify", "--quiet", f"refs/heads/{base}"], origin.repo)
+    return (base if is_branch else None), sha
+
+
+def _carry(origin: Origin, head_sha: str) -> str:
+    """A commit on top of HEAD holding the checkout as it is now (staged, unstaged, untracked but not ignored).
+
+    Made through a copy of the index, so the caller's own index, files and HEAD are never touched.
+    """
+    index = Path(_git.out(["rev-parse", "--git-path", "index"], origin.repo))
+    index = index if index.is_absolute() else Path(origin.repo, index)
+    with tempfile.TemporaryDirectory(prefix="relay-carry-") as tmp:
+        scratch = Path(tmp, "index")
+        if index.is_file():
+            shutil.copyfile(index, scratch)
+        env = {"GIT_INDEX_FILE": str(scratch)}
+        _git.run(["add", "--all", "--", "."], origin.repo, env=env)
+        tree = _git.out(["write-tree"], origin.repo, env=env)
+    if tree == _git.out(["rev-parse", f"{head_sha}^{{tree}}"], origin.repo):
+        return head_sha  # nothing uncommitted
+    return _git.out(["commit-tree", tree, "-p", head_sha, "-m", CARRY_MESSAGE], origin.repo, env=AUTHOR)
+
+
+def _undo(origin: Origin, path: Path, branch: str) -> None:
+    """Take back a half-made worktree: its folder, git's record of it, its branch."""
+    _git.run(["worktree", "remove", "--force", str(path)], origin.repo, check=False)
+    shutil.rmtree(path, ignore_errors=True)
+    _git.run(["worktree", "prune"], origin.repo, check=False)
+    _git.run(["branch", "-D", branch], origin.repo, check=False)
+
+
+def create(
+    worktrees_dir: Path,
+    store: WorkspaceStore,
+    job_id: str,
+    cwd: str,
+    *,
+    base: str | None = None,
+    carry_changes: bool = False,
+) -> WorkspaceRecord:
+    """Add a worktree on branch relay/<job-id> for a job; the caller's checkout, index and HEAD stay as they are."""
+    origin = locate(cwd)
+    base_ref, base_sha = resolve_base(origin, base)
+    if carry_changes and base is not None:
+        head = _git.out(["rev-parse", "HEAD"], origin.repo)
+        if head != base_sha:
+            raise invalid(
+                f"carry_changes starts from the checkout's HEAD ({head[:12]}), not from base {base!r}",
+                "omit base to carry the uncommitted changes, or omit carry_changes to start clean from base",
+            )
+    branch = branch_of(job_id)
+    if _git.ok(["show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], origin.repo):
+        raise invalid(
+            f"branch {branch} already exists in {origin.repo}",
+            f"delete it (git branch -D {branch}) or let relay pick a new job id by submitting again",
+        )
+    path = worktrees_dir / job_id
+    start = _carry(origin, base_sha) if carry_changes else base_sha
+    try:
+        worktrees_dir.mkdir(parents=True, exist_ok=True)
+        _git.run(["worktree", "add", "--quiet", "-b", branch, str(path), start], origin.repo)
+    except (RelayError, OSError) as exc:
+        _undo(origin, path, branch)
+        if "No space left" in (exc.stderr if isinstance(exc, GitError) else str(exc)):
+            raise RelayError(
+                ErrorCode.DISK_FULL,
+                f"the disk filled while the worktree was made in {worktrees_dir}; nothing was kept",
+                "free some space (relay doctor lists worktrees and their size; relay discard JOB removes one)",
+            ) from None
+        if isinstance(exc, OSError):
+            raise RelayError(
+                ErrorCode.GIT_FAILED, f"could not make {worktrees_dir}: {exc}", "check RELAY_HOME's permissions"
+            ) from None
+        raise
+    if (path / ".gitmodules").is_file():
+        try:
+            _git.run(["-c", "protocol.file.allow=always", "submodule", "update", "--init", "--recursive"], path)
+        except RelayError as exc:
+            _undo(origin, path, branch)
+            raise invalid(
+                f"the repository's submodules could not be initialised in the worktree: {exc.message}",
+                "make the submodules reachable from this machine (git submodule update --init), or omit workspace",
+            ) from None
+    rec = WorkspaceRecord(
+        job_id=job_id,
+        repo=origin.repo,
+        common_dir=origin.common_dir,
+        path=str(path),
+        subdir=origin.subdir,
+        branch=branch,
+        base_ref=base_ref,
+        base_sha=base_sha,
+        state="active",
+        created_at=time.time(),
+    )
+    store.add(rec)
+    return rec
+
+
+def restore(rec: WorkspaceRecord) -> None:
+    """Make a removed worktree again from its branch (a follow-up after a prune or a land)."""
+    path = Path(rec.path)
+    if path.is_dir():
+        return
+    _git.run(["worktree", "prune"], rec.common_dir, check=False)
+    _git.run(["worktree", "add", "--quiet", str(path), rec.branch], rec.repo)
