@@ -38,7 +38,7 @@ from relay.jobs.recovery import Recovery
 from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, check_depth, prepare, with_inherited_depth
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
-from relay.jobs.workspace import JobWorkspaces
+from relay.jobs.workspace import JobWorkspaces, next_for
 from relay.runtime import choice, procinfo, supervisor
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact
@@ -234,7 +234,9 @@ class Engine:
     def envelope(self, job_id: str) -> dict[str, Any]:
         rec = self.get(job_id)
         env = envelope(rec, self.files(rec.id), self.settings.output_limit_chars)
-        env["workspace"] = self._workspaces.current(rec)
+        env["workspace"] = ws = self._workspaces.current(rec)
+        if ws is not None and rec.is_final and env["next"] is None:
+            env["next"] = next_for(rec.id, ws.get("state"))
         return env
 
     def list(

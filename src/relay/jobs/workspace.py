@@ -164,3 +164,13 @@ class JobWorkspaces:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(self.spaces.diff(ws), encoding="utf-8")
         return path
+
+
+def next_for(job_id: str, state: str | None) -> str | None:
+    """What to call after a worktree job ended: land or discard its branch (the `workspaces` toolset)."""
+    if state not in (None, "active", "pruned"):
+        return None
+    return (
+        f"call_tool(server_name='workspaces', tool_name='job_land', arguments={{'job_id': '{job_id}'}}) to land "
+        f"its branch (job_result view='diff' shows it), or tool_name='job_discard'"
+    )

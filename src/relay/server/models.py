@@ -41,6 +41,7 @@ class Envelope(BaseModel):
     tool_uses: int = 0
     error: ErrorInfo | None = None
     warnings: list[str] = Field([], description="what to know about a job that did not fail")
+    workspace: dict[str, Any] | None = Field(None, description="worktree jobs: path, branch, base, head, diffstat")
 
 
 class JobSummary(BaseModel):
@@ -194,3 +195,36 @@ class ProviderOut(BaseModel):
 class ModelList(BaseModel):
     models: list[ModelInfoOut] = Field(description="models that can be asked now")
     providers: list[ProviderOut] = Field(description="every provider; set one of key_env to enable it")
+
+
+class LandTest(BaseModel):
+    command: str
+    passed: bool
+    exit_code: int | None = None
+    timed_out: bool = False
+    duration_ms: int = 0
+    output_tail: str = Field("", description="the end of its output; job_result view=test pages all of it")
+    output_chars: int = 0
+
+
+class LandResult(BaseModel):
+    """What a land did: the target moved from old to new, or (error) nothing changed and why."""
+
+    job_id: str
+    branch: str
+    landed: bool
+    into: str | None = None
+    strategy: str | None = None
+    old: str | None = None
+    new: str | None = None
+    commits: int = 0
+    test: LandTest | None = None
+    conflicts: list[str] = Field([], description="files that do not apply onto the target")
+    error: ErrorInfo | None = None
+
+
+class DiscardResult(BaseModel):
+    job_id: str
+    branch: str
+    discarded: bool
+    path: str

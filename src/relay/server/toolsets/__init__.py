@@ -47,6 +47,7 @@ BUILTIN: dict[str, str] = {
     "tasks": "relay.server.toolsets.tasks",
     "zen": "relay.server.toolsets.zen",
     "gobby": "relay.server.toolsets.gobby",
+    "workspaces": "relay.server.toolsets.workspaces",
 }
 
 Exposure = tuple[tuple[str, frozenset[str] | None], ...]

@@ -76,10 +76,19 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ] = None,
         system_prompt: Annotated[str | None, Field(description="appended to the agent's system prompt")] = None,
         max_turns: Annotated[int | None, Field(ge=1, description="limit on agent turns")] = None,
+        workspace: Annotated[
+            str | None,
+            Field(description="worktree: own git worktree+branch relay/<job-id>; job:<id>: that job's; default cwd"),
+        ] = None,
+        base: Annotated[str | None, Field(description="ref a new worktree starts from; default HEAD")] = None,
+        carry_changes: Annotated[bool, Field(description="new worktree starts from uncommitted changes")] = False,
     ) -> Annotated[CallToolResult, Envelope]:
         async def go() -> CallToolResult:
             engine = deps.engine()
             req = JobRequest(
+                workspace=workspace,
+                base=base,
+                carry_changes=carry_changes,
                 agent=agent,
                 prompt=prompt,
                 cwd=cwd,
