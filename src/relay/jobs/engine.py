@@ -323,6 +323,10 @@ class Engine:
         rec = self.get(job_id)
         return await anyio.to_thread.run_sync(self._workspaces.discard, rec.id)
 
+    async def test_worktree(self, job_id: str, command: str) -> dict[str, Any]:
+        """Run `command` in a worktree job's worktree (bounded like a land's test); {passed, exit_code, output_tail...}."""
+        return await anyio.to_thread.run_sync(self._workspaces.test, self.get(job_id).id, command)
+
     def prune_worktrees(self) -> list[str]:
         """Remove worktrees of jobs unlanded past the retention time (and landed ones still on disk)."""
         return self._workspaces.prune()

@@ -14,6 +14,7 @@ from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.state import JobState
 from relay.store import JobRecord
 from relay.workspaces import WorkspaceRecord, commit_message
+from relay.workspaces.land import run_test
 
 JOB_PREFIX = "job:"
 
@@ -146,6 +147,12 @@ class JobWorkspaces:
             ws, into=into, strategy=strategy, test_command=test_command, test_log=log, message=message
         )
         return {"job_id": rec.id, "branch": ws.branch} | landed
+
+    def test(self, job_id: str, command: str) -> dict[str, Any]:
+        """Run a test command in a job's worktree (its output kept for job_result view=test)."""
+        ws = self.spaces.reopen(self.record_for(job_id))
+        log = self._state.files(job_id).dir / "land-test.log"
+        return run_test(command, Path(ws.cwd), log, self._state.settings.land_test_timeout_s)
 
     def discard(self, job_id: str) -> dict[str, Any]:
         ws = self.record_for(job_id)

@@ -113,13 +113,16 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         return await run_guarded(go)
 
     @reg.tool(
-        description="Read a job's full output in pages: view final (answer), transcript, events (raw stream) or stderr.",
+        description=(
+            "Read a job's full output in pages: view final (answer), transcript, events (raw stream), stderr; "
+            "worktree jobs: diff (against base), test (last test run)."
+        ),
         annotations=READ_ONLY,
         publish_output=True,
     )
     async def job_result(
         job_id: str,
-        view: Literal["final", "transcript", "events", "stderr"] = "final",
+        view: Literal["final", "transcript", "events", "stderr", "diff", "test"] = "final",
         offset: Annotated[int, Field(ge=0, description="character offset")] = 0,
         limit: Annotated[int, Field(ge=1, le=200_000, description="characters per page")] = 20_000,
     ) -> Annotated[CallToolResult, OutputPage]:

@@ -2,13 +2,15 @@
 
 from typing import Annotated, Any, Literal
 
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
 from relay.errors import RelayError
-from relay.server.models import DiscardResult, ErrorInfo, LandResult
-from relay.server.results import error_result, model_result, run_guarded
-from relay.server.toolsets._registry import DESTROYS_STATE, Deps, ToolRegistry, Toolset
+from relay.server.models import DiscardResult, Envelope, ErrorInfo, LandResult
+from relay.server.results import error_result, model_result, run_guarded, run_job
+from relay.server.toolsets._registry import DESTROYS_STATE, RUNS_AGENT, Deps, ToolRegistry, Toolset
+from relay.workflows.best_of import BestOf, candidates_of, submit_best_of
 from relay.workspaces import LandError
 
 
@@ -44,6 +46,42 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 )
                 return model_result(refused, is_error=True)
             return model_result(LandResult.model_validate(landed))
+
+        return await run_guarded(go)
+
+    @reg.tool(
+        description=(
+            "Run one task on several agents at once, each in its own git worktree; test each; a review_model compares "
+            "the diffs. Answer: candidates ranked (JSON). Land the one you want with job_land."
+        ),
+        annotations=RUNS_AGENT,
+    )
+    async def best_of(
+        ctx: Context[Any, Any],
+        prompt: Annotated[str, Field(description="the task, self-contained")],
+        agents: Annotated[list[str] | None, Field(description="e.g. [codex, claude, gemini]")] = None,
+        n: Annotated[int | None, Field(ge=2, le=8, description="runs of one agent (agents=[x] or claude)")] = None,
+        cwd: Annotated[str | None, Field(description="absolute folder in the repository")] = None,
+        base: Annotated[str | None, Field(description="ref to start from; default HEAD")] = None,
+        test_command: Annotated[str | None, Field(description="shell command run in each worktree")] = None,
+        review_model: Annotated[str | None, Field(description="model that compares the diffs")] = None,
+        permission: Literal["edit", "full"] = "edit",
+        mode: Literal["auto", "sync", "async"] = "auto",
+        timeout_s: Annotated[float | None, Field(gt=0, description="limit per candidate")] = None,
+    ) -> Annotated[CallToolResult, Envelope]:
+        async def go() -> CallToolResult:
+            engine = deps.engine()
+            req = BestOf(
+                prompt=prompt,
+                agents=candidates_of(agents, n),
+                cwd=cwd,
+                base=base,
+                test_command=test_command,
+                review_model=review_model,
+                permission=permission,
+                timeout_s=timeout_s,
+            )
+            return await run_job(engine, lambda: submit_best_of(engine, req), mode, ctx)
 
         return await run_guarded(go)
 
