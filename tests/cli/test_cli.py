@@ -42,7 +42,7 @@ def test_run_prints_the_answer_and_jobs_lists_it(relay_home: Path, workdir: Path
     assert out.stdout == "hi from mock\n"
     jobs = relay("jobs", home=relay_home, cwd=workdir)
     header, row = jobs.stdout.splitlines()
-    assert header.split() == ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "PROMPT"]
+    assert header.split() == ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "BRANCH", "PROMPT"]
     assert row.split()[1:4] == ["claude", "cli/run", "completed"] and row.endswith("say hi")
 
 

@@ -184,7 +184,7 @@ def test_jobs_watch_without_a_terminal_prints_the_table_once(jobs: Jobs, relay_h
     )
     assert out.returncode == 0
     lines = out.stdout.decode().splitlines()
-    assert lines[0].split() == ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "PROMPT"]
+    assert lines[0].split() == ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "BRANCH", "PROMPT"]
     assert lines[1].split()[:4] == [job.id, "claude", "cli/run", "completed"] and len(lines) == 2
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from relay import __version__
 from relay.cli._errors import error_line, report
+from relay.cli.worktree_cmd import COMMANDS as WORKTREE_COMMANDS
 from relay.errors import RelayError
 
 # `relay tail -f` checks for new output this often.
@@ -45,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--permission", choices=["read-only", "edit", "full"])
     run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
     run.add_argument("--json", action="store_true", help="print the whole result envelope as JSON")
+    run.add_argument("--worktree", action="store_true", help="run in a new git worktree on branch relay/<job-id>")
+    run.add_argument("--base", help="with --worktree: the ref it starts from (default HEAD)")
+    run.add_argument("--carry-changes", action="store_true", help="with --worktree: start from uncommitted changes")
 
     jobs = sub.add_parser("jobs", help="list recent jobs")
     jobs.add_argument("--status", action="append", help="filter by status (repeatable)")
@@ -77,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     from relay.cli.audit_cmd import add_parser as add_audit_parser
 
     add_audit_parser(sub)
+
+    from relay.cli.worktree_cmd import add_parsers as add_worktree_parsers
+
+    add_worktree_parsers(sub)
 
     dashboard = sub.add_parser("dashboard", help="serve the web dashboard (live jobs, costs, threads, tasks)")
     dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -173,6 +181,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         session_id=args.session_id,
         permission=args.permission,
         timeout_s=args.timeout,
+        workspace="worktree" if args.worktree else None,
+        base=args.base,
+        carry_changes=args.carry_changes,
         via="cli/run",
     )
 
@@ -211,6 +222,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if env["error"]:
             err = env["error"]
             print(error_line(err["code"], err["message"], err["hint"] or ""), file=sys.stderr)
+        if env.get("workspace"):
+            ws = env["workspace"]
+            print(
+                f"\n[{ws['branch']}: {len(ws.get('files_changed', []))} files, +{ws.get('insertions', 0)} "
+                f"-{ws.get('deletions', 0)}; relay diff {env['job_id']} / relay land {env['job_id']}]",
+                file=sys.stderr,
+            )
     return 0 if env["status"] == "completed" else 1
 
 
@@ -245,11 +263,19 @@ def _jobs_table(engine: Any, args: argparse.Namespace) -> str:
             r.status,
             r.model or "-",
             _ago(r.created_at),
+            _branch(r.request),
             job_title(r.request, 50),
         ]
         for r in records
     ]
-    return _table(rows, ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "PROMPT"]) if rows else "no jobs"
+    headers = ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "BRANCH", "PROMPT"]
+    return _table(rows, headers) if rows else "no jobs"
+
+
+def _branch(request: dict[str, Any]) -> str:
+    """A worktree job's branch, or "-"."""
+    worktree: dict[str, Any] = request.get("worktree") or {}
+    return str(worktree.get("branch") or "-")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -427,6 +453,7 @@ COMMANDS = {
     "install": cmd_install,
     "uninstall": cmd_uninstall,
     "audit": cmd_audit,
+    **WORKTREE_COMMANDS,
 }
 
 

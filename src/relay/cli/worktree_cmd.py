@@ -1,0 +1,94 @@
+"""`relay diff|land|discard JOB`: read, land or throw away the branch a worktree job left."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from relay.cli._errors import error_line
+
+# How much of the diff is read per page on its way to the terminal.
+DIFF_PAGE_CHARS = 1 << 20
+
+
+def add_parsers(sub: Any) -> None:
+    diff = sub.add_parser("diff", help="print a worktree job's diff against its base")
+    diff.add_argument("job")
+    land = sub.add_parser("land", help="land a worktree job's branch (rebase onto the target, test, move it)")
+    land.add_argument("job")
+    land.add_argument("--into", help="target branch (default: the branch the job's worktree was made from)")
+    land.add_argument("--strategy", choices=["rebase", "merge", "squash"], default="rebase")
+    land.add_argument("--test", dest="test_command", help="shell command that must pass in the worktree first")
+    land.add_argument("--json", action="store_true", help="print the result as JSON")
+    discard = sub.add_parser("discard", help="remove a worktree job's worktree and branch")
+    discard.add_argument("job")
+
+
+def _engine() -> Any:
+    from relay.config import load_settings
+    from relay.jobs.engine import Engine
+
+    engine = Engine(load_settings())
+    engine.reconcile()
+    return engine
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    engine = _engine()
+    offset = 0
+    while True:
+        page = engine.read_output(args.job, "diff", offset, DIFF_PAGE_CHARS)
+        sys.stdout.write(page["text"])
+        offset += len(page["text"])
+        if page["next_offset"] is None:
+            sys.stdout.flush()
+            return 0
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    import anyio
+
+    from relay.workspaces import LandError
+
+    engine = _engine()
+
+    async def go() -> dict[str, Any]:
+        return await engine.land(args.job, into=args.into, strategy=args.strategy, test_command=args.test_command)
+
+    try:
+        landed = anyio.run(go)
+    except LandError as err:
+        if args.json:
+            print(json.dumps({"landed": False, "error": err.to_dict()} | err.details, indent=2))
+        test = err.details.get("test")
+        if test and not args.json:
+            sys.stderr.write(test["output_tail"] if test["output_tail"].endswith("\n") else test["output_tail"] + "\n")
+        print(error_line(err.code.value, err.message, err.hint), file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(landed, indent=2))
+        return 0
+    tested = " after the test passed" if landed["test"] else ""
+    print(
+        f"{landed['branch']} landed into {landed['into']} ({landed['strategy']}, {landed['commits']} commits): "
+        f"{landed['old'][:12]} -> {landed['new'][:12]}{tested}"
+    )
+    return 0
+
+
+def cmd_discard(args: argparse.Namespace) -> int:
+    import anyio
+
+    engine = _engine()
+
+    async def go() -> dict[str, Any]:
+        return await engine.discard(args.job)
+
+    gone = anyio.run(go)
+    print(f"{gone['branch']} and its worktree {gone['path']} removed")
+    return 0
+
+
+COMMANDS = {"diff": cmd_diff, "land": cmd_land, "discard": cmd_discard}
