@@ -176,3 +176,21 @@ def store_report(settings: Settings) -> tuple[str, bool]:
     if check.free_bytes is not None and check.free_bytes < LOW_SPACE_BYTES:
         free = f"LOW SPACE: {check.free_bytes} bytes free (free some, or move RELAY_HOME)"
     return f"store: {check.path}: {state}; {free}", check.ok
+
+
+def worktree_report(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """One line about the worktrees of worktree jobs (how many, their disk use, each branch) and the details."""
+    from relay.workspaces import Workspaces
+
+    if not settings.db_path.exists() or not settings.worktrees_dir.is_dir():
+        return f"worktrees: none ({settings.worktrees_dir})", {"count": 0, "bytes": 0, "worktrees": []}
+    spaces = Workspaces(settings)
+    try:
+        usage = spaces.usage()
+    finally:
+        spaces.close()
+    size = f"{usage['bytes'] / (1 << 20):.1f} MB"
+    each = ", ".join(f"{w['branch']} ({w['state']})" for w in usage["worktrees"][:10])
+    more = f" and {usage['count'] - 10} more" if usage["count"] > 10 else ""
+    line = f"worktrees: {usage['count']} in {settings.worktrees_dir}, {size}" + (f": {each}{more}" if each else "")
+    return line, usage

@@ -57,3 +57,20 @@ def test_discard_removes_the_branch_and_a_plain_job_gets_a_hint_not_a_traceback(
     assert refused.stderr.startswith("relay: INVALID_ARGUMENT: job") and "hint:" in refused.stderr
     outside = relay("run", "claude", "x", "--worktree", "--cwd", "/", home=relay_home, cwd=repo)
     assert outside.returncode != 0 and "relay: CWD_NOT_ALLOWED" in outside.stderr
+
+
+def test_doctor_reports_the_worktrees_with_their_branch_state_and_disk_use(relay_home: Path, repo: Path) -> None:
+    import json
+
+    assert (
+        relay(
+            "run", "claude", "x [[fake:write=big.txt~" + "y" * 5000 + "]]", "--worktree", home=relay_home, cwd=repo
+        ).returncode
+        == 0
+    )
+    job = job_id_of(relay_home, repo)
+    report = json.loads(relay("doctor", "--json", home=relay_home, cwd=repo).stdout)["worktrees"]
+    assert report["count"] == 1 and report["bytes"] >= 5000
+    assert [(w["job_id"], w["branch"], w["state"]) for w in report["worktrees"]] == [(job, f"relay/{job}", "active")]
+    text = relay("doctor", home=relay_home, cwd=repo).stdout
+    assert f"worktrees: 1 in {relay_home / 'worktrees'}" in text and f"relay/{job} (active)" in text

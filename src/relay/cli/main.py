@@ -346,7 +346,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import anyio
 
     from relay.config import load_settings
-    from relay.doctor import TABLE_HEADERS, diagnose, store_report, table_rows
+    from relay.doctor import TABLE_HEADERS, diagnose, store_report, table_rows, worktree_report
     from relay.jobs.engine import Engine, JobRequest
 
     settings = load_settings()
@@ -384,18 +384,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     store_line, store_ok = store_report(settings)  # relay.db: SQLite's integrity check and free space
     rows, client_reports, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
     runtime_line = _runtime_line(settings.runtime)
+    worktree_line, worktrees = worktree_report(settings)
     if args.json:
         report = {
             "agents": [r.to_dict() for r in reports],
             "clients": client_reports,
             "store": {"ok": store_ok, "summary": store_line},
             "runtime": runtime_line.removeprefix("runtime: "),
+            "worktrees": worktrees,
         }
         print(json.dumps(report, indent=2))
     else:
         print(_table(table_rows(reports), TABLE_HEADERS))
         print(f"\n{runtime_line}")
         print("\n" + store_line)
+        print(worktree_line)
         if rows:
             print("\n" + _table(rows, CLIENT_HEADERS))
     return 1 if problems or not store_ok or client_problems else 0
