@@ -163,3 +163,38 @@ def test_beyond_loopback_the_browser_must_log_in_and_a_cross_site_post_is_refuse
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_worktree_job_page_shows_its_branch_diffstat_and_the_diff_coloured_and_escaped(
+    browser: Any, served: str, jobs: Jobs, relay_home: Path, workdir: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.workspaces.conftest import git
+
+    git(workdir, "init", "-q", "-b", "main")
+    (workdir / "app.txt").write_text("one\n")
+    git(workdir, "add", ".")
+    git(workdir, "commit", "-q", "-m", "first")
+    done = subprocess.run(
+        [RELAY, "run", "claude", "edit [[fake:write=app.txt~<script>window.hit=1</script>\\n]]", "--worktree"],
+        env={**os.environ, "RELAY_HOME": str(relay_home)},
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    job = jobs.store.list_jobs(limit=1)[0]
+    page = browser.new_page()
+    page.goto(f"{served}/jobs/{job.id}")
+    expect(page.locator("#w-branch")).to_have_text(f"relay/{job.id}", timeout=UI_TIMEOUT_MS)
+    expect(page.locator("#w-stat")).to_have_text("1 commits · 1 files · +1 -1")
+    added = page.locator("#diff .add", has_text="<script>window.hit=1</script>")
+    removed = page.locator("#diff .del", has_text="-one")
+    expect(added).to_have_count(1)
+    colour = {k: v.evaluate("e => getComputedStyle(e).color") for k, v in {"add": added, "del": removed}.items()}
+    context = page.locator("#diff .meta").first.evaluate("e => getComputedStyle(e).color")
+    assert len({colour["add"], colour["del"], context}) == 3, colour
+    assert page.evaluate("() => window.hit") is None and page.locator("#diff script").count() == 0
+    page.close()

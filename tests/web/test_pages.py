@@ -243,3 +243,9 @@ def test_a_jobs_usage_is_counted_once_even_when_its_transcript_repeats_entries(
     assert totals is not None
     cells = [c.strip() for c in re.findall(r"<td>(.*?)</td>", totals.group(0))]
     assert cells[1:] == ["1", "$0.0002", "10", "5", "0"]
+
+
+def test_a_plain_jobs_page_has_no_worktree_section(dashboard: DashboardFactory, jobs: Jobs) -> None:
+    job = jobs.run("hi")
+    page = dashboard().get(f"/jobs/{job.id}", headers=HTML)
+    assert page.status_code == 200 and 'id="workspace"' not in page.text and 'id="diff"' not in page.text

@@ -146,7 +146,37 @@ def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
         "transcript_end": start + len(tail["text"]),
         "stderr": stderr["text"],
         "files_changed": env["files_changed"],
+        "workspace": env.get("workspace"),
+        "diff": diff_lines(engine, rec.id) if env.get("workspace") and rec.is_final else [],
     }
+
+
+# A job page shows at most this much of a worktree job's diff (relay diff JOB prints all of it).
+DIFF_CHARS = 256 * 1024
+
+
+def diff_lines(engine: Engine, job_id: str) -> list[tuple[str, str]]:
+    """A worktree job's diff as (css class, line) pairs: added, removed, hunk header, file header, context."""
+    try:
+        page = engine.read_output(job_id, "diff", 0, DIFF_CHARS)
+    except RelayError:
+        return []  # the branch is gone (discarded)
+    found: list[tuple[str, str]] = []
+    for line in page["text"].splitlines():
+        if line.startswith(("+++", "---", "diff --git", "index ")):
+            kind = "meta"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        else:
+            kind = "ctx"
+        found.append((kind, line))
+    if page["next_offset"] is not None:
+        found.append(("meta", f"… the diff goes on: relay diff {job_id}"))
+    return found
 
 
 def transcript_page(engine: Engine, job_id: str, offset: int, limit: int) -> dict[str, Any]:
