@@ -93,6 +93,9 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     # Worktrees of ended jobs that were never landed are removed after this long (`[workspaces] keep_days`).
     worktree_keep_s: float = DEFAULT_WORKTREE_KEEP_S
+    # Where jobs that may edit (permission edit/full) run when their request does not say (`[workspaces] default`):
+    # "cwd" (the folder as it is) or "worktree" (their own git worktree, when the folder is in a repository).
+    default_workspace: str = "cwd"
     # A land's test command is stopped after this long (`[workspaces] test_timeout_s`).
     land_test_timeout_s: float = DEFAULT_LAND_TEST_TIMEOUT_S
 
@@ -203,6 +206,17 @@ def _client_timeouts(raw: Any) -> dict[str, float]:
     return found
 
 
+def _workspace_default(value: str) -> str:
+    value = value.strip().lower()
+    if value not in ("cwd", "worktree"):
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"workspaces.default={value!r} is not cwd or worktree",
+            "set [workspaces] default (or RELAY_WORKSPACE) to cwd or worktree",
+        )
+    return value
+
+
 def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
     """Build settings from config.toml in RELAY_HOME and the environment (which wins)."""
     env = dict(os.environ if environ is None else environ)
@@ -276,6 +290,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         profile=(env.get("RELAY_PROFILE") or str(server.get("profile") or "")).strip() or None,
         runtime=runtime,
         allowed_hosts=_str_tuple(env.get("RELAY_ALLOWED_HOSTS") or server.get("allowed_hosts"), "server.allowed_hosts"),
+        default_workspace=_workspace_default(env.get("RELAY_WORKSPACE") or str(spaces.get("default") or "cwd")),
         worktree_keep_s=86400
         * _float(env, "RELAY_WORKTREE_KEEP_DAYS", float(spaces.get("keep_days", DEFAULT_WORKTREE_KEEP_S / 86400))),
         land_test_timeout_s=_float(

@@ -152,6 +152,8 @@ class Engine:
             )  # a resumed session that started elsewhere is refused by prepare
             return req, self._prepare(req, job_id), spaces.stored(ws)
         prepared = self._prepare(req, job_id)  # everything checked before a worktree is made
+        if req.workspace is None and spaces.worktree_by_default(prepared):
+            req = replace(req, workspace="worktree")  # [workspaces] default: a job that may edit gets its own
         if req.workspace != "worktree":
             return req, prepared, {}
         ws = self._state.workspaces.create(

@@ -13,7 +13,7 @@ GIT_TIMEOUT_S = 5.0
 def git_status(cwd: str) -> dict[str, str] | None:
     """Path -> porcelain status (with size and mtime) of a git work tree (None when cwd is not in one, or git is missing)."""
     # Most job folders are not repositories: look for .git before paying for a git process.
-    if not _in_work_tree(cwd) or not shutil.which("git"):
+    if not in_work_tree(cwd) or not shutil.which("git"):
         return None
     try:
         out = subprocess.run(
@@ -42,7 +42,7 @@ def git_status(cwd: str) -> dict[str, str] | None:
     return entries
 
 
-def _in_work_tree(cwd: str) -> bool:
+def in_work_tree(cwd: str) -> bool:
     """Whether `cwd` or a folder above it holds `.git` (os.path: this runs before every job's spawn)."""
     folder = os.path.abspath(cwd)
     while True:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.jobs.gitprobe import in_work_tree
+from relay.jobs.request import Prepared
 from relay.jobs.state import JobState
 from relay.store import JobRecord
 from relay.workspaces import WorkspaceRecord, commit_message
@@ -58,6 +60,16 @@ class JobWorkspaces:
                 f"job_wait(job_ids=['{busy[0]}']) first, then follow up",
             )
         return self.spaces.reopen(rec)
+
+    def worktree_by_default(self, prepared: Prepared) -> bool:
+        """Whether `[workspaces] default = "worktree"` puts this job in a worktree: it may edit, in a repository."""
+        ar = prepared.agent_request
+        return (
+            self._state.settings.default_workspace == "worktree"
+            and ar.permission in ("edit", "full")
+            and in_work_tree(ar.cwd)
+            and self.spaces.of_path(ar.cwd) is None
+        )
 
     @staticmethod
     def check(workspace: str | None, base: str | None, carry_changes: bool) -> None:
