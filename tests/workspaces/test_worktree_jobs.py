@@ -199,3 +199,29 @@ async def test_a_restart_keeps_the_worktree_of_an_unlanded_job_and_a_short_reten
         again = await run(engine, JobRequest(agent="claude", prompt="y [[fake:write=b~2]]", workspace=f"job:{job_id}"))
         assert engine.envelope(again)["workspace"]["commits"] == 2
     assert path.is_dir() and git(repo, "show", f"relay/{job_id}:a") == "1"
+
+
+async def test_submodules_are_initialised_in_the_worktree_and_an_unreachable_one_is_refused_cleanly(
+    make_settings: SettingsFactory, repo: Path, tmp_path: Path
+) -> None:
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main")
+    (sub / "inner.txt").write_text("inner\n")
+    git(sub, "add", ".")
+    git(sub, "commit", "-q", "-m", "sub")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "vendor/sub")
+    git(repo, "commit", "-q", "-m", "add submodule")
+    settings = make_settings()
+    async with Engine(settings).running() as engine:
+        job = await run(engine, JobRequest(agent="claude", prompt="x", cwd=str(repo), workspace="worktree"))
+        path = Path(engine.envelope(job)["workspace"]["path"])
+        assert (path / "vendor" / "sub" / "inner.txt").read_text() == "inner\n"
+        import shutil
+
+        shutil.rmtree(sub)  # the submodule's source is gone: a new worktree cannot fetch it
+        with pytest.raises(RelayError) as caught:
+            engine.submit(JobRequest(agent="claude", prompt="y", cwd=str(repo), workspace="worktree"))
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT and "submodules" in caught.value.message
+    assert sorted(p.name for p in settings.worktrees_dir.iterdir()) == [job]
+    assert git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/relay") == f"relay/{job}"
