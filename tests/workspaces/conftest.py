@@ -39,7 +39,8 @@ def snapshot(checkout: Path) -> dict[str, str]:
     for path in sorted(checkout.rglob("*")):
         rel = path.relative_to(checkout).as_posix()
         if path.is_file() and not rel.startswith((".git/objects/", ".git/worktrees/", ".git/logs/")):
-            if rel in (".git/relay-land.lock",) or rel.startswith(".git/refs/heads/relay/"):
+            # relay's own refs (relay/<job-id>; git rewrites packed-refs when one is deleted) and its land lock
+            if rel in (".git/relay-land.lock", ".git/packed-refs") or rel.startswith(".git/refs/heads/relay/"):
                 continue
             found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
