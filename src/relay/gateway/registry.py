@@ -17,7 +17,7 @@ from typing import Any
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway.config import GLOBAL, MASK, ServerConfig
-from relay.store.migrations import migrate
+from relay.store.side import open_side
 
 SECRETS_FILE = "mcp_secrets.json"
 SECRETS_MODE = 0o600
@@ -31,17 +31,9 @@ class ServerRegistry:
     """Typed access to the recorded downstream servers and their pinned tool definitions."""
 
     def __init__(self, db_path: Path, home: Path) -> None:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
         self.secrets_path = home / SECRETS_FILE
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(
-            db_path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
-        )
-        self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        with self._lock:
-            migrate(self._db)
+        self._db = open_side(db_path, BUSY_TIMEOUT_MS / 1000, keep_statements=True)
 
     def close(self) -> None:
         with self._lock:

@@ -11,8 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from relay.store.migrations import migrate
-from relay.store.release import connect
+from relay.store.side import open_side
 
 BUSY_TIMEOUT_S = 10.0
 # How many of a session's latest prompts are kept (for titles and summaries), and how much of each.
@@ -61,16 +60,10 @@ class HookStore:
     """Session rows and hook events; safe to share between the event loop and worker threads."""
 
     def __init__(self, db_path: Path) -> None:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         # Prompts and summaries: no statement keeps the last one bound (store/release.py).
-        self._db = connect(db_path, timeout=BUSY_TIMEOUT_S)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db = open_side(db_path, BUSY_TIMEOUT_S)
         self._db.execute("PRAGMA synchronous = NORMAL")
-        with self._lock:
-            migrate(self._db)
 
     def close(self) -> None:
         with self._lock:

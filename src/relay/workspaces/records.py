@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from relay.store.migrations import migrate
-from relay.store.release import connect
+from relay.store.side import open_side
 
 BUSY_TIMEOUT_S = 10.0
 # active: the worktree is there; landed / discarded / pruned: it was removed (the branch stays unless discarded).
@@ -54,14 +52,8 @@ class WorkspaceStore:
     """Reads and writes workspace rows; safe to share between the event loop and worker threads."""
 
     def __init__(self, db_path: Path) -> None:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = connect(db_path, timeout=BUSY_TIMEOUT_S)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        with self._lock:
-            migrate(self._db)
+        self._db = open_side(db_path, BUSY_TIMEOUT_S)
 
     def close(self) -> None:
         with self._lock:
