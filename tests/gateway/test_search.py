@@ -12,6 +12,7 @@ import pytest
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import search
+from relay.gateway._words import SYNONYM_WEIGHT
 from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, recommend_with_model, split_identifier
 
 pytestmark = pytest.mark.anyio
@@ -61,7 +62,7 @@ def test_named_things_count_as_their_kind_and_numbers_are_dropped() -> None:
 
 
 def test_adjacent_words_are_also_tried_joined() -> None:
-    assert {"rollback": search._SYNONYM_WEIGHT} in query_terms("roll back the deploy")  # pyright: ignore[reportPrivateUsage]
+    assert {"rollback": SYNONYM_WEIGHT} in query_terms("roll back the deploy")  # pyright: ignore[reportPrivateUsage]
 
 
 def test_a_query_of_only_stop_words_still_searches_with_its_words() -> None:
