@@ -12,6 +12,7 @@ import pytest
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import search
+from relay.gateway._vocab import Vocabulary
 from relay.gateway._words import SYNONYM_WEIGHT
 from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, recommend_with_model, split_identifier
 
@@ -251,3 +252,35 @@ def test_recall_and_mrr_count_the_first_correct_tool_on_a_hand_made_case() -> No
     assert quality.recall_at_k == 0.5
     assert quality.mrr == pytest.approx((1 / 3 + 1 + 1 / 7) / 4)
     assert [m[0] for m in quality.misses] == ["c", "d"]
+
+
+# --- words the catalog does not use --------------------------------------------------------
+
+
+def test_a_misspelt_action_word_finds_what_the_right_spelling_finds() -> None:
+    for typo, right in [("screnshot the page", "screenshot the page"), ("mvoe the file", "move the file")]:
+        assert names(rank(typo, DOCS, 1)) == names(rank(right, DOCS, 1))
+        assert names(rank(typo, DOCS, 1)) != []
+
+
+def test_vocabulary_corrects_one_missing_extra_or_swapped_letter_but_not_the_first() -> None:
+    vocab = Vocabulary(["commit schedule list screenshot sort"])
+    assert vocab.corrections("comit") == ["commit"]
+    assert vocab.corrections("shedule") == ["schedule"]
+    assert vocab.corrections("lsit") == ["list"]
+    assert vocab.corrections("scrennshot") == ["screenshot"]
+    assert vocab.corrections("ommit") == []  # the first letter is the one people get right
+    assert vocab.corrections("port") == []  # short words one wrong letter apart are both real words
+    assert vocab.corrections("commit") == []  # a known word is left alone
+
+
+def test_vocabulary_splits_a_joined_word_into_two_catalog_words_that_are_not_stop_words() -> None:
+    vocab = Vocabulary(["flow chart work log get for"], frozenset({"get", "for"}))
+    assert vocab.parts("flowchart") == ("flow", "chart")
+    assert vocab.parts("worklog") == ("work", "log")
+    assert vocab.parts("forget") is None
+
+
+def test_a_joined_word_the_tools_never_use_is_looked_up_as_its_parts() -> None:
+    docs = [*DOCS, ToolDoc("chart", "generate_flow_diagram", "Generate a flow diagram chart of a process", ["data"])]
+    assert names(rank("draw a flowchart", docs, 1)) == ["chart/generate_flow_diagram"]

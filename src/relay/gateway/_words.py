@@ -55,7 +55,7 @@ _STOP_WORDS = """a about above after again all also am an and any are as at be b
     let's kind sort way bit lot really actually quickly currently also maybe sure ok okay
     tell give go going get got gets getting know see make sure able possible using use
     don doesn didn isn aren wasn weren won wouldn shouldn couldn haven hasn ll ve re"""
-_STOP = frozenset(_STOP_WORDS.split())
+STOP = frozenset(_STOP_WORDS.split())
 # "get", "use", "make" are stop words in a request ("can you get me ...") but the words of tools
 # that do getting are kept in tool names; the query loses nothing because the object carries it.
 
@@ -234,7 +234,7 @@ def _entities(query: str) -> tuple[str, list[str]]:
     return query, kinds
 
 
-def _variants(word: str, weight: float) -> dict[str, float]:
+def variants(word: str, weight: float) -> dict[str, float]:
     group = {word: weight}
     for syn in _SYNONYMS.get(_light_stem(word), frozenset()):
         if syn != word and _light_stem(syn) != _light_stem(word):
@@ -250,6 +250,11 @@ def query_terms(query: str) -> list[dict[str, float]]:
     Named things (a URL, a file name, an issue key) count as the word for their kind, at a synonym's
     weight; two adjacent words are also tried joined ("roll back" finds "rollback").
     """
+    return [group for group, _ in query_groups(query)]
+
+
+def query_groups(query: str) -> list[tuple[dict[str, float], bool]]:
+    """`query_terms`, each group with whether its first variant is a word as the user typed it."""
     text, kinds = _entities(query)
     words: list[str] = []
     for token in _IDENT.findall(text):
@@ -260,20 +265,20 @@ def query_terms(query: str) -> list[dict[str, float]]:
     words = [w for w in words if not w.isdigit()]  # a number is a value, not what the task is about
     # "show me ..." frames a request; the verb says little about which tool, so it counts for less.
     framed = {left for left, right in itertools.pairwise(words) if right in ("me", "us")}
-    kept = [w for w in words if w not in _STOP] or ([] if kinds else words)
+    kept = [w for w in words if w not in STOP] or ([] if kinds else words)
     seen: set[str] = set()
-    groups: list[dict[str, float]] = []
+    groups: list[tuple[dict[str, float], bool]] = []
     for word in kept:
         if word not in seen:
             seen.add(word)
-            groups.append(_variants(word, FRAME_WEIGHT if word in framed else 1.0))
+            groups.append((variants(word, FRAME_WEIGHT if word in framed else 1.0), True))
     for kind in kinds:
         if kind not in seen:
             seen.add(kind)
-            groups.append(_variants(kind, SYNONYM_WEIGHT))
+            groups.append((variants(kind, SYNONYM_WEIGHT), False))
     for left, right in itertools.pairwise(words):
         joined = left + right
         if left in kept and right in kept and joined not in seen and len(left) > 1 and len(right) > 1:
             seen.add(joined)
-            groups.append({joined: SYNONYM_WEIGHT})
+            groups.append(({joined: SYNONYM_WEIGHT}, False))
     return groups

@@ -26,7 +26,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import invalid
-from relay.gateway._words import SYNONYM_WEIGHT, doc_words, query_terms, split_identifier
+from relay.gateway._vocab import Vocabulary
+from relay.gateway._words import STOP, SYNONYM_WEIGHT, doc_words, query_groups, query_terms, split_identifier, variants
 
 __all__ = [
     "Ranked",
@@ -45,6 +46,9 @@ _W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS = 3.0, 2.5, 1.5, 1.0, 0.3
 # ("list merge requests" → list_merge_requests), and a tool of a server the query names ("on
 # GitHub") beats the same words elsewhere. Both multiply the score: 1 + weight × share.
 _NAME_COVER, _SERVER_NAMED = 1.0, 0.5
+# A word the tools never use stands for the catalog word one edit away ("comit" → commit) or for the
+# two catalog words it joins ("flowchart" → flow, chart), each a little below a word the user typed.
+TYPO_WEIGHT, PART_WEIGHT = 0.8, 0.8
 
 
 @dataclass(frozen=True)
@@ -91,23 +95,47 @@ class ToolIndex:
             "CREATE VIRTUAL TABLE tools USING fts5(name, server, summary, description, params, "
             "tokenize='porter unicode61 remove_diacritics 2')"
         )
+        rows = [
+            (
+                doc_words(d.name),
+                doc_words(d.server),
+                doc_words(_summary(d.description)),
+                doc_words(d.description),
+                doc_words(" ".join(d.params)),
+            )
+            for d in self.docs
+        ]
+        self.vocab = Vocabulary((" ".join(row) for row in rows), STOP)
         self._db.executemany(
             "INSERT INTO tools(rowid, name, server, summary, description, params) VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    i,
-                    doc_words(d.name),
-                    doc_words(d.server),
-                    doc_words(_summary(d.description)),
-                    doc_words(d.description),
-                    doc_words(" ".join(d.params)),
-                )
-                for i, d in enumerate(self.docs)
-            ],
+            [(i, *row) for i, row in enumerate(rows)],
         )
         self._term_cache: dict[str, dict[int, float]] = {}
         self._hits_cache: dict[str, frozenset[int]] = {}
         self._name_words = [len(split_identifier(d.name)) or 1 for d in self.docs]
+
+    def _known_words(self, groups: list[tuple[dict[str, float], bool]]) -> list[dict[str, float]]:
+        """Each typed word the tools never use, as the catalog word one edit away or the two words it joins."""
+        out: list[dict[str, float]] = []
+        for group, typed in groups:
+            word, weight = next(iter(group.items()))
+            if not typed or self._term_scores(word):
+                out.append(group)
+                continue
+            fixes = self.vocab.corrections(word)
+            if fixes:
+                for fix in fixes:
+                    for term, w in variants(fix, weight * TYPO_WEIGHT).items():
+                        if w > group.get(term, 0.0):
+                            group[term] = w
+                out.append(group)
+                continue
+            parts = self.vocab.parts(word)
+            if parts:
+                out += [variants(part, weight * PART_WEIGHT) for part in parts]
+                continue
+            out.append(group)
+        return out
 
     def _term_scores(self, term: str) -> dict[int, float]:
         """BM25 of one term for every row that has it (FTS5's bm25() is negative: better is lower)."""
@@ -145,11 +173,11 @@ class ToolIndex:
 
     def search(self, query: str, limit: int = 10) -> list[Ranked]:
         """The `limit` best tools for the query, best first; ties broken by server and name."""
-        groups = query_terms(query)
         totals: dict[int, float] = {}
         name_hits: dict[int, int] = {}
         server_named: set[int] = set()
         with self._lock:
+            groups = self._known_words(query_groups(query))
             for group in groups:
                 best: dict[int, float] = {}
                 for term, weight in group.items():
