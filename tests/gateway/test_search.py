@@ -284,3 +284,14 @@ def test_vocabulary_splits_a_joined_word_into_two_catalog_words_that_are_not_sto
 def test_a_joined_word_the_tools_never_use_is_looked_up_as_its_parts() -> None:
     docs = [*DOCS, ToolDoc("chart", "generate_flow_diagram", "Generate a flow diagram chart of a process", ["data"])]
     assert names(rank("draw a flowchart", docs, 1)) == ["chart/generate_flow_diagram"]
+
+
+def test_the_parts_of_a_tools_joined_word_match_the_query_words() -> None:
+    docs = [
+        *DOCS,
+        ToolDoc("jira", "add_worklog", "Add a worklog entry to an issue", ["issue_key", "time_spent"]),
+        ToolDoc("datadog", "get_logs", "Search and retrieve logs", ["query"]),
+        ToolDoc("tracker", "list_work_items", "List the work items of a project", ["project"]),
+    ]
+    # "worklog" is made of two words other tools use, so its parts are searched too.
+    assert names(rank("log two hours of work on an issue", docs, 1)) == ["jira/add_worklog"]

@@ -10,6 +10,7 @@ dictionary probes rather than a scan of the vocabulary.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable
 
@@ -50,11 +51,31 @@ class Vocabulary:
         self.df: Counter[str] = Counter()
         for text in tool_texts:
             self.df.update(set(text.split()))
-        self._by_delete: dict[str, list[str]] = {}
+
+    @functools.cached_property
+    def by_delete(self) -> dict[str, list[str]]:
+        """Each catalog word under itself and under every one-letter-shorter form (built on the first typo)."""
+        table: dict[str, list[str]] = {}
         for word in self.df:
             if len(word) >= MIN_TYPO_LEN - 1 and word.isalpha():
                 for key in _deletes(word) | {word}:
-                    self._by_delete.setdefault(key, []).append(word)
+                    table.setdefault(key, []).append(word)
+        return table
+
+    @functools.cached_property
+    def joined(self) -> dict[str, tuple[str, str]]:
+        """Every catalog word made of two others, with its parts."""
+        out: dict[str, tuple[str, str]] = {}
+        for word in self.df:
+            if len(word) >= 2 * MIN_PART_LEN and word.isalpha():
+                parts = self.parts(word)
+                if parts:
+                    out[word] = parts
+        return out
+
+    def _part(self, word: str) -> int:
+        """How many tools use `word` or its plural, as a part of a joined word (0 for a stop word)."""
+        return 0 if word in self._stop else self.df.get(word, 0) + self.df.get(word + "s", 0)
 
     def __contains__(self, word: str) -> bool:
         return word in self.df
@@ -68,7 +89,7 @@ class Vocabulary:
         for key in _deletes(word) | {word}:
             found.update(
                 w
-                for w in self._by_delete.get(key, ())
+                for w in self.by_delete.get(key, ())
                 if w[0] == word[0] and w not in self._stop and within_one_edit(word, w, substitution)
             )
         return sorted(found, key=lambda w: (-self.df[w], w))[:limit]
@@ -78,8 +99,8 @@ class Vocabulary:
         best: tuple[int, tuple[str, str]] | None = None
         for i in range(MIN_PART_LEN, len(word) - MIN_PART_LEN + 1):
             left, right = word[:i], word[i:]
-            if left in self.df and right in self.df and left not in self._stop and right not in self._stop:
-                score = min(self.df[left], self.df[right])
+            if self._part(left) and self._part(right):
+                score = min(self._part(left), self._part(right))
                 if best is None or score > best[0]:
                     best = (score, (left, right))
         return best[1] if best else None

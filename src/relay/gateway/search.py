@@ -42,6 +42,9 @@ __all__ = [
 
 # Column weights for bm25(): a word in the tool's name says more than one in a long description.
 _W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS = 3.0, 2.5, 1.5, 1.0, 0.3
+# The parts of the tool's joined words ("worklog" → work log, "screenshot" → screen shot), so a
+# query's "log" finds a worklog; weaker than the words themselves.
+_W_PARTS = 1.5
 # After BM25: a tool whose name the query's words cover is what the user asked for by name
 # ("list merge requests" → list_merge_requests), and a tool of a server the query names ("on
 # GitHub") beats the same words elsewhere. Both multiply the score: 1 + weight × share.
@@ -92,7 +95,7 @@ class ToolIndex:
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
         self._lock = threading.Lock()
         self._db.execute(
-            "CREATE VIRTUAL TABLE tools USING fts5(name, server, summary, description, params, "
+            "CREATE VIRTUAL TABLE tools USING fts5(name, server, summary, description, params, parts, "
             "tokenize='porter unicode61 remove_diacritics 2')"
         )
         rows = [
@@ -107,12 +110,17 @@ class ToolIndex:
         ]
         self.vocab = Vocabulary((" ".join(row) for row in rows), STOP)
         self._db.executemany(
-            "INSERT INTO tools(rowid, name, server, summary, description, params) VALUES (?, ?, ?, ?, ?, ?)",
-            [(i, *row) for i, row in enumerate(rows)],
+            "INSERT INTO tools(rowid, name, server, summary, description, params, parts) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(i, *row, self._parts(" ".join(row[:2]) + " " + row[4])) for i, row in enumerate(rows)],
         )
         self._term_cache: dict[str, dict[int, float]] = {}
         self._hits_cache: dict[str, frozenset[int]] = {}
         self._name_words = [len(split_identifier(d.name)) or 1 for d in self.docs]
+
+    def _parts(self, text: str) -> str:
+        """The parts of every joined word of `text`."""
+        joined = self.vocab.joined
+        return " ".join(" ".join(joined[w]) for w in dict.fromkeys(text.split()) if w in joined)
 
     def _known_words(self, groups: list[tuple[dict[str, float], bool]]) -> list[dict[str, float]]:
         """Each typed word the tools never use, as the catalog word one edit away or the two words it joins."""
@@ -146,8 +154,8 @@ class ToolIndex:
         phrase = '"' + term.rstrip("*").replace('"', "") + '"' + ("*" if prefix else "")
         try:
             rows = self._db.execute(
-                "SELECT rowid, bm25(tools, ?, ?, ?, ?, ?) FROM tools WHERE tools MATCH ?",
-                (_W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS, phrase),
+                "SELECT rowid, bm25(tools, ?, ?, ?, ?, ?, ?) FROM tools WHERE tools MATCH ?",
+                (_W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS, _W_PARTS, phrase),
             ).fetchall()
         except sqlite3.OperationalError:  # a term the tokenizer reduces to nothing
             rows = []
