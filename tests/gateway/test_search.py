@@ -13,7 +13,7 @@ import pytest
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import search
 from relay.gateway._vocab import Vocabulary
-from relay.gateway._words import SYNONYM_WEIGHT
+from relay.gateway._words import NAMED_WEIGHT, SYNONYM_WEIGHT
 from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, recommend_with_model, split_identifier
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +59,10 @@ def test_named_things_count_as_their_kind_and_numbers_are_dropped() -> None:
     firsts = [max(g, key=lambda t: g[t]) for g in groups]
     assert firsts[:3] == ["move", "port", "url"]
     assert {"file", "image", "issue", "channel"} <= set(firsts)
-    assert not {"proj", "42", "notes", "txt", "example", "3000"} & {t for g in groups for t in g}
+    assert not {"proj", "42", "3000", "com", "https"} & {t for g in groups for t in g}
+    # A file's or a page's name keeps its words, below the user's own.
+    heads = [next(iter(g.items())) for g in groups]
+    assert ("notes", NAMED_WEIGHT) in heads and ("example", NAMED_WEIGHT) in heads
 
 
 def test_adjacent_words_are_also_tried_joined() -> None:
@@ -295,3 +298,13 @@ def test_the_parts_of_a_tools_joined_word_match_the_query_words() -> None:
     ]
     # "worklog" is made of two words other tools use, so its parts are searched too.
     assert names(rank("log two hours of work on an issue", docs, 1)) == ["jira/add_worklog"]
+
+
+def test_the_words_of_a_file_name_say_which_tool() -> None:
+    docs = [
+        *DOCS,
+        ToolDoc(
+            "gitlab", "validate_project_ci_lint", "Validate an existing .gitlab-ci.yml configuration", ["project_id"]
+        ),
+    ]
+    assert names(rank("is my .gitlab-ci.yml valid", docs, 1)) == ["gitlab/validate_project_ci_lint"]

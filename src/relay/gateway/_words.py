@@ -13,6 +13,8 @@ import re
 SYNONYM_WEIGHT = 0.6
 PREFIX_MIN, PREFIX_WEIGHT = 4, 0.5
 FRAME_WEIGHT = 0.5
+# The words of a file's or a page's name count, less than the user's own words.
+NAMED_KINDS, NAMED_WEIGHT = ("file", "url"), 0.6
 
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’][a-z]+)?")
@@ -221,17 +223,27 @@ _CHANNEL = re.compile(r"(?<!\w)#[a-z][\w-]*")
 _IDENT = re.compile(r"[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)+|[A-Za-z0-9]+(?:['’][a-z]+)?")
 
 
-def _entities(query: str) -> tuple[str, list[str]]:
+# Words of a URL that say nothing about the page.
+_URL_NOISE = frozenset(
+    ["http", "https", "www", "com", "org", "net", "io", "dev", "ai", "app", "co", "html", "htm", "php", "index"]
+)
+
+
+def _entities(query: str) -> tuple[str, list[str], list[str]]:
     """Things a query names rather than says (a URL, a file, an issue key, a #channel), as the word for
-    their kind; the query comes back with them taken out, so their letters do not count as words."""
+    their kind, and the words of the names of files and pages (".gitlab-ci.yml" → gitlab, ci, yml); the
+    query comes back with them taken out, so they are not read as the user's own words."""
     kinds: list[str] = []
+    named: list[str] = []
     for pattern, kind in ((_URL, "url"), (_FILENAME, "file"), (_ISSUE_KEY, "issue"), (_CHANNEL, "channel")):
         found = pattern.findall(query)
         for match in found:
             ext = match.rsplit(".", 1)[-1].lower()
             kinds.append("image" if kind == "file" and re.fullmatch(_IMAGE_EXT, ext) else kind)
+            if kind in NAMED_KINDS:
+                named += [w for w in split_identifier(match) if w not in _URL_NOISE and not w.isdigit()]
         query = pattern.sub(" ", query)
-    return query, kinds
+    return query, kinds, named
 
 
 def variants(word: str, weight: float) -> dict[str, float]:
@@ -255,7 +267,7 @@ def query_terms(query: str) -> list[dict[str, float]]:
 
 def query_groups(query: str) -> list[tuple[dict[str, float], bool]]:
     """`query_terms`, each group with whether its first variant is a word as the user typed it."""
-    text, kinds = _entities(query)
+    text, kinds, named = _entities(query)
     words: list[str] = []
     for token in _IDENT.findall(text):
         if "_" in token or "-" in token:
@@ -276,6 +288,10 @@ def query_groups(query: str) -> list[tuple[dict[str, float], bool]]:
         if kind not in seen:
             seen.add(kind)
             groups.append((variants(kind, SYNONYM_WEIGHT), False))
+    for word in named:
+        if word not in seen and len(word) > 1:
+            seen.add(word)
+            groups.append((variants(word, NAMED_WEIGHT), False))
     for left, right in itertools.pairwise(words):
         joined = left + right
         if left in kept and right in kept and joined not in seen and len(left) > 1 and len(right) > 1:
