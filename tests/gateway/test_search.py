@@ -13,7 +13,7 @@ import pytest
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import search
 from relay.gateway._vocab import Vocabulary
-from relay.gateway._words import NAMED_WEIGHT, SYNONYM_WEIGHT
+from relay.gateway._words import NAMED_WEIGHT, SYNONYM_WEIGHT, VERB_WEIGHT
 from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, recommend_with_model, split_identifier
 
 pytestmark = pytest.mark.anyio
@@ -57,7 +57,7 @@ def test_a_query_drops_stop_words_and_adds_weaker_synonyms() -> None:
 def test_named_things_count_as_their_kind_and_numbers_are_dropped() -> None:
     groups = query_terms("Move PROJ-42 and notes.txt to https://example.com/x, see #general, shot.png, port 3000")
     firsts = [max(g, key=lambda t: g[t]) for g in groups]
-    assert firsts[:3] == ["move", "port", "url"]
+    assert firsts[:4] == ["move", "port", "see", "url"]
     assert {"file", "image", "issue", "channel"} <= set(firsts)
     assert not {"proj", "42", "3000", "com", "https"} & {t for g in groups for t in g}
     # A file's or a page's name keeps its words, below the user's own.
@@ -308,3 +308,10 @@ def test_the_words_of_a_file_name_say_which_tool() -> None:
         ),
     ]
     assert names(rank("is my .gitlab-ci.yml valid", docs, 1)) == ["gitlab/validate_project_ci_lint"]
+
+
+def test_a_verb_among_the_stop_words_stays_in_the_query_at_a_low_weight() -> None:
+    heads = [next(iter(g.items())) for g in query_terms("give BUG-9 to maria")]
+    assert ("maria", 1.0) in heads
+    assert ("give", VERB_WEIGHT) in heads
+    assert VERB_WEIGHT < 1.0

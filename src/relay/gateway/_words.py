@@ -58,6 +58,12 @@ _STOP_WORDS = """a about above after again all also am an and any are as at be b
     tell give go going get got gets getting know see make sure able possible using use
     don doesn didn isn aren wasn weren won wouldn shouldn couldn haven hasn ll ve re"""
 STOP = frozenset(_STOP_WORDS.split())
+# Verbs among the stop words: a request's frame ("can you get me ...") more often than its action, but
+# sometimes the action itself ("give BUG-9 to maria"), so they stay in the query at a low weight.
+_STOP_VERBS = frozenset(
+    ["tell", "give", "go", "get", "know", "see", "make", "use", "help", "need", "want", "like", "let", "sort"]
+)
+VERB_WEIGHT = 0.3
 # "get", "use", "make" are stop words in a request ("can you get me ...") but the words of tools
 # that do getting are kept in tool names; the query loses nothing because the object carries it.
 
@@ -284,6 +290,10 @@ def query_groups(query: str) -> list[tuple[dict[str, float], bool]]:
         if word not in seen:
             seen.add(word)
             groups.append((variants(word, FRAME_WEIGHT if word in framed else 1.0), True))
+    for word in words:
+        if word in _STOP_VERBS and word not in seen and kept:
+            seen.add(word)
+            groups.append((variants(word, VERB_WEIGHT), False))
     for kind in kinds:
         if kind not in seen:
             seen.add(kind)
