@@ -14,7 +14,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.gateway import search
 from relay.gateway._vocab import Vocabulary
 from relay.gateway._words import NAMED_WEIGHT, SYNONYM_WEIGHT, VERB_WEIGHT
-from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, recommend_with_model, split_identifier
+from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, split_identifier, template_recommendation
 
 pytestmark = pytest.mark.anyio
 
@@ -163,35 +163,10 @@ def test_tool_docs_are_hashable_values_whatever_sequence_holds_the_params() -> N
     assert hash(ToolDoc("s", "t", "d", ["a"])) == hash(ToolDoc("s", "t", "d", ("a",)))
 
 
-async def test_the_model_sees_the_task_and_every_candidate_and_its_answer_is_the_recommendation() -> None:
-    prompts: list[str] = []
-
-    async def ask(prompt: str) -> str:
-        prompts.append(prompt)
-        return "  Use playwright/browser_navigate, then playwright/browser_take_screenshot.  "
-
-    top = rank("screenshot of a web page", DOCS, 3)
-    text = await recommend_with_model("screenshot of a web page", top, ask)
-    assert text == "Use playwright/browser_navigate, then playwright/browser_take_screenshot."
-    assert len(prompts) == 1
-    assert "screenshot of a web page" in prompts[0]
-    assert all(n in prompts[0] for n in names(top))
-
-
-async def test_without_candidates_the_model_is_not_asked() -> None:
-    async def ask(prompt: str) -> str:
-        raise AssertionError("the model must not be asked")
-
-    text = await recommend_with_model("xylophone quartet", [], ask)
-    assert "list_tools" in text
-
-
-async def test_an_empty_model_answer_falls_back_to_the_best_match() -> None:
-    async def ask(prompt: str) -> str:
-        return "   "
-
-    text = await recommend_with_model("read a file", rank("read a file", DOCS, 3), ask)
-    assert "filesystem/read_text_file" in text
+def test_the_recommendation_without_a_model_names_the_best_tool_and_how_to_call_it() -> None:
+    text = template_recommendation("read a file", rank("read a file", DOCS, 3))
+    assert "call_tool(server_name='filesystem', tool_name='read_text_file')" in text
+    assert "list_tools" in template_recommendation("xylophone quartet", [])
 
 
 # --- the catalog benchmark's metric -------------------------------------------------------

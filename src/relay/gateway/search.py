@@ -18,11 +18,13 @@ for 581 real tools takes about 50 ms (benchmarks/bench_tool_search.py).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import json
 import re
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import invalid
@@ -33,9 +35,9 @@ __all__ = [
     "Ranked",
     "ToolDoc",
     "ToolIndex",
+    "catalog_version",
     "query_terms",
     "rank",
-    "recommend_with_model",
     "split_identifier",
     "template_recommendation",
 ]
@@ -116,6 +118,10 @@ class ToolIndex:
         self._term_cache: dict[str, dict[int, float]] = {}
         self._hits_cache: dict[str, frozenset[int]] = {}
         self._name_words = [len(split_identifier(d.name)) or 1 for d in self.docs]
+        digest = hashlib.sha256()
+        for d in self.docs:
+            digest.update(json.dumps([d.server, d.name, d.description, list(d.params)]).encode())
+        self.version = digest.hexdigest()[:16]
 
     def _parts(self, text: str) -> str:
         """The parts of every joined word of `text`."""
@@ -228,6 +234,11 @@ def _index_for(docs: Sequence[ToolDoc]) -> ToolIndex:
         return index
 
 
+def catalog_version(docs: Sequence[ToolDoc]) -> str:
+    """A short digest of the tools (servers, names, descriptions, parameters): changes when any of them does."""
+    return _index_for(docs).version if docs else ""
+
+
 def rank(query: str, docs: Sequence[ToolDoc], limit: int = 10) -> list[Ranked]:
     """Rank `docs` for a task description by BM25 over names, descriptions and parameter names."""
     if not query.strip():
@@ -245,17 +256,6 @@ def rank(query: str, docs: Sequence[ToolDoc], limit: int = 10) -> list[Ranked]:
 # --- the written recommendation -------------------------------------------------------------
 
 
-def _candidate_lines(top: Sequence[Ranked], width: int = 240) -> list[str]:
-    lines: list[str] = []
-    for i, r in enumerate(top, 1):
-        desc = " ".join(r.doc.description.split())
-        if len(desc) > width:
-            desc = desc[: width - 1].rstrip() + "…"
-        params = f" (arguments: {', '.join(r.doc.params)})" if r.doc.params else ""
-        lines.append(f"{i}. {r.doc.server}/{r.doc.name}{params}: {desc}")
-    return lines
-
-
 def template_recommendation(query: str, top: Sequence[Ranked]) -> str:
     """The recommendation without a model: the best matches, named so they can be called at once."""
     if not top:
@@ -267,33 +267,3 @@ def template_recommendation(query: str, top: Sequence[Ranked]) -> str:
     others = ", ".join(f"{r.doc.server}/{r.doc.name}" for r in top[1:4])
     text = f"Best match: {best.server}/{best.name} — call_tool(server_name={best.server!r}, tool_name={best.name!r})."
     return text + (f" Also relevant: {others}." if others else "")
-
-
-AskFn = Callable[[str], Awaitable[str]]
-
-
-async def recommend_with_model(query: str, top: Sequence[Ranked], ask_fn: AskFn) -> str:
-    """A model-written recommendation over the top candidates; `ask_fn(prompt) -> answer` is the model.
-
-    The model only sees the ranked candidates, so it chooses among tools that exist. With no
-    candidates, or an empty answer, the template recommendation is returned instead.
-    """
-    if not top:
-        return template_recommendation(query, top)
-    prompt = "\n".join(
-        [
-            "A user gave an agent this task:",
-            query.strip(),
-            "",
-            "These tools are available, ranked by a keyword search (server/tool):",
-            *_candidate_lines(top),
-            "",
-            "In at most four sentences, say which of these tools the agent should call for the task, in what "
-            "order and with which key arguments. Name tools exactly as server/tool. Recommend only tools from "
-            "the list; if none fits, say so.",
-        ]
-    )
-    answer = (await ask_fn(prompt)).strip()
-    if not answer:
-        return template_recommendation(query, top)
-    return answer
