@@ -51,6 +51,7 @@ class Vocabulary:
         self.df: Counter[str] = Counter()
         for text in tool_texts:
             self.df.update(set(text.split()))
+        self._splits: dict[str, tuple[str, str] | None] = {}
 
     @functools.cached_property
     def by_delete(self) -> dict[str, list[str]]:
@@ -62,16 +63,12 @@ class Vocabulary:
                     table.setdefault(key, []).append(word)
         return table
 
-    @functools.cached_property
-    def joined(self) -> dict[str, tuple[str, str]]:
-        """Every catalog word made of two others, with its parts."""
-        out: dict[str, tuple[str, str]] = {}
-        for word in self.df:
-            if len(word) >= 2 * MIN_PART_LEN and word.isalpha():
-                parts = self.parts(word)
-                if parts:
-                    out[word] = parts
-        return out
+    def split(self, word: str) -> tuple[str, str] | None:
+        """`parts(word)` for a catalog word, worked out once per word."""
+        if word not in self._splits:
+            long_enough = len(word) >= 2 * MIN_PART_LEN and word.isalpha()
+            self._splits[word] = self.parts(word) if long_enough else None
+        return self._splits[word]
 
     def _part(self, word: str) -> int:
         """How many tools use `word` or its plural, as a part of a joined word (0 for a stop word)."""

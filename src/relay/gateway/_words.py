@@ -7,6 +7,7 @@ file name, an issue key) count as the word for their kind, and a word also match
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -31,19 +32,19 @@ def split_identifier(identifier: str) -> list[str]:
 
 def doc_words(text: str) -> str:
     """Words of prose or identifiers, with a joined word also kept whole ("GitHub" → github git hub)."""
-    out: list[str] = []
-    for raw in _IDENT_SEP.split(text):
-        if not raw:
-            continue
-        if raw.isalpha() and raw[1:].islower():  # plain prose ("Create", "file"): nothing to split
-            out.append(raw.lower())
-            continue
-        parts = [w.lower() for w in _CAMEL.findall(raw)]
-        whole = raw.lower()
-        if len(parts) != 1 or parts[0] != whole:
-            out.append(whole)
-        out += parts
-    return " ".join(out)
+    return " ".join(filter(None, map(_token_words, _IDENT_SEP.split(text))))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token_words(raw: str) -> str:
+    """One token's words (catalogs repeat most tokens, so each is worked out once)."""
+    if not raw or (raw.isalpha() and raw[1:].islower()):  # plain prose ("Create", "file"): nothing to split
+        return raw.lower()
+    parts = [w.lower() for w in _CAMEL.findall(raw)]
+    whole = raw.lower()
+    if len(parts) != 1 or parts[0] != whole:
+        parts.insert(0, whole)
+    return " ".join(parts)
 
 
 _STOP_WORDS = """a about above after again all also am an and any are as at be because been before being

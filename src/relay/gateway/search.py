@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import json
 import re
 import sqlite3
 import threading
@@ -120,13 +119,13 @@ class ToolIndex:
         self._name_words = [len(split_identifier(d.name)) or 1 for d in self.docs]
         digest = hashlib.sha256()
         for d in self.docs:
-            digest.update(json.dumps([d.server, d.name, d.description, list(d.params)]).encode())
+            digest.update("\x1f".join([d.server, d.name, d.description, *d.params, "\x1e"]).encode())
         self.version = digest.hexdigest()[:16]
 
     def _parts(self, text: str) -> str:
         """The parts of every joined word of `text`."""
-        joined = self.vocab.joined
-        return " ".join(" ".join(joined[w]) for w in dict.fromkeys(text.split()) if w in joined)
+        splits = (self.vocab.split(w) for w in dict.fromkeys(text.split()))
+        return " ".join(" ".join(parts) for parts in splits if parts)
 
     def _known_words(self, groups: list[tuple[dict[str, float], bool]]) -> list[dict[str, float]]:
         """Each typed word the tools never use, as the catalog word one edit away or the two words it joins."""
