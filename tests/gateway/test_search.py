@@ -190,10 +190,28 @@ def test_the_catalog_and_queries_are_large_enough_and_every_label_names_a_catalo
     bench = load_bench()
     docs = bench.load_catalog()
     queries = bench.load_queries()
+    heldout = bench.load_queries(bench.HELDOUT_QUERIES)
     assert len(docs) >= 300
-    assert len(queries) >= 100
+    assert len(queries) >= 100 and len(heldout) >= 100
     assert len({d.server for d in docs}) >= 20
-    bench.check_labels(docs, queries)  # raises SystemExit on a label that names no tool
+    assert {q.kind for q in heldout} == {"plain", "paraphrase", "jargon", "identifier", "typo"}
+    assert not {q.text for q in queries} & {q.text for q in heldout}
+    bench.check_labels(docs, [*queries, *heldout])  # raises SystemExit on a label that names no tool
+
+
+def test_unshared_counts_the_queries_none_of_whose_words_is_in_a_correct_tools_text() -> None:
+    bench = load_bench()
+    docs = [
+        ToolDoc("dd", "schedule_downtime", "Schedule a downtime for monitors", ["scope"]),
+        ToolDoc("fs", "read_file", "Read a file", ["path"]),
+    ]
+    queries = [
+        bench.Query("a", "schedule downtimes tonight", frozenset({"dd/schedule_downtime"})),  # shares (stemmed)
+        bench.Query("b", "so nobody gets paged", frozenset({"dd/schedule_downtime"})),  # shares nothing
+        bench.Query("c", "open notes", frozenset({"fs/read_file"})),  # shares nothing
+        bench.Query("d", "read the file", frozenset({"dd/schedule_downtime"})),  # words of the wrong tool only
+    ]
+    assert bench.unshared(docs, queries) == 0.75
 
 
 def test_the_recall_computation_fails_when_ranking_is_broken() -> None:
