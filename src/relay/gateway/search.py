@@ -1,19 +1,20 @@
 """Tool search for `recommend_tools`: BM25 (SQLite FTS5) over tool names, descriptions and parameter names.
 
-Every reachable tool becomes one row of an in-memory FTS5 table with five columns: the tool name
-split into words, the server name, the description's first sentence, the whole description and the
-parameter names. Identifiers are split the way people read them (`browser_take_screenshot`,
-`getFileContents`, `list-issues`) and the Porter stemmer folds inflections. A query is split into
-words, stop words are dropped, and each word is looked up together with a few general-language
-synonyms ("delete" also finds "remove"); a synonym counts for less than the word itself and only the
-best variant of each word scores, so a tool that says both "delete" and "remove" is not counted
-twice. Named things (a URL, a file name, an issue key) count as the word for their kind, and a word
-also matches words it begins. BM25 is a sum over query terms, so scoring each term on its own and
-adding the results is BM25 with the synonym weighting on top. Two boosts follow: the share of the
-tool name's words the query covers, and whether the query names the tool's server.
+Every reachable tool becomes one row of an in-memory FTS5 table with six columns: the tool name
+split into words, the server name, the description's first sentence, the whole description, the
+parameter names, and the parts of the joined words of the name, server and parameters ("worklog" →
+work log). Identifiers are split the way people read them (`browser_take_screenshot`,
+`getFileContents`, `list-issues`) and the Porter stemmer folds inflections. The query's words come
+from `_words` (stop words dropped, stop-word verbs kept low, synonyms and prefixes weaker, the words
+of named files and pages kept); a typed word no tool uses is then looked up in the catalog's own
+vocabulary (`_vocab`): as the word one edit away ("comit" → commit) or as the two catalog words it
+joins ("flowchart" → flow, chart). Only the best variant of each word scores, so a tool that says
+both "delete" and "remove" is not counted twice; BM25 is a sum over query terms, so scoring each
+term on its own and adding the results is BM25 with the weighting on top. Two boosts follow: the
+share of the tool name's words the query covers, and whether the query names the tool's server.
 
 The index is kept while the set of tools is unchanged and rebuilt when it changes; building one
-for 581 real tools takes about 50 ms (benchmarks/bench_tool_search.py).
+for 581 real tools takes about 35 ms of CPU (benchmarks/bench_tool_search.py).
 """
 
 from __future__ import annotations
