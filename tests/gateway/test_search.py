@@ -12,7 +12,9 @@ import pytest
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import search
-from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, recommend_with_model, split_identifier
+from relay.gateway._vocab import Vocabulary
+from relay.gateway._words import NAMED_WEIGHT, SYNONYM_WEIGHT, VERB_WEIGHT
+from relay.gateway.search import Ranked, ToolDoc, query_terms, rank, split_identifier, template_recommendation
 
 pytestmark = pytest.mark.anyio
 
@@ -55,13 +57,16 @@ def test_a_query_drops_stop_words_and_adds_weaker_synonyms() -> None:
 def test_named_things_count_as_their_kind_and_numbers_are_dropped() -> None:
     groups = query_terms("Move PROJ-42 and notes.txt to https://example.com/x, see #general, shot.png, port 3000")
     firsts = [max(g, key=lambda t: g[t]) for g in groups]
-    assert firsts[:3] == ["move", "port", "url"]
+    assert firsts[:4] == ["move", "port", "see", "url"]
     assert {"file", "image", "issue", "channel"} <= set(firsts)
-    assert not {"proj", "42", "notes", "txt", "example", "3000"} & {t for g in groups for t in g}
+    assert not {"proj", "42", "3000", "com", "https"} & {t for g in groups for t in g}
+    # A file's or a page's name keeps its words, below the user's own.
+    heads = [next(iter(g.items())) for g in groups]
+    assert ("notes", NAMED_WEIGHT) in heads and ("example", NAMED_WEIGHT) in heads
 
 
 def test_adjacent_words_are_also_tried_joined() -> None:
-    assert {"rollback": search._SYNONYM_WEIGHT} in query_terms("roll back the deploy")  # pyright: ignore[reportPrivateUsage]
+    assert {"rollback": SYNONYM_WEIGHT} in query_terms("roll back the deploy")  # pyright: ignore[reportPrivateUsage]
 
 
 def test_a_query_of_only_stop_words_still_searches_with_its_words() -> None:
@@ -158,35 +163,10 @@ def test_tool_docs_are_hashable_values_whatever_sequence_holds_the_params() -> N
     assert hash(ToolDoc("s", "t", "d", ["a"])) == hash(ToolDoc("s", "t", "d", ("a",)))
 
 
-async def test_the_model_sees_the_task_and_every_candidate_and_its_answer_is_the_recommendation() -> None:
-    prompts: list[str] = []
-
-    async def ask(prompt: str) -> str:
-        prompts.append(prompt)
-        return "  Use playwright/browser_navigate, then playwright/browser_take_screenshot.  "
-
-    top = rank("screenshot of a web page", DOCS, 3)
-    text = await recommend_with_model("screenshot of a web page", top, ask)
-    assert text == "Use playwright/browser_navigate, then playwright/browser_take_screenshot."
-    assert len(prompts) == 1
-    assert "screenshot of a web page" in prompts[0]
-    assert all(n in prompts[0] for n in names(top))
-
-
-async def test_without_candidates_the_model_is_not_asked() -> None:
-    async def ask(prompt: str) -> str:
-        raise AssertionError("the model must not be asked")
-
-    text = await recommend_with_model("xylophone quartet", [], ask)
-    assert "list_tools" in text
-
-
-async def test_an_empty_model_answer_falls_back_to_the_best_match() -> None:
-    async def ask(prompt: str) -> str:
-        return "   "
-
-    text = await recommend_with_model("read a file", rank("read a file", DOCS, 3), ask)
-    assert "filesystem/read_text_file" in text
+def test_the_recommendation_without_a_model_names_the_best_tool_and_how_to_call_it() -> None:
+    text = template_recommendation("read a file", rank("read a file", DOCS, 3))
+    assert "call_tool(server_name='filesystem', tool_name='read_text_file')" in text
+    assert "list_tools" in template_recommendation("xylophone quartet", [])
 
 
 # --- the catalog benchmark's metric -------------------------------------------------------
@@ -210,10 +190,28 @@ def test_the_catalog_and_queries_are_large_enough_and_every_label_names_a_catalo
     bench = load_bench()
     docs = bench.load_catalog()
     queries = bench.load_queries()
+    heldout = bench.load_queries(bench.HELDOUT_QUERIES)
     assert len(docs) >= 300
-    assert len(queries) >= 100
+    assert len(queries) >= 100 and len(heldout) >= 100
     assert len({d.server for d in docs}) >= 20
-    bench.check_labels(docs, queries)  # raises SystemExit on a label that names no tool
+    assert {q.kind for q in heldout} == {"plain", "paraphrase", "jargon", "identifier", "typo"}
+    assert not {q.text for q in queries} & {q.text for q in heldout}
+    bench.check_labels(docs, [*queries, *heldout])  # raises SystemExit on a label that names no tool
+
+
+def test_unshared_counts_the_queries_none_of_whose_words_is_in_a_correct_tools_text() -> None:
+    bench = load_bench()
+    docs = [
+        ToolDoc("dd", "schedule_downtime", "Schedule a downtime for monitors", ["scope"]),
+        ToolDoc("fs", "read_file", "Read a file", ["path"]),
+    ]
+    queries = [
+        bench.Query("a", "schedule downtimes tonight", frozenset({"dd/schedule_downtime"})),  # shares (stemmed)
+        bench.Query("b", "so nobody gets paged", frozenset({"dd/schedule_downtime"})),  # shares nothing
+        bench.Query("c", "open notes", frozenset({"fs/read_file"})),  # shares nothing
+        bench.Query("d", "read the file", frozenset({"dd/schedule_downtime"})),  # words of the wrong tool only
+    ]
+    assert bench.unshared(docs, queries) == 0.75
 
 
 def test_the_recall_computation_fails_when_ranking_is_broken() -> None:
@@ -250,3 +248,63 @@ def test_recall_and_mrr_count_the_first_correct_tool_on_a_hand_made_case() -> No
     assert quality.recall_at_k == 0.5
     assert quality.mrr == pytest.approx((1 / 3 + 1 + 1 / 7) / 4)
     assert [m[0] for m in quality.misses] == ["c", "d"]
+
+
+# --- words the catalog does not use --------------------------------------------------------
+
+
+def test_a_misspelt_action_word_finds_what_the_right_spelling_finds() -> None:
+    for typo, right in [("screnshot the page", "screenshot the page"), ("mvoe the file", "move the file")]:
+        assert names(rank(typo, DOCS, 1)) == names(rank(right, DOCS, 1))
+        assert names(rank(typo, DOCS, 1)) != []
+
+
+def test_vocabulary_corrects_one_missing_extra_or_swapped_letter_but_not_the_first() -> None:
+    vocab = Vocabulary(["commit schedule list screenshot sort"])
+    assert vocab.corrections("comit") == ["commit"]
+    assert vocab.corrections("shedule") == ["schedule"]
+    assert vocab.corrections("lsit") == ["list"]
+    assert vocab.corrections("scrennshot") == ["screenshot"]
+    assert vocab.corrections("ommit") == []  # the first letter is the one people get right
+    assert vocab.corrections("port") == []  # short words one wrong letter apart are both real words
+    assert vocab.corrections("commit") == []  # a known word is left alone
+
+
+def test_vocabulary_splits_a_joined_word_into_two_catalog_words_that_are_not_stop_words() -> None:
+    vocab = Vocabulary(["flow chart work log get for"], frozenset({"get", "for"}))
+    assert vocab.parts("flowchart") == ("flow", "chart")
+    assert vocab.parts("worklog") == ("work", "log")
+    assert vocab.parts("forget") is None
+
+
+def test_a_joined_word_the_tools_never_use_is_looked_up_as_its_parts() -> None:
+    docs = [*DOCS, ToolDoc("chart", "generate_flow_diagram", "Generate a flow diagram chart of a process", ["data"])]
+    assert names(rank("draw a flowchart", docs, 1)) == ["chart/generate_flow_diagram"]
+
+
+def test_the_parts_of_a_tools_joined_word_match_the_query_words() -> None:
+    docs = [
+        *DOCS,
+        ToolDoc("jira", "add_worklog", "Add a worklog entry to an issue", ["issue_key", "time_spent"]),
+        ToolDoc("datadog", "get_logs", "Search and retrieve logs", ["query"]),
+        ToolDoc("tracker", "list_work_items", "List the work items of a project", ["project"]),
+    ]
+    # "worklog" is made of two words other tools use, so its parts are searched too.
+    assert names(rank("log two hours of work on an issue", docs, 1)) == ["jira/add_worklog"]
+
+
+def test_the_words_of_a_file_name_say_which_tool() -> None:
+    docs = [
+        *DOCS,
+        ToolDoc(
+            "gitlab", "validate_project_ci_lint", "Validate an existing .gitlab-ci.yml configuration", ["project_id"]
+        ),
+    ]
+    assert names(rank("is my .gitlab-ci.yml valid", docs, 1)) == ["gitlab/validate_project_ci_lint"]
+
+
+def test_a_verb_among_the_stop_words_stays_in_the_query_at_a_low_weight() -> None:
+    heads = [next(iter(g.items())) for g in query_terms("give BUG-9 to maria")]
+    assert ("maria", 1.0) in heads
+    assert ("give", VERB_WEIGHT) in heads
+    assert VERB_WEIGHT < 1.0

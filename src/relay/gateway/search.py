@@ -1,53 +1,59 @@
 """Tool search for `recommend_tools`: BM25 (SQLite FTS5) over tool names, descriptions and parameter names.
 
-Every reachable tool becomes one row of an in-memory FTS5 table with five columns: the tool name
-split into words, the server name, the description's first sentence, the whole description and the
-parameter names. Identifiers are split the way people read them (`browser_take_screenshot`,
-`getFileContents`, `list-issues`) and the Porter stemmer folds inflections. A query is split into
-words, stop words are dropped, and each word is looked up together with a few general-language
-synonyms ("delete" also finds "remove"); a synonym counts for less than the word itself and only the
-best variant of each word scores, so a tool that says both "delete" and "remove" is not counted
-twice. Named things (a URL, a file name, an issue key) count as the word for their kind, and a word
-also matches words it begins. BM25 is a sum over query terms, so scoring each term on its own and
-adding the results is BM25 with the synonym weighting on top. Two boosts follow: the share of the
-tool name's words the query covers, and whether the query names the tool's server.
+Every reachable tool becomes one row of an in-memory FTS5 table with six columns: the tool name
+split into words, the server name, the description's first sentence, the whole description, the
+parameter names, and the parts of the joined words of the name, server and parameters ("worklog" →
+work log). Identifiers are split the way people read them (`browser_take_screenshot`,
+`getFileContents`, `list-issues`) and the Porter stemmer folds inflections. The query's words come
+from `_words` (stop words dropped, stop-word verbs kept low, synonyms and prefixes weaker, the words
+of named files and pages kept); a typed word no tool uses is then looked up in the catalog's own
+vocabulary (`_vocab`): as the word one edit away ("comit" → commit) or as the two catalog words it
+joins ("flowchart" → flow, chart). Only the best variant of each word scores, so a tool that says
+both "delete" and "remove" is not counted twice; BM25 is a sum over query terms, so scoring each
+term on its own and adding the results is BM25 with the weighting on top. Two boosts follow: the
+share of the tool name's words the query covers, and whether the query names the tool's server.
 
 The index is kept while the set of tools is unchanged and rebuilt when it changes; building one
-for 581 real tools takes about 50 ms (benchmarks/bench_tool_search.py).
+for 581 real tools takes about 35 ms of CPU (benchmarks/bench_tool_search.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
-import itertools
 import re
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import invalid
+from relay.gateway._vocab import Vocabulary
+from relay.gateway._words import STOP, SYNONYM_WEIGHT, doc_words, query_groups, query_terms, split_identifier, variants
 
 __all__ = [
     "Ranked",
     "ToolDoc",
     "ToolIndex",
+    "catalog_version",
     "query_terms",
     "rank",
-    "recommend_with_model",
     "split_identifier",
     "template_recommendation",
 ]
 
 # Column weights for bm25(): a word in the tool's name says more than one in a long description.
 _W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS = 3.0, 2.5, 1.5, 1.0, 0.3
-_SYNONYM_WEIGHT = 0.6
+# The parts of the tool's joined words ("worklog" → work log, "screenshot" → screen shot), so a
+# query's "log" finds a worklog; weaker than the words themselves.
+_W_PARTS = 1.5
 # After BM25: a tool whose name the query's words cover is what the user asked for by name
 # ("list merge requests" → list_merge_requests), and a tool of a server the query names ("on
 # GitHub") beats the same words elsewhere. Both multiply the score: 1 + weight × share.
 _NAME_COVER, _SERVER_NAMED = 1.0, 0.5
-_PREFIX_MIN, _PREFIX_WEIGHT = 4, 0.5
-_FRAME_WEIGHT = 0.5
+# A word the tools never use stands for the catalog word one edit away ("comit" → commit) or for the
+# two catalog words it joins ("flowchart" → flow, chart), each a little below a word the user typed.
+TYPO_WEIGHT, PART_WEIGHT = 0.8, 0.8
 
 
 @dataclass(frozen=True)
@@ -72,273 +78,6 @@ class Ranked:
     score: float
 
 
-# --- words ---------------------------------------------------------------------------------
-
-_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-_WORD = re.compile(r"[A-Za-z0-9]+(?:['’][a-z]+)?")
-_IDENT_SEP = re.compile(r"[^A-Za-z0-9]+")
-
-
-def split_identifier(identifier: str) -> list[str]:
-    """`browser_take_screenshot`, `getHTTPResponse`, `list-issues` → their lower-case words."""
-    words: list[str] = []
-    for chunk in _IDENT_SEP.split(identifier):
-        words += [w.lower() for w in _CAMEL.findall(chunk)]
-    return words
-
-
-def _doc_words(text: str) -> str:
-    """Words of prose or identifiers, with a joined word also kept whole ("GitHub" → github git hub)."""
-    out: list[str] = []
-    for raw in _IDENT_SEP.split(text):
-        if not raw:
-            continue
-        if raw.isalpha() and raw[1:].islower():  # plain prose ("Create", "file"): nothing to split
-            out.append(raw.lower())
-            continue
-        parts = [w.lower() for w in _CAMEL.findall(raw)]
-        whole = raw.lower()
-        if len(parts) != 1 or parts[0] != whole:
-            out.append(whole)
-        out += parts
-    return " ".join(out)
-
-
-_STOP_WORDS = """a about above after again all also am an and any are as at be because been before being
-    below between both but by can could did do does doing down during each few for from further
-    had has have having he her here hers him his how i if in into is it its itself just let me
-    more most my myself no nor not now of off on once only or other our ours out over own please
-    same she should so some such than that the their them then there these they this those
-    through to too under until up very via was we were what when where which while who whom why
-    will with would you your yours yourself thing things something anything everything someone
-    want wanted wants need needs needed help like would'd i'd i'm i've we're we've it's that's
-    let's kind sort way bit lot really actually quickly currently also maybe sure ok okay
-    tell give go going get got gets getting know see make sure able possible using use
-    don doesn didn isn aren wasn weren won wouldn shouldn couldn haven hasn ll ve re"""
-_STOP = frozenset(_STOP_WORDS.split())
-# "get", "use", "make" are stop words in a request ("can you get me ...") but the words of tools
-# that do getting are kept in tool names; the query loses nothing because the object carries it.
-
-# General-language synonym groups: words people use for the same action or thing. Each word is
-# looked up with its group's other words as weaker alternatives.
-_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("delete", "remove", "erase", "drop", "destroy", "discard", "forget"),
-    ("create", "add", "new", "make", "open", "start", "insert", "post"),
-    ("find", "search", "lookup", "look", "query", "locate", "seek"),
-    ("list", "show", "enumerate", "all"),
-    ("read", "view", "open", "show", "display", "print", "cat"),
-    ("write", "save", "store", "put", "record"),
-    ("update", "edit", "modify", "change", "patch", "alter", "set"),
-    ("move", "rename", "relocate", "transition"),
-    ("copy", "duplicate", "clone"),
-    ("run", "execute", "exec", "launch", "invoke", "trigger"),
-    ("stop", "kill", "terminate", "end", "cancel", "abort"),
-    ("fetch", "download", "retrieve", "get", "pull", "grab", "scrape"),
-    ("upload", "push", "send", "publish"),
-    ("send", "post", "message", "reply", "notify"),
-    ("message", "chat", "conversation", "dm"),
-    ("email", "mail", "gmail"),
-    ("file", "files", "document", "doc"),
-    ("folder", "directory", "dir"),
-    ("repository", "repo", "project"),
-    ("issue", "ticket", "bug", "task"),
-    ("pr", "pull request", "merge request"),
-    ("mr", "merge request"),
-    ("stage", "add", "index"),
-    ("uncommitted", "status", "modified", "unstaged", "staged"),
-    ("branch", "ref"),
-    ("commit", "revision", "changeset"),
-    ("difference", "diff", "changes", "compare"),
-    ("page", "webpage", "website", "site", "url", "link", "web"),
-    ("browser", "chrome", "tab"),
-    ("click", "press", "tap"),
-    ("type", "fill", "enter", "input"),
-    ("screenshot", "snapshot", "capture", "screen", "image", "picture"),
-    ("picture", "image", "photo", "graphic"),
-    ("chart", "graph", "plot", "visualize", "visualization", "diagram"),
-    ("database", "db", "sql", "table"),
-    ("table", "collection"),
-    ("row", "record", "document", "entry"),
-    ("schema", "structure", "columns", "fields"),
-    ("log", "logs", "event", "events"),
-    ("error", "errors", "exception", "crash", "failure", "issue"),
-    ("metric", "metrics", "measurement", "stats", "statistics"),
-    ("monitor", "dashboard", "observability", "watch", "track"),
-    ("cpu", "metric", "utilization", "load"),
-    ("aggregate", "group", "sum", "total", "average", "count"),
-    ("deploy", "deployment", "release", "ship"),
-    ("build", "pipeline", "ci", "workflow", "job"),
-    ("test", "tests", "testing"),
-    ("user", "member", "person", "people", "account"),
-    ("team", "organization", "org", "workspace"),
-    ("comment", "note", "remark", "feedback", "review"),
-    ("time", "clock", "date", "timezone", "zone"),
-    ("convert", "translate", "transform"),
-    ("place", "location", "address", "places", "map"),
-    ("direction", "directions", "route", "navigate", "travel", "distance"),
-    ("payment", "pay", "charge", "invoice", "billing", "subscription"),
-    ("customer", "client", "buyer"),
-    ("refund", "reimburse"),
-    ("remember", "memory", "memorize", "recall", "knowledge", "stored", "entity", "observation"),
-    ("relation", "relationship", "link", "connection"),
-    ("think", "reason", "reasoning", "plan", "thought", "step"),
-    ("documentation", "docs", "reference", "manual", "guide", "library", "api"),
-    ("paper", "papers", "article", "research", "publication", "arxiv"),
-    ("news", "headlines", "current", "latest", "recent"),
-    ("internet", "online", "web"),
-    ("summary", "summarize", "overview"),
-    ("wait", "pause", "sleep", "delay"),
-    ("script", "javascript", "js", "code", "evaluate"),
-    ("network", "request", "requests", "http", "traffic"),
-    ("performance", "speed", "slow", "trace", "profile"),
-    ("console", "devtools"),
-    ("terminal", "shell", "command", "process", "cli"),
-    ("process", "processes", "program"),
-    ("content", "contents", "text", "body", "inside"),
-    ("size", "info", "metadata", "details", "information", "properties"),
-    ("spreadsheet", "sheet", "csv", "excel"),
-    ("wiki", "confluence", "space"),
-    ("jira", "sprint", "board", "epic"),
-    ("calendar", "meeting", "schedule", "appointment", "event"),
-    ("channel", "room", "slack"),
-    ("react", "reaction", "emoji"),
-    ("history", "previous", "past", "earlier"),
-    ("weather", "forecast"),
-    ("tag", "label", "tags", "labels"),
-    ("function", "functions", "edge", "lambda", "serverless"),
-    ("migration", "migrate", "ddl"),
-    ("cluster", "instance", "server"),
-    ("secret", "key", "keys", "token", "credential", "credentials"),
-    ("cost", "price", "pricing", "spend", "usage"),
-    ("host", "incident", "alert", "alerts", "downtime", "outage"),
-    ("close", "resolve", "done", "complete", "finish"),
-    ("check", "verify", "validate", "status", "inspect"),
-    ("many", "count", "number"),
-    ("replace", "edit", "substitute", "swap"),
-    ("retry", "rerun", "restart", "again"),
-    ("rollback", "revert", "undo", "restore"),
-    ("mute", "silence", "snooze", "quiet"),
-    ("dialog", "popup", "alert", "confirm", "prompt", "modal"),
-    ("dropdown", "select", "option", "choose", "pick", "menu"),
-    ("window", "viewport", "resize", "width", "mobile"),
-    ("navigate", "visit", "goto", "open", "browse"),
-    ("back", "previous"),
-    ("reply", "respond", "answer", "thread"),
-    ("archive", "trash", "delete"),
-    ("append", "add", "children", "insert"),
-    ("attach", "attachment", "upload"),
-    ("analyze", "analysis", "diagnose", "debug", "root cause", "investigate"),
-    ("assign", "assignee", "owner"),
-    ("author", "blame", "wrote"),
-    ("cite", "citation", "cited", "references", "bibliography", "bibtex"),
-    ("credits", "credit", "balance", "quota", "remaining"),
-    ("coordinates", "geocode", "latitude", "longitude"),
-    ("near", "nearby", "around", "local"),
-    ("altitude", "elevation", "height"),
-    ("structure", "tree", "hierarchy"),
-    ("finished", "status", "progress"),
-    ("slow", "latency", "performance", "trace", "plan", "explain"),
-    ("heap", "memory", "leak"),
-    ("flaky", "intermittent", "unstable"),
-    ("share", "proportion", "percentage", "pie"),
-    ("hierarchy", "organization", "org"),
-    ("conversion", "funnel", "drop off"),
-    ("now", "current"),
-    ("sum", "add", "plus", "total"),
-    ("repeat", "echo", "ping"),
-)
-
-
-def _light_stem(word: str) -> str:
-    """A small suffix stripper used only to look words up in the synonym table."""
-    for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + repl
-    if word.endswith("s") and not word.endswith("ss") and len(word) >= 3:
-        return word[:-1]
-    return word
-
-
-def _build_synonyms() -> dict[str, frozenset[str]]:
-    table: dict[str, set[str]] = {}
-    for group in _SYNONYM_GROUPS:
-        for word in group:
-            table.setdefault(_light_stem(word), set()).update(group)
-    return {k: frozenset(v) for k, v in table.items()}
-
-
-_SYNONYMS = _build_synonyms()
-
-
-_URL = re.compile(r"\b(?:https?://|www\.)\S+|\b[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|dev|ai|app|co)(?:/\S*)?", re.I)
-_IMAGE_EXT = "png|jpe?g|gif|svg|webp|bmp|ico"
-_FILE_EXT = (
-    "txt|md|json|ya?ml|toml|py|js|ts|tsx|jsx|csv|pdf|html|css|conf|cfg|ini|env|log|sql|xml|zip|gz|sh|lock|dump|db"
-)
-_FILENAME = re.compile(rf"(?<![\w/])\.?[\w-]*(?:\.[\w-]+)*\.(?:{_IMAGE_EXT}|{_FILE_EXT})\b", re.I)
-_ISSUE_KEY = re.compile(r"\b[A-Z][A-Z0-9]+-\d+\b")
-_CHANNEL = re.compile(r"(?<!\w)#[a-z][\w-]*")
-_IDENT = re.compile(r"[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)+|[A-Za-z0-9]+(?:['’][a-z]+)?")
-
-
-def _entities(query: str) -> tuple[str, list[str]]:
-    """Things a query names rather than says (a URL, a file, an issue key, a #channel), as the word for
-    their kind; the query comes back with them taken out, so their letters do not count as words."""
-    kinds: list[str] = []
-    for pattern, kind in ((_URL, "url"), (_FILENAME, "file"), (_ISSUE_KEY, "issue"), (_CHANNEL, "channel")):
-        found = pattern.findall(query)
-        for match in found:
-            ext = match.rsplit(".", 1)[-1].lower()
-            kinds.append("image" if kind == "file" and re.fullmatch(_IMAGE_EXT, ext) else kind)
-        query = pattern.sub(" ", query)
-    return query, kinds
-
-
-def _variants(word: str, weight: float) -> dict[str, float]:
-    group = {word: weight}
-    for syn in _SYNONYMS.get(_light_stem(word), frozenset()):
-        if syn != word and _light_stem(syn) != _light_stem(word):
-            group.setdefault(syn, weight * _SYNONYM_WEIGHT)
-    if len(word) >= _PREFIX_MIN:  # "mongo" finds "mongodb", "screen" finds "screenshot"
-        group.setdefault(word + "*", weight * _PREFIX_WEIGHT)
-    return group
-
-
-def query_terms(query: str) -> list[dict[str, float]]:
-    """The query's words, each as {variant: weight}: the word itself at 1.0 and its synonyms lower.
-
-    Named things (a URL, a file name, an issue key) count as the word for their kind, at a synonym's
-    weight; two adjacent words are also tried joined ("roll back" finds "rollback").
-    """
-    text, kinds = _entities(query)
-    words: list[str] = []
-    for token in _IDENT.findall(text):
-        if "_" in token or "-" in token:
-            words += split_identifier(token)
-        else:
-            words.append(re.split("['’]", token.lower())[0])  # what's → what, don't → don
-    words = [w for w in words if not w.isdigit()]  # a number is a value, not what the task is about
-    # "show me ..." frames a request; the verb says little about which tool, so it counts for less.
-    framed = {left for left, right in itertools.pairwise(words) if right in ("me", "us")}
-    kept = [w for w in words if w not in _STOP] or ([] if kinds else words)
-    seen: set[str] = set()
-    groups: list[dict[str, float]] = []
-    for word in kept:
-        if word not in seen:
-            seen.add(word)
-            groups.append(_variants(word, _FRAME_WEIGHT if word in framed else 1.0))
-    for kind in kinds:
-        if kind not in seen:
-            seen.add(kind)
-            groups.append(_variants(kind, _SYNONYM_WEIGHT))
-    for left, right in itertools.pairwise(words):
-        joined = left + right
-        if left in kept and right in kept and joined not in seen and len(left) > 1 and len(right) > 1:
-            seen.add(joined)
-            groups.append({joined: _SYNONYM_WEIGHT})
-    return groups
-
-
 # --- the index -----------------------------------------------------------------------------
 
 
@@ -358,26 +97,59 @@ class ToolIndex:
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
         self._lock = threading.Lock()
         self._db.execute(
-            "CREATE VIRTUAL TABLE tools USING fts5(name, server, summary, description, params, "
+            "CREATE VIRTUAL TABLE tools USING fts5(name, server, summary, description, params, parts, "
             "tokenize='porter unicode61 remove_diacritics 2')"
         )
+        rows = [
+            (
+                doc_words(d.name),
+                doc_words(d.server),
+                doc_words(_summary(d.description)),
+                doc_words(d.description),
+                doc_words(" ".join(d.params)),
+            )
+            for d in self.docs
+        ]
+        self.vocab = Vocabulary((" ".join(row) for row in rows), STOP)
         self._db.executemany(
-            "INSERT INTO tools(rowid, name, server, summary, description, params) VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    i,
-                    _doc_words(d.name),
-                    _doc_words(d.server),
-                    _doc_words(_summary(d.description)),
-                    _doc_words(d.description),
-                    _doc_words(" ".join(d.params)),
-                )
-                for i, d in enumerate(self.docs)
-            ],
+            "INSERT INTO tools(rowid, name, server, summary, description, params, parts) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(i, *row, self._parts(" ".join(row[:2]) + " " + row[4])) for i, row in enumerate(rows)],
         )
         self._term_cache: dict[str, dict[int, float]] = {}
         self._hits_cache: dict[str, frozenset[int]] = {}
         self._name_words = [len(split_identifier(d.name)) or 1 for d in self.docs]
+        digest = hashlib.sha256()
+        for d in self.docs:
+            digest.update("\x1f".join([d.server, d.name, d.description, *d.params, "\x1e"]).encode())
+        self.version = digest.hexdigest()[:16]
+
+    def _parts(self, text: str) -> str:
+        """The parts of every joined word of `text`."""
+        splits = (self.vocab.split(w) for w in dict.fromkeys(text.split()))
+        return " ".join(" ".join(parts) for parts in splits if parts)
+
+    def _known_words(self, groups: list[tuple[dict[str, float], bool]]) -> list[dict[str, float]]:
+        """Each typed word the tools never use, as the catalog word one edit away or the two words it joins."""
+        out: list[dict[str, float]] = []
+        for group, typed in groups:
+            word, weight = next(iter(group.items()))
+            if not typed or self._term_scores(word):
+                out.append(group)
+                continue
+            fixes = self.vocab.corrections(word)
+            if fixes:
+                for fix in fixes:
+                    for term, w in variants(fix, weight * TYPO_WEIGHT).items():
+                        if w > group.get(term, 0.0):
+                            group[term] = w
+                out.append(group)
+                continue
+            parts = self.vocab.parts(word)
+            if parts:
+                out += [variants(part, weight * PART_WEIGHT) for part in parts]
+                continue
+            out.append(group)
+        return out
 
     def _term_scores(self, term: str) -> dict[int, float]:
         """BM25 of one term for every row that has it (FTS5's bm25() is negative: better is lower)."""
@@ -388,8 +160,8 @@ class ToolIndex:
         phrase = '"' + term.rstrip("*").replace('"', "") + '"' + ("*" if prefix else "")
         try:
             rows = self._db.execute(
-                "SELECT rowid, bm25(tools, ?, ?, ?, ?, ?) FROM tools WHERE tools MATCH ?",
-                (_W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS, phrase),
+                "SELECT rowid, bm25(tools, ?, ?, ?, ?, ?, ?) FROM tools WHERE tools MATCH ?",
+                (_W_NAME, _W_SERVER, _W_SUMMARY, _W_DESC, _W_PARAMS, _W_PARTS, phrase),
             ).fetchall()
         except sqlite3.OperationalError:  # a term the tokenizer reduces to nothing
             rows = []
@@ -415,11 +187,11 @@ class ToolIndex:
 
     def search(self, query: str, limit: int = 10) -> list[Ranked]:
         """The `limit` best tools for the query, best first; ties broken by server and name."""
-        groups = query_terms(query)
         totals: dict[int, float] = {}
         name_hits: dict[int, int] = {}
         server_named: set[int] = set()
         with self._lock:
+            groups = self._known_words(query_groups(query))
             for group in groups:
                 best: dict[int, float] = {}
                 for term, weight in group.items():
@@ -434,7 +206,7 @@ class ToolIndex:
                     server_named |= self._column_hits("server", term)
                 named: set[int] = set()
                 for term, weight in group.items():
-                    if weight >= _SYNONYM_WEIGHT:
+                    if weight >= SYNONYM_WEIGHT:
                         named |= self._column_hits("name", term)
                 for rowid in named:
                     name_hits[rowid] = name_hits.get(rowid, 0) + 1
@@ -462,6 +234,11 @@ def _index_for(docs: Sequence[ToolDoc]) -> ToolIndex:
         return index
 
 
+def catalog_version(docs: Sequence[ToolDoc]) -> str:
+    """A short digest of the tools (servers, names, descriptions, parameters): changes when any of them does."""
+    return _index_for(docs).version if docs else ""
+
+
 def rank(query: str, docs: Sequence[ToolDoc], limit: int = 10) -> list[Ranked]:
     """Rank `docs` for a task description by BM25 over names, descriptions and parameter names."""
     if not query.strip():
@@ -479,17 +256,6 @@ def rank(query: str, docs: Sequence[ToolDoc], limit: int = 10) -> list[Ranked]:
 # --- the written recommendation -------------------------------------------------------------
 
 
-def _candidate_lines(top: Sequence[Ranked], width: int = 240) -> list[str]:
-    lines: list[str] = []
-    for i, r in enumerate(top, 1):
-        desc = " ".join(r.doc.description.split())
-        if len(desc) > width:
-            desc = desc[: width - 1].rstrip() + "…"
-        params = f" (arguments: {', '.join(r.doc.params)})" if r.doc.params else ""
-        lines.append(f"{i}. {r.doc.server}/{r.doc.name}{params}: {desc}")
-    return lines
-
-
 def template_recommendation(query: str, top: Sequence[Ranked]) -> str:
     """The recommendation without a model: the best matches, named so they can be called at once."""
     if not top:
@@ -501,33 +267,3 @@ def template_recommendation(query: str, top: Sequence[Ranked]) -> str:
     others = ", ".join(f"{r.doc.server}/{r.doc.name}" for r in top[1:4])
     text = f"Best match: {best.server}/{best.name} — call_tool(server_name={best.server!r}, tool_name={best.name!r})."
     return text + (f" Also relevant: {others}." if others else "")
-
-
-AskFn = Callable[[str], Awaitable[str]]
-
-
-async def recommend_with_model(query: str, top: Sequence[Ranked], ask_fn: AskFn) -> str:
-    """A model-written recommendation over the top candidates; `ask_fn(prompt) -> answer` is the model.
-
-    The model only sees the ranked candidates, so it chooses among tools that exist. With no
-    candidates, or an empty answer, the template recommendation is returned instead.
-    """
-    if not top:
-        return template_recommendation(query, top)
-    prompt = "\n".join(
-        [
-            "A user gave an agent this task:",
-            query.strip(),
-            "",
-            "These tools are available, ranked by a keyword search (server/tool):",
-            *_candidate_lines(top),
-            "",
-            "In at most four sentences, say which of these tools the agent should call for the task, in what "
-            "order and with which key arguments. Name tools exactly as server/tool. Recommend only tools from "
-            "the list; if none fits, say so.",
-        ]
-    )
-    answer = (await ask_fn(prompt)).strip()
-    if not answer:
-        return template_recommendation(query, top)
-    return answer

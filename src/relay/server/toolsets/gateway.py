@@ -21,7 +21,8 @@ from relay.gateway import Gateway, Limits, ServerRegistry, project_of
 from relay.gateway.admin import add_server, added_reply, remove_server, try_server
 from relay.gateway.discover import DEFAULT_REGISTRY_URL
 from relay.gateway.imports import import_servers
-from relay.gateway.search import Ranked, ToolDoc, rank, recommend_with_model, template_recommendation
+from relay.gateway.rerank import Reranker, Reranking, engine_asker, rerank_config
+from relay.gateway.search import Ranked, ToolDoc, catalog_version, rank, template_recommendation
 from relay.server.results import json_result
 from relay.server.toolsets import BUILTIN
 from relay.server.toolsets._registry import (
@@ -38,9 +39,8 @@ from relay.server.toolsets._registry import (
 
 # list_tools shows this much of each tool's description (seed 003's "brief").
 BRIEF_CHARS = 100
-# recommend_tools: how many ranked tools the reply carries, and how long a model may take to write its advice.
+# recommend_tools: how many ranked tools the reply carries.
 RECOMMEND_LIMIT = 10
-RECOMMEND_MODEL_TIMEOUT_S = 60.0
 # Seed 003 names the exception class; relay's codes that have a seed equivalent use it.
 SEED_ERROR_TYPES = {ErrorCode.TIMEOUT: "TimeoutError", ErrorCode.INVALID_ARGUMENT: "ValueError"}
 
@@ -89,22 +89,22 @@ def _params(schema: dict[str, Any] | None) -> list[str]:
     return [str(k) for k in properties] if isinstance(properties, dict) else []  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
 
 
-async def _model_advice(deps: Deps, model: str, task: str, top: list[Ranked]) -> str:
-    """The model-written recommendation (RELAY_RECOMMEND_MODEL); the template one if the model fails."""
-    from relay.ask import AskArgs, ask_envelope, submit_ask
+def reranker_service(deps: Deps) -> Reranker:
+    """The process's model reranker for recommend_tools (its cache lives as long as the server)."""
+    return deps.service("tool_reranker", Reranker)
 
-    engine = deps.engine()
 
-    async def ask(prompt: str) -> str:
-        job_id = await submit_ask(engine, AskArgs(prompt=prompt, model=model, tool="recommend_tools"))
-        await engine.wait_one(job_id, RECOMMEND_MODEL_TIMEOUT_S)
-        envelope = ask_envelope(engine, job_id)
-        return str(envelope.get("output") or "") if envelope.get("status") == "completed" else ""
-
-    try:
-        return await recommend_with_model(task, top, ask)
-    except RelayError:
-        return template_recommendation(task, top)
+async def _reranked(deps: Deps, task: str, docs: list[ToolDoc]) -> tuple[list[Ranked], str, Reranking | None]:
+    """The ranked tools and the recommendation: by the keyword search, reordered by a model when one is configured."""
+    config = rerank_config(deps.settings)
+    top = rank(task, docs, max(RECOMMEND_LIMIT, config.candidates) if config.model else RECOMMEND_LIMIT)
+    if config.model is None or not top:
+        return top, template_recommendation(task, top), None
+    result = await reranker_service(deps).rerank(
+        task, top, catalog_version(docs), config, engine_asker(deps.engine(), config.timeout_s)
+    )
+    best = result.tools[:RECOMMEND_LIMIT]
+    return best, result.recommendation or template_recommendation(task, best), result
 
 
 def _load_error(exc: Exception) -> str:
@@ -423,15 +423,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             if t.name not in s.changed
         ]
         try:
-            top = rank(task_description, docs, RECOMMEND_LIMIT)
+            top, advice, reranking = await _reranked(deps, task_description, docs)
         except RelayError as err:
             return _failure(err)
-        model = deps.settings.environ.get("RELAY_RECOMMEND_MODEL")
-        advice = (
-            await _model_advice(deps, model, task_description, top)
-            if model and top
-            else template_recommendation(task_description, top)
-        )
         reply: dict[str, Any] = {
             "success": True,
             "task": task_description,
@@ -448,6 +442,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 for r in top
             ],
         }
+        if reranking is not None:
+            reply["ranking"] = reranking.summary()
         if agent_id is not None:
             reply["agent_id"] = agent_id
         return json_result(reply)
