@@ -61,6 +61,16 @@ async def test_best_of_three_agents_ranks_tested_candidates_by_the_review_and_on
         assert not failed and gone["discarded"] is True
     assert (repo / "answer.txt").read_text() == "42\n"
     assert git(repo, "rev-parse", "main") == landed["new"]
+    # The dashboard shows the run's candidates side by side, ranked, with their tests and the review.
+    from starlette.testclient import TestClient
+
+    from relay.web import Access, build_app
+
+    with TestClient(build_app(settings, access=Access()), base_url="http://127.0.0.1:8766") as web:
+        page = web.get(f"/jobs/{env['job_id']}", headers={"accept": "text/html"}).text
+    rows = [page.index(f'id="cand-{c["job_id"]}"') for c in cands]
+    assert rows == sorted(rows) and page.count('<span class="add">passed</span>') == 3
+    assert "Candidate 3 is the cleanest." in page
 
 
 async def test_a_land_conflict_over_mcp_is_an_error_result_naming_the_file(

@@ -148,7 +148,21 @@ def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
         "files_changed": env["files_changed"],
         "workspace": env.get("workspace"),
         "diff": diff_lines(engine, rec.id) if env.get("workspace") and rec.is_final else [],
+        "best_of": best_of_result(engine, rec.id) if rec.agent == "best_of" and rec.is_final else None,
     }
+
+
+def best_of_result(engine: Engine, job_id: str) -> dict[str, Any] | None:
+    """A best_of run's answer (its ranked candidates and the review), None when it has none to show."""
+    page = engine.read_output(job_id, "final", 0, 4 << 20)
+    try:
+        found: Any = json.loads(page["text"])
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    result: dict[str, Any] = dict(found)  # pyright: ignore[reportUnknownArgumentType]
+    return result if isinstance(result.get("candidates"), list) else None
 
 
 # A job page shows at most this much of a worktree job's diff (relay diff JOB prints all of it).
