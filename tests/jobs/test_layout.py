@@ -17,6 +17,7 @@ LAYERS = [
     "finish",
     "admission",
     "waiting",
+    "workspace",
     "request",
     "gitprobe",
     "state",

@@ -10,6 +10,7 @@ each one responsibility, dependencies pointing down:
     finish.py     final status, error and result, recorded once
     admission.py  the queue and the concurrency limits
     waiting.py    wait any/all, subscribe
+    workspace.py  worktree jobs: placed in their worktree, sealed at the end, landed, discarded
     request.py    JobRequest and its validation; gitprobe.py  files_changed from git
     state.py      what the rooms share (settings, store, jobs of this process, change notices)
 """
