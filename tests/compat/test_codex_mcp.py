@@ -170,3 +170,16 @@ async def test_a_failed_codex_run_reads_failed_to_execute(profile_client: Profil
     async with profile_client("codex-mcp") as c:
         result = await call(c, "codex", prompt="[[fake:replay=codex_exec_json_error_e500]]")
     assert error_message(result).startswith("Failed to execute codex command: ")
+
+
+async def test_a_full_auto_conversation_keeps_its_sandbox_and_directory_on_every_turn(
+    profile_client: ProfileClient, workdir: Path, argv_log: Path
+) -> None:
+    project = workdir / "project"
+    project.mkdir()
+    async with profile_client("codex-mcp") as c:
+        await call(c, "codex", prompt="one", sessionId="s1", fullAuto=True, workingDirectory=str(project))
+        await call(c, "codex", prompt="two", sessionId="s1")
+    first, second = (run["argv"] for run in logged(argv_log))
+    assert flag(first, "-s") == "workspace-write" and flag(first, "-C") == str(project)
+    assert flag(second, "resume") == THREAD and 'sandbox_mode="workspace-write"' in second

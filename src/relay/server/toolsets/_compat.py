@@ -212,6 +212,11 @@ def timed_out(rec: JobRecord) -> bool:
     return rec.status == "timed_out"
 
 
+def idle_stopped(rec: JobRecord) -> bool:
+    """The job was stopped by its idle limit (no output for that long), not by its wall-clock limit."""
+    return (rec.stop_reason or "").endswith(":idle")
+
+
 def prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
 

@@ -193,6 +193,8 @@ class Toolset:
     description: str
     build: Callable[[ToolRegistry, Deps], None]
     aliases: tuple[str, ...] = field(default=())
+    # Run once the engine is up, when the toolset is exposed (a profile's own set-up, e.g. where its views go).
+    on_start: Callable[[Engine, Deps], None] | None = None
 
 
 def compact_schema(node: Any, output: bool = False) -> Any:
