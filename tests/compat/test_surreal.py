@@ -330,3 +330,18 @@ async def test_cancelling_a_finished_job_says_how_to_read_its_result(
         "message": "Cannot cancel job in 'completed' status",
         "hint": f"the job already ended (completed); call_status {job_id} reads its result",
     }
+
+
+async def test_a_resumed_call_cc_keeps_its_sessions_model_unless_the_call_names_one(
+    profile_client: ProfileClient, workdir: Path, argv_log: Path
+) -> None:
+    async with profile_client("surreal") as c:
+        await call(c, "call_cc", prompt="one", cwd=str(workdir), model="claude-opus-4-5")
+        kept = await call(c, "call_cc", prompt="two", cwd=str(workdir), resume_session_id=CLAUDE_SESSION)
+        await call(c, "call_cc", prompt="three", cwd=str(workdir), resume_session_id=CLAUDE_SESSION, model="h")
+        found = await schemas(c)
+    assert not kept.is_error, data(kept)
+    models = [run["env"]["ANTHROPIC_MODEL"] for run in logged(argv_log)]
+    assert models == ["claude-opus-4-5", "claude-opus-4-5", "haiku"]
+    model = found["call_cc"]["properties"]["model"]
+    assert (model["type"], model["default"]) == ("string", "claude-sonnet-4-5") and None not in model["enum"]

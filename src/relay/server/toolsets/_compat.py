@@ -281,6 +281,20 @@ def seed_required(reg: ToolRegistry, tool: str, *names: str) -> None:
     schema["required"] = [*schema.get("required", []), *[n for n in names if n not in schema.get("required", [])]]
 
 
+def seed_default(reg: ToolRegistry, tool: str, name: str, value: str) -> None:
+    """Publish `value` as the default of string argument `name` although the function defaults it to None.
+
+    The tool then tells a value the caller left out (None: e.g. a resumed session keeps its own model)
+    from the seed's default.
+    """
+    spec: dict[str, Any] = reg.tools[tool].input_schema["properties"][name]
+    kind = spec.get("type")
+    spec["type"] = "string" if isinstance(kind, list) else kind or "string"
+    spec["default"] = value
+    if isinstance(spec.get("enum"), list):
+        spec["enum"] = [v for v in spec["enum"] if v is not None]
+
+
 async def cli_output(settings: Settings, agent: str, args: list[str]) -> str:
     """What the agent's CLI prints for `args` (e.g. its help): a quick local query, not a job."""
     cfg = settings.agent(agent)

@@ -150,7 +150,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ctx: Context[Any, Any],
         prompt: Prompt = None,
         cwd: Annotated[str | None, Field(description="Working directory (required)")] = None,
-        model: Annotated[str, Field(description="Claude model", json_schema_extra=claude_schema)] = claude_default,
+        model: Annotated[str | None, Field(description="Claude model", json_schema_extra=claude_schema)] = None,
         resume_session_id: ResumeId = None,
         continue_latest: ContinueLatest = False,
         timeout_ms: TimeoutMs = DEFAULT_TIMEOUT_MS,
@@ -160,7 +160,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         mode: Mode = "execute",
         max_response_chars: MaxChars = DEFAULT_MAX_RESPONSE_CHARS,
     ) -> CallToolResult:
-        if model not in claude_enum and model.lower() not in MODEL_ALIASES:
+        model = _model(model, claude_default, resume_session_id, continue_latest)
+        if model is not None and model not in claude_enum and model.lower() not in MODEL_ALIASES:
             near = did_you_mean(model, [*claude_enum, *(a for a in MODEL_ALIASES if len(a) > 1)])
             return _error(
                 ErrorCode.INVALID_ARGUMENT,
@@ -170,7 +171,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         call = _Call(
             prompt=prompt,
             cwd=cwd,
-            model=MODEL_ALIASES.get(model.lower(), model),
+            model=MODEL_ALIASES.get(model.lower(), model) if model else None,
             resume_session_id=resume_session_id,
             continue_latest=continue_latest,
             timeout_ms=timeout_ms,
@@ -191,7 +192,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def call_gem(
         ctx: Context[Any, Any],
         prompt: Prompt = None,
-        model: Annotated[str, Field(description=gemini_model_text)] = gemini_default,
+        model: Annotated[str | None, Field(description=gemini_model_text)] = None,
         cwd: Cwd = None,
         timeout_ms: TimeoutMs = DEFAULT_TIMEOUT_MS,
         tool_timeout_ms: ToolTimeoutMs = DEFAULT_TOOL_TIMEOUT_MS,
@@ -206,7 +207,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         call = _Call(
             prompt=prompt,
             cwd=cwd,
-            model=model,
+            model=_model(model, gemini_default, resume_session_id, continue_latest),
             resume_session_id=resume_session_id,
             continue_latest=continue_latest,
             timeout_ms=timeout_ms,
@@ -227,7 +228,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def call_codex(
         ctx: Context[Any, Any],
         prompt: Prompt = None,
-        model: Annotated[str | None, Field(description="Codex model; default the CLI's")] = codex_default,
+        model: Annotated[str | None, Field(description="Codex model; default the CLI's")] = None,
         cwd: Annotated[str | None, Field(description="Working directory (required)")] = None,
         timeout_ms: TimeoutMs = DEFAULT_TIMEOUT_MS,
         tool_timeout_ms: ToolTimeoutMs = DEFAULT_TOOL_TIMEOUT_MS,
@@ -242,7 +243,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         call = _Call(
             prompt=prompt,
             cwd=cwd,
-            model=model,
+            model=_model(model, codex_default, resume_session_id, continue_latest),
             resume_session_id=resume_session_id,
             continue_latest=continue_latest,
             timeout_ms=timeout_ms,
@@ -314,6 +315,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             ),
         )
 
+    compat.seed_default(reg, "call_cc", "model", claude_default)
+    compat.seed_default(reg, "call_gem", "model", gemini_default)
+    if codex_default:
+        compat.seed_default(reg, "call_codex", "model", codex_default)
     compat.seed_required(reg, "call_cc", "prompt", "cwd")
     compat.seed_required(reg, "call_gem", "prompt")
     compat.seed_required(reg, "call_codex", "prompt", "cwd")
@@ -387,6 +392,13 @@ async def _run(
     if call.expose_stream:
         result["stream_events"] = compat.stream_events(engine, job_id)
     return json_result(result)
+
+
+def _model(given: str | None, default: str | None, resume_id: str | None, continue_latest: bool) -> str | None:
+    """The model to run: the call's, else none on a resume (the session keeps its own), else the default."""
+    if given:
+        return given
+    return None if resume_id or continue_latest else default
 
 
 def _submit_error(backend: _Backend, err: RelayError) -> CallToolResult:
