@@ -51,7 +51,8 @@ CLI_ARGS: dict[str, tuple[str, ...]] = {
     # the seed's tool set only: --tools makes just these available, --allowedTools lets them run unasked
     "claude": ("--tools", CLAUDE_TOOLS, "--allowedTools", CLAUDE_TOOLS),
     "codex": ("--dangerously-bypass-approvals-and-sandbox",),
-    "copilot": ("--allow-all-tools", "--allow-all-paths", "--allow-tool", "shell", "--allow-tool", "write"),
+    # (`-s -p <prompt> --allow-all-tools` are relay's own for copilot at `full`)
+    "copilot": ("--allow-all-paths", "--allow-tool", "shell", "--allow-tool", "write"),
 }
 # Seed 004's timeouts, in seconds.
 CLAUDE_TIMEOUT_S = 300
