@@ -39,7 +39,7 @@ def test_choices_list_models_then_aliases_without_duplicates() -> None:
         "flash-lite",
         "lite",
     ]
-    assert model_choices("claude") == ["sonnet", "opus", "haiku"]
+    assert model_choices("claude") == ["sonnet", "opus", "haiku", "h", "s", "o"]
     assert model_choices("nobody") == []
 
 

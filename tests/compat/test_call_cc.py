@@ -179,6 +179,17 @@ async def test_session_id_continues_the_claude_session(
     assert second["session_id"] == SESSION and logged(argv_log)[1]["cwd"] == str(workdir)
 
 
+async def test_a_resumed_session_keeps_its_model_unless_the_call_names_one(
+    profile_client: ProfileClient, workdir: Path, argv_log: Path
+) -> None:
+    async with profile_client("call-cc") as c:
+        await call(c, "call_cc", prompt="one", working_directory=str(workdir), model="o")
+        await call(c, "call_cc", prompt="two", session_id=SESSION)
+        await call(c, "call_cc", prompt="three", session_id=SESSION, model="s")
+    models = [run["argv"][run["argv"].index("--model") + 1] for run in logged(argv_log)]
+    assert models == ["opus", "opus", "sonnet"]
+
+
 async def test_call_cc_cancel_kills_an_async_job(profile_client: ProfileClient, workdir: Path) -> None:
     async with profile_client("call-cc") as c:
         started = data(await call(c, "call_cc", prompt="[[fake:hang]]", working_directory=str(workdir), mode="async"))

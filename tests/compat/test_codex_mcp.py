@@ -170,3 +170,41 @@ async def test_a_failed_codex_run_reads_failed_to_execute(profile_client: Profil
     async with profile_client("codex-mcp") as c:
         result = await call(c, "codex", prompt="[[fake:replay=codex_exec_json_error_e500]]")
     assert error_message(result).startswith("Failed to execute codex command: ")
+
+
+async def test_a_full_auto_conversation_keeps_its_sandbox_and_directory_on_every_turn(
+    profile_client: ProfileClient, workdir: Path, argv_log: Path
+) -> None:
+    project = workdir / "project"
+    project.mkdir()
+    async with profile_client("codex-mcp") as c:
+        await call(c, "codex", prompt="one", sessionId="s1", fullAuto=True, workingDirectory=str(project))
+        await call(c, "codex", prompt="two", sessionId="s1")
+    first, second = logged(argv_log)
+    assert flag(first["argv"], "-s") == "workspace-write" and flag(first["argv"], "-C") == str(project)
+    assert flag(second["argv"], "resume") == THREAD and 'sandbox_mode="workspace-write"' in second["argv"]
+    assert second["cwd"] == str(project)
+
+
+async def test_a_later_turn_that_names_a_sandbox_resumes_the_thread_with_it(
+    profile_client: ProfileClient, argv_log: Path
+) -> None:
+    async with profile_client("codex-mcp") as c:
+        await call(c, "codex", prompt="one", sessionId="s1", fullAuto=True)
+        await call(c, "codex", prompt="two", sessionId="s1", sandbox="danger-full-access")
+        await call(c, "codex", prompt="three", sessionId="s1")
+    second, third = (run["argv"] for run in logged(argv_log)[1:])
+    assert flag(second, "resume") == THREAD and 'sandbox_mode="danger-full-access"' in second
+    assert 'sandbox_mode="workspace-write"' in third  # the session keeps what it was started with
+
+
+async def test_codex_publishes_an_output_schema_with_thread_id_and_returns_structured_content(
+    profile_client: ProfileClient,
+) -> None:
+    async with profile_client("codex-mcp") as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        result = await call(c, "codex", prompt="hi", sessionId="s9")
+    schema = tools["codex"].output_schema
+    assert schema is not None and {"threadId", "model", "sessionId"} <= set(schema["properties"])
+    meta = {"model": "gpt-5.2-codex", "sessionId": "s9", "threadId": THREAD}
+    assert result.structured_content == meta and result.content[0].meta == meta

@@ -171,11 +171,32 @@ async def test_cli_spawns_return_at_once_and_run_with_the_seeds_flags(
         )
         assert record["agent_id"] == agent_id and record["success"] is True
     runs = {str(r["prompt"]).split()[0]: r["argv"] for r in logged(argv_log)}
-    assert "--dangerously-skip-permissions" in runs["claude"] or "bypassPermissions" in runs["claude"]
+    assert "bypassPermissions" in runs["claude"]
     assert runs["claude"][runs["claude"].index("--model") + 1] == "sonnet"
-    # relay's full permission for codex: the sandbox off (danger-full-access), as the seed's bypass flag
-    assert runs["codex"][runs["codex"].index("-s") + 1] == "danger-full-access"
-    assert "--allow-all-tools" in runs["copilot"] and runs["copilot"][runs["copilot"].index("--model") + 1] == "gpt-5"
+    assert runs["copilot"][runs["copilot"].index("--model") + 1] == "gpt-5"
+
+
+def after(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+async def test_cli_spawns_pass_every_flag_the_seed_lists(spawner: Any, argv_log: Path) -> None:
+    async with spawner() as c:
+        spawned(await call(c, "spawn_claude", prompt="claude task [[fake:echo]]"), "claude", "sonnet")
+        spawned(await call(c, "spawn_codex", prompt="codex task [[fake:echo]]"), "codex", None)
+        spawned(await call(c, "spawn_copilot", prompt="copilot task [[fake:echo]]"), "copilot", "gpt-5.1")
+        assert data(await call(c, "wait_for_agents", timeout=60))["status"] == "all_completed"
+    runs = {str(r["prompt"]).split()[0]: r["argv"] for r in logged(argv_log)}
+    # claude: the seed's tool set (Bash, Read, Write, Edit, Glob, Grep), not every tool
+    seed_tools = "Bash,Read,Write,Edit,Glob,Grep"
+    assert (after(runs["claude"], "--tools"), after(runs["claude"], "--allowedTools")) == (seed_tools, seed_tools)
+    assert "--dangerously-bypass-approvals-and-sandbox" in runs["codex"]
+    # copilot: `-s -p <prompt> --allow-all-tools --allow-all-paths --allow-tool shell --allow-tool write`
+    copilot = runs["copilot"]
+    assert "-s" in copilot and after(copilot, "-p") == "copilot task [[fake:echo]]"
+    assert {"--allow-all-tools", "--allow-all-paths"} <= set(copilot)
+    allowed = [copilot[i + 1] for i, a in enumerate(copilot) if a == "--allow-tool"]
+    assert {"shell", "write"} <= set(allowed)
 
 
 async def test_api_spawns_ask_the_vendor_with_the_seeds_model_and_system_prompt(
@@ -415,3 +436,28 @@ async def test_agents_outlive_a_relay_killed_with_sigkill_and_iac_shows_them_don
     for agent_id in ids.values():
         assert re.search(rf"✅ \*\*Done\*\* \([0-9.]+s, \$[0-9.]+\) \| `#{agent_id}`", iac), agent_id
     assert verify(relay_home).ok
+
+
+async def test_iac_and_context_are_in_the_workspace_and_context_starts_empty_with_each_server(
+    profile_client: ProfileClient, copilot_config: str, workdir: Path, relay_home: Path
+) -> None:
+    from relay.audit import CONTEXT_FILE
+
+    context = workdir / CONTEXT_FILE
+
+    async def rendered(wanted: str) -> str:
+        with anyio.fail_after(30):  # the views are rendered in a worker thread, half a second after a change
+            while wanted not in (text := context.read_text() if context.exists() else ""):
+                await anyio.sleep(0.05)
+        return text
+
+    async with profile_client(toolsets="core,powerspawn", config=copilot_config) as c:
+        agent = spawned(await call(c, "spawn_codex", prompt="long task [[fake:sleep=20]]"), "codex", None)
+        before = await rendered(f"`{agent}`")
+        assert (workdir / IAC_FILE).exists() and not (relay_home / CONTEXT_FILE).exists()
+    async with profile_client(toolsets="core,powerspawn", config=copilot_config) as c:
+        listed = data(await call(c, "list"))
+        after = await rendered("No active agents")
+        assert [r["id"] for r in listed["running"]] == [agent]  # still running, but spawned before this server
+        assert data(await call(c, "job_cancel", job_id=agent))["status"] == "cancelled"
+    assert "long task" in before and agent not in after

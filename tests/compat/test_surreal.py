@@ -87,11 +87,22 @@ async def test_call_cc_runs_claude_synchronously_and_returns_the_response(
     assert set(meta) == {"job_id", "task_name", "model", "duration_ms", "usage", "cost_usd"}
     assert meta["task_name"] == "call_cc"
     run = logged(argv_log)[0]
-    argv = run["argv"]
     assert run["cwd"] == str(workdir)
-    assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
-    assert argv[argv.index("--model") + 1] == "claude-sonnet-4-5"
-    assert run["prompt"].startswith("FEDERATION CONTEXT:") and run["prompt"].endswith("\n\nsay hello")
+
+
+async def test_call_cc_runs_claude_as_seed_001_builds_it(
+    profile_client: ProfileClient, workdir: Path, argv_log: Path
+) -> None:
+    async with profile_client("surreal") as c:
+        result = await call(c, "call_cc", prompt="  say hello ", cwd=str(workdir))
+    assert not result.is_error, data(result)
+    run = logged(argv_log)[0]
+    argv = run["argv"]
+    # `claude -p <prompt> --dangerously-skip-permissions --output-format stream-json`, the model in the env only
+    assert argv[:2] == ["-p", "say hello"] and run["prompt"] == "say hello"
+    assert "--dangerously-skip-permissions" in argv
+    assert argv[argv.index("--output-format") + 1] == "stream-json"
+    assert "--model" not in argv and run["env"]["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
 
 
 async def test_call_cc_accepts_the_short_model_names(
@@ -100,8 +111,7 @@ async def test_call_cc_accepts_the_short_model_names(
     async with profile_client("surreal") as c:
         result = await call(c, "call_cc", prompt="hi", cwd=str(workdir), model="h")
     assert not result.is_error, data(result)
-    argv = logged(argv_log)[0]["argv"]
-    assert argv[argv.index("--model") + 1] == "haiku"
+    assert logged(argv_log)[0]["env"]["ANTHROPIC_MODEL"] == "haiku"
 
 
 async def test_observe_mode_runs_read_only_and_says_so(
@@ -162,6 +172,17 @@ async def test_call_cc_that_runs_past_timeout_ms_is_stopped_with_the_seeds_messa
         result = await call(c, "call_cc", prompt="slow [[fake:sleep=30]]", cwd=str(workdir), timeout_ms=500)
     assert error_message(result) == "Claude execution timed out after 500ms"
     assert data(result)["error"]["code"] == "TIMEOUT"
+
+
+async def test_call_cc_stopped_by_tool_timeout_ms_names_the_idle_limit_and_its_value(
+    profile_client: ProfileClient, workdir: Path
+) -> None:
+    async with profile_client("surreal") as c:
+        result = await call(
+            c, "call_cc", prompt="quiet [[fake:sleep=30]]", cwd=str(workdir), timeout_ms=60000, tool_timeout_ms=700
+        )
+    assert error_message(result) == "Claude execution timed out after 700ms with no output (tool_timeout_ms)"
+    assert data(result)["error"]["code"] == "TIMEOUT" and "tool_timeout_ms" in data(result)["error"]["hint"]
 
 
 async def test_a_gemini_that_is_not_installed_gives_gemini_cli_not_found(
@@ -309,3 +330,18 @@ async def test_cancelling_a_finished_job_says_how_to_read_its_result(
         "message": "Cannot cancel job in 'completed' status",
         "hint": f"the job already ended (completed); call_status {job_id} reads its result",
     }
+
+
+async def test_a_resumed_call_cc_keeps_its_sessions_model_unless_the_call_names_one(
+    profile_client: ProfileClient, workdir: Path, argv_log: Path
+) -> None:
+    async with profile_client("surreal") as c:
+        await call(c, "call_cc", prompt="one", cwd=str(workdir), model="claude-opus-4-5")
+        kept = await call(c, "call_cc", prompt="two", cwd=str(workdir), resume_session_id=CLAUDE_SESSION)
+        await call(c, "call_cc", prompt="three", cwd=str(workdir), resume_session_id=CLAUDE_SESSION, model="h")
+        found = await schemas(c)
+    assert not kept.is_error, data(kept)
+    models = [run["env"]["ANTHROPIC_MODEL"] for run in logged(argv_log)]
+    assert models == ["claude-opus-4-5", "claude-opus-4-5", "haiku"]
+    model = found["call_cc"]["properties"]["model"]
+    assert (model["type"], model["default"]) == ("string", "claude-sonnet-4-5") and None not in model["enum"]

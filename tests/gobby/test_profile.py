@@ -6,6 +6,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -168,3 +169,34 @@ async def test_status_and_list_mcp_servers_answer_in_seed_003s_shape(gobby_setti
         0,
     )
     assert servers == {"servers": []}
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "error_type"),
+    [
+        ("execute_code", {"code": "print(1)", "langauge": "python"}, "ValueError"),  # an unknown argument
+        ("execute_code", {}, "ValueError"),  # a missing one
+        ("process_large_dataset", {"data": [1], "operation": "sort", "timeout": "soon"}, "ValueError"),
+        ("call_hook", {"hook_type": 7}, "ValueError"),
+        ("status", {"verbose": True}, "ValueError"),
+        ("list_tools", {"server": "nowhere"}, "SERVER_NOT_FOUND"),
+        ("no_such_tool", {}, "TOOL_NOT_FOUND"),
+    ],
+)
+async def test_every_error_under_profile_gobby_has_the_seeds_envelope(
+    gobby_settings: Settings, name: str, args: dict[str, Any], error_type: str
+) -> None:
+    async with Client(build_server(gobby_settings)) as c:
+        reply = await tool(c, name, **args)
+    assert reply["success"] is False and reply["error_type"] == error_type
+    assert isinstance(reply["error"], str) and reply["error"] and reply["hint"]
+
+
+async def test_call_tool_to_an_unknown_internal_server_says_internal_server_not_found_first(
+    gobby_settings: Settings,
+) -> None:
+    async with Client(build_server(gobby_settings)) as c:
+        reply = await tool(c, "call_tool", server_name="gobby-taks", tool_name="list_tasks")
+    assert reply["error"] == "Internal server 'gobby-taks' not found"
+    assert reply["hint"].startswith("did you mean 'gobby-tasks'?") or "gobby-tasks" in reply["hint"]
+    assert "gobby-tasks" in reply["available_internal_servers"] and reply["error_type"] == "SERVER_NOT_FOUND"

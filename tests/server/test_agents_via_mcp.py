@@ -171,3 +171,71 @@ async def test_a_cli_declared_only_in_config_runs_through_delegate(
     assert first["argv"] == ["--jsonl", "do it", "--model", "m1"]
     assert second["argv"] == ["--jsonl", "more", "--model", "m1", "--session", "generic-session-1"]
     assert again["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    ("agent", "effort", "expected"),
+    [
+        ("codex", "high", ["-c", 'model_reasoning_effort="high"']),
+        ("codex", "max", ["-c", 'model_reasoning_effort="xhigh"']),
+        ("claude", "minimal", ["--effort", "low"]),
+        ("claude", "xhigh", ["--effort", "xhigh"]),
+        ("copilot", "minimal", ["--reasoning-effort", "low"]),
+    ],
+)
+async def test_delegate_passes_reasoning_effort_as_each_clis_nearest_setting(
+    make_settings: SettingsFactory,
+    agents_config: str,
+    workdir: Path,
+    argv_log: Path,
+    agent: str,
+    effort: str,
+    expected: list[str],
+) -> None:
+    config = agents_config + f'\n[agents.claude.env]\nFAKE_ARGV_LOG = "{argv_log}"\n'
+    async with Client(build_server(make_settings(config))) as c:
+        failed, env = await delegate(
+            c, agent=agent, prompt="think [[fake:echo]]", cwd=str(workdir), reasoning_effort=effort
+        )
+    assert not failed, env
+    argv = logged(argv_log)[0]["argv"]
+    at = argv.index(expected[0])
+    assert argv[at : at + 2] == expected
+
+
+async def test_reasoning_effort_for_a_cli_without_one_is_refused_with_a_hint(
+    make_settings: SettingsFactory, agents_config: str, workdir: Path, argv_log: Path
+) -> None:
+    async with Client(build_server(make_settings(agents_config))) as c:
+        failed, env = await delegate(c, agent="gemini", prompt="think", cwd=str(workdir), reasoning_effort="high")
+    assert failed and env["error"]["code"] == "INVALID_ARGUMENT"
+    assert env["error"]["message"] == "gemini has no reasoning effort setting"
+    assert "claude, codex, copilot" in env["error"]["hint"]
+    assert not argv_log.exists()
+
+
+async def test_delegate_maps_claudes_h_s_o_shorthand_to_its_models(
+    make_settings: SettingsFactory, agents_config: str, workdir: Path, argv_log: Path
+) -> None:
+    config = agents_config + f'\n[agents.claude.env]\nFAKE_ARGV_LOG = "{argv_log}"\n'
+    async with Client(build_server(make_settings(config))) as c:
+        for short in ("h", "s", "o"):
+            failed, env = await delegate(c, agent="claude", prompt="hi [[fake:echo]]", cwd=str(workdir), model=short)
+            assert not failed, env
+    models = [run["argv"][run["argv"].index("--model") + 1] for run in logged(argv_log)]
+    assert models == ["haiku", "sonnet", "opus"]
+
+
+@pytest.mark.parametrize(("agent", "flag"), [("codex", "-m"), ("gemini", "-m"), ("copilot", "--model")])
+async def test_continuing_the_latest_session_keeps_its_model_and_permission(
+    make_settings: SettingsFactory, agents_config: str, workdir: Path, argv_log: Path, agent: str, flag: str
+) -> None:
+    model = {"codex": "gpt-5.5", "gemini": "gemini-2.5-flash", "copilot": "gpt-5"}[agent]
+    async with Client(build_server(make_settings(agents_config))) as c:
+        await delegate(c, agent=agent, prompt="start", cwd=str(workdir), model=model, permission="edit")
+        failed, env = await delegate(c, agent=agent, prompt="go on", cwd=str(workdir), continue_latest=True)
+    assert not failed, env
+    argv = logged(argv_log)[1]["argv"]
+    assert argv[argv.index(flag) + 1] == model
+    edit_flag = {"codex": 'sandbox_mode="workspace-write"', "gemini": "auto_edit", "copilot": "write"}[agent]
+    assert any(edit_flag in a for a in argv), argv

@@ -166,7 +166,7 @@ async def test_dependencies_cycles_blocked_lists_and_trees_over_mcp(
         await call_tool(c, "tasks", "add_dependency", {"task_id": b, "depends_on": c_id})
         refused = await call_tool(c, "tasks", "add_dependency", {"task_id": c_id, "depends_on": a})
         assert refused["success"] is False
-        assert refused["error_type"] == "INVALID_ARGUMENT"
+        assert (refused["error_type"], refused["code"]) == ("ValueError", "INVALID_ARGUMENT")  # seed 003: a ValueError
         assert f"would create a cycle: {c_id} → {a} → {b} → {c_id}" in refused["error"]
         assert (await call_tool(c, "tasks", "check_dependency_cycles", {}))["result"] == {"has_cycles": False}
 

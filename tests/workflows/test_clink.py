@@ -43,7 +43,7 @@ async def test_clink_with_the_seeds_example_runs_codex_as_a_listed_job_and_conti
         "=== CONVERSATION HISTORY ===" in second["prompt"] and "MOCK-OK: hello from the mock model" in second["prompt"]
     )
     assert again["continuation_offer"]["continuation_id"] == thread
-    assert again["continuation_offer"]["remaining_turns"] == 46
+    assert again["continuation_offer"]["remaining_turns"] == 23
 
 
 async def test_clink_resolves_claudes_short_model_name_from_config(

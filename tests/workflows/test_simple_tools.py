@@ -30,7 +30,7 @@ async def test_chat_with_the_seeds_example_answers_and_offers_a_continuation(
     assert out["status"] == "continuation_available"
     assert out["content"].startswith("Use a generator here.") and "AGENT'S TURN" in out["content"]
     assert out["metadata"]["model_used"] == "gemini-2.5-pro" and out["metadata"]["provider_used"] == "gemini-api"
-    assert offer["remaining_turns"] == 48 and offer["note"].endswith("48 more exchanges.")
+    assert offer["remaining_turns"] == 24 and offer["note"].endswith("24 more exchanges.")
     sent = openai_mock.requests[0].body
     assert sent["model"] == "gemini-2.5-pro" and sent["temperature"] == 0.7
     assert "senior engineer" in request_text(openai_mock.requests[0])
@@ -175,3 +175,58 @@ async def test_a_continuation_id_relay_never_issued_is_refused_with_what_to_do(
         failed, out = await call(client, "chat", args)
     assert failed and out["error"]["code"] == "SESSION_NOT_FOUND"
     assert "without continuation_id" in out["error"]["hint"]
+
+
+# A 1x1 png, as raw base64 (no data: prefix).
+PNG_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+async def test_chat_takes_an_image_as_raw_base64_and_sends_it_to_the_model(
+    zen_settings: SettingsFactory, openai_mock: SlowMock, workdir: Path
+) -> None:
+    openai_mock.script(Reply(text="A single pixel."))
+    args = {
+        "prompt": "What is in this image?",
+        "working_directory_absolute_path": str(workdir),
+        "model": "gemini-2.5-pro",
+        "images": [PNG_BASE64],
+    }
+    async with zen_client(zen_settings()) as client:
+        failed, out = await call(client, "chat", args)
+    assert not failed, out
+    assert f"data:image/png;base64,{PNG_BASE64}" in request_text(openai_mock.requests[0])
+
+
+@pytest.mark.parametrize("image", ["pictures/cat.png", "bm90IGFuIGltYWdl"])
+async def test_an_image_in_no_accepted_form_names_the_accepted_forms(
+    zen_settings: SettingsFactory, workdir: Path, image: str
+) -> None:
+    args = {"prompt": "look", "working_directory_absolute_path": str(workdir), "model": "gemini-2.5-pro"}
+    async with zen_client(zen_settings()) as client:
+        failed, out = await call(client, "chat", args | {"images": [image]})
+    assert failed
+    assert error_message(out) == (
+        "Error: each image must be a FULL absolute path, a data URL (data:image/png;base64,...) or base64-encoded "
+        f"png, jpeg, gif or webp data. Received: {image}"
+    )
+
+
+async def test_the_continuation_offer_counts_exchanges_and_ends_when_the_thread_refuses_the_next(
+    zen_settings: SettingsFactory, openai_mock: SlowMock, workdir: Path
+) -> None:
+    openai_mock.script(*(Reply(text=f"answer {i}") for i in range(4)))
+    args = {"prompt": "go on", "working_directory_absolute_path": str(workdir), "model": "gemini-2.5-pro"}
+    offers: list[int | None] = []
+    async with zen_client(zen_settings(MAX_CONVERSATION_TURNS="6")) as client:
+        failed, out = await call(client, "chat", args)
+        thread = out["continuation_offer"]["continuation_id"]
+        offers.append(out["continuation_offer"]["remaining_turns"])
+        for _ in range(2):
+            failed, out = await call(client, "chat", args | {"continuation_id": thread})
+            assert not failed, out
+            offer = out["continuation_offer"]
+            offers.append(offer["remaining_turns"] if offer else None)
+        refused, last = await call(client, "chat", args | {"continuation_id": thread})
+    # six turns: three exchanges; after the first the offer says two more, and exactly two more fit
+    assert offers == [2, 1, None] and out["status"] == "success"
+    assert refused and last["error"]["code"] == "MAX_TURNS"

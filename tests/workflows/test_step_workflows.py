@@ -269,6 +269,29 @@ async def test_planner_refuses_a_revision_or_branch_without_its_fields(
     assert failed and error_message(out).startswith(f"'{missing}' is required when")
 
 
+@pytest.mark.parametrize(
+    ("tool", "changed", "message"),
+    [
+        ("planner", {"step_number": 0}, "step_number must be at least 1"),
+        ("planner", {"total_steps": 0}, "total_steps must be at least 1"),
+        ("planner", {"step_number": -3, "total_steps": -1}, "step_number must be at least 1"),
+        ("planner", {"is_step_revision": True, "revises_step_number": 0}, "revises_step_number must be at least 1"),
+        ("debug", {"total_steps": 0}, "total_steps must be at least 1"),
+    ],
+)
+async def test_step_numbers_below_one_get_the_seeds_message(
+    zen_settings: SettingsFactory, tool: str, changed: dict[str, Any], message: str
+) -> None:
+    args = {"step": "s", "step_number": 1, "total_steps": 2, "next_step_required": True, **changed}
+    if tool != "planner":
+        args["findings"] = "f"
+    async with zen_client(zen_settings()) as client:
+        schema = {t.name: t.input_schema for t in (await client.list_tools()).tools}[tool]
+        failed, out = await call(client, tool, args)
+    assert failed and error_message(out) == message
+    assert schema["properties"]["step_number"]["minimum"] == schema["properties"]["total_steps"]["minimum"] == 1
+
+
 async def test_a_codereview_continues_after_a_relay_restart(
     zen_settings: SettingsFactory, anthropic_mock: SlowMock, code: Path
 ) -> None:

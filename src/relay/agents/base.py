@@ -63,6 +63,7 @@ class AgentRequest:
     system_prompt: str | None = None
     max_turns: int | None = None
     reasoning_effort: str | None = None
+    model_via_env: bool = False  # the model in the CLI's environment instead of a flag (claude: ANTHROPIC_MODEL)
     max_budget_usd: float | None = None
 
 

@@ -32,6 +32,9 @@ ENV_ALLOW = ("API_TIMEOUT_MS", "IS_SANDBOX", "DISABLE_TELEMETRY", "DISABLE_AUTOU
 ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "CLAUDE_CODE_")
 
 PERMISSION_MODES = {"read-only": "default", "edit": "acceptEdits", "full": "bypassPermissions"}
+# relay's reasoning-effort levels claude does not name -> its nearest --effort (low, medium, high, xhigh, max).
+EFFORTS = {"none": "low", "minimal": "low"}
+MODEL_ENV = "ANTHROPIC_MODEL"
 
 
 def build(request: AgentRequest, host: HostContext) -> Invocation:
@@ -47,7 +50,7 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
     if not via_stdin:
         argv.append(request.prompt)
     argv += ["--output-format", "stream-json", "--verbose"]
-    if request.model:
+    if request.model and not request.model_via_env:
         argv += ["--model", request.model]
     if request.session_id:
         argv += ["--resume", request.session_id]
@@ -60,8 +63,12 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
         argv += ["--max-turns", str(request.max_turns)]
     if request.max_budget_usd is not None:
         argv += ["--max-budget-usd", f"{request.max_budget_usd:g}"]
+    if request.reasoning_effort:
+        argv += ["--effort", EFFORTS.get(request.reasoning_effort, request.reasoning_effort)]
     argv += list(host.extra_args)
     env = child_env(host, ENV_ALLOW, ENV_PREFIXES)
+    if request.model and request.model_via_env:
+        env[MODEL_ENV] = request.model
     if request.permission == "full" and host.is_root:
         # Claude refuses bypass mode as root unless told it runs in a sandbox.
         env["IS_SANDBOX"] = "1"

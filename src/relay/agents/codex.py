@@ -35,6 +35,8 @@ ENV_PREFIXES = ("CODEX_", "OPENAI_")
 
 SANDBOX_MODES = {"read-only": "read-only", "edit": "workspace-write", "full": "danger-full-access"}
 _EFFORT_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+# relay's reasoning-effort levels codex does not name -> its nearest model_reasoning_effort.
+EFFORTS = {"max": "xhigh"}
 
 # Tool-like item types and the tool name relay reports for them.
 _TOOL_ITEMS = {
@@ -74,7 +76,8 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
                 f"reasoning_effort {request.reasoning_effort!r} is not a plain word",
                 "use one of minimal, low, medium, high, xhigh",
             )
-        argv += ["-c", f"model_reasoning_effort={_toml_string(request.reasoning_effort)}"]
+        effort = EFFORTS.get(request.reasoning_effort, request.reasoning_effort)
+        argv += ["-c", f"model_reasoning_effort={_toml_string(effort)}"]
     argv += list(host.extra_args)
     if request.session_id:
         argv += ["resume", request.session_id]

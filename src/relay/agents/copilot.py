@@ -39,6 +39,9 @@ PERMISSION_FLAGS: dict[str, tuple[str, ...]] = {
     "full": ("--allow-all-tools",),
 }
 
+# relay's reasoning-effort levels copilot does not name -> its nearest --reasoning-effort (none ... max).
+EFFORTS = {"minimal": "low"}
+
 # Copilot prints its session id only in the last line; relay names new sessions itself, from the job id.
 _SESSION_NAMESPACE = uuid.UUID("6f1c3a52-8d0e-4c55-9d7e-2b7a1e0c4f11")
 
@@ -68,7 +71,7 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
         argv += ["--model", request.model]
     argv += PERMISSION_FLAGS[request.permission]
     if request.reasoning_effort:
-        argv += ["--reasoning-effort", request.reasoning_effort]
+        argv += ["--reasoning-effort", EFFORTS.get(request.reasoning_effort, request.reasoning_effort)]
     if request.session_id:
         argv.append(f"--resume={request.session_id}")
     elif request.continue_latest:

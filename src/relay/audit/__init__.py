@@ -35,6 +35,7 @@ __all__ = [
     "read_head",
     "render_context",
     "render_iac",
+    "replace_views",
     "verify",
     "views_config",
 ]
@@ -52,6 +53,20 @@ def open_audit(home: Path, *, views: bool = True) -> AuditLog:
         log.views = renderer
         log.listeners.append(renderer.schedule)
     return log
+
+
+def replace_views(log: AuditLog, config: ViewsConfig) -> None:
+    """Render the log's views with `config` from now on instead (a profile's own folder and CONTEXT.md start)."""
+    old = log.views
+    if isinstance(old, Views) and old.schedule in log.listeners:
+        log.listeners.remove(old.schedule)
+    log.views = None
+    if config.out_dir is None:
+        return
+    renderer = Views(log.home, config)
+    log.views = renderer
+    log.listeners.append(renderer.schedule)
+    renderer.schedule()
 
 
 def bounded(text: str) -> str:

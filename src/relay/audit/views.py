@@ -45,12 +45,21 @@ class ViewsConfig:
 
     out_dir: Path | None
     iac_entries: int = DEFAULT_IAC_ENTRIES
+    # CONTEXT.md shows only the jobs queued since then (seed 004: it resets when the server restarts).
+    context_since: float | None = None
 
 
-def views_config(home: Path, cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> ViewsConfig:
+def views_config(
+    home: Path,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    default_dir: Path | None = None,
+    context_since: float | None = None,
+) -> ViewsConfig:
     """`[audit]` in relay's config.toml: `views_dir` (a path, "workspace" for relay's working directory,
-    or "" for no views; default RELAY_HOME) and `iac_entries`. RELAY_AUDIT_VIEWS_DIR wins over the file,
-    so a project's MCP config can ask for the views in its own root.
+    or "" for no views; default `default_dir`, else RELAY_HOME) and `iac_entries`. RELAY_AUDIT_VIEWS_DIR
+    wins over the file, so a project's MCP config can ask for the views in its own root.
 
     The store (which has no Settings) opens the audit log, so this reads its two variables itself.
     """
@@ -64,12 +73,12 @@ def views_config(home: Path, cwd: Path | None = None, environ: Mapping[str, str]
     entries = table.get("iac_entries", DEFAULT_IAC_ENTRIES)
     entries = entries if isinstance(entries, int) and entries > 0 else DEFAULT_IAC_ENTRIES
     if where is None:
-        return ViewsConfig(home, entries)
+        return ViewsConfig(default_dir or home, entries, context_since)
     if where in ("", False):
-        return ViewsConfig(None, entries)
+        return ViewsConfig(None, entries, context_since)
     if where == "workspace":
-        return ViewsConfig(cwd or Path.cwd(), entries)
-    return ViewsConfig(Path(str(where)).expanduser(), entries)
+        return ViewsConfig(cwd or Path.cwd(), entries, context_since)
+    return ViewsConfig(Path(str(where)).expanduser(), entries, context_since)
 
 
 @dataclass
@@ -222,7 +231,7 @@ class Views:
             entries = list(self.state.entries.values())
             out.mkdir(parents=True, exist_ok=True)
             _write_atomic(out / IAC_FILE, render_iac(entries, self.config.iac_entries))
-            _write_atomic(out / CONTEXT_FILE, render_context(entries, stamp))
+            _write_atomic(out / CONTEXT_FILE, render_context(entries, stamp, self.config.context_since))
 
     def _catch_up(self) -> None:
         path = self.home / LOG_FILE
@@ -327,10 +336,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_context(entries: list[Entry], now: float) -> str:
-    """The CONTEXT.md text: a table of the jobs still queued or running."""
+def render_context(entries: list[Entry], now: float, since: float | None = None) -> str:
+    """The CONTEXT.md text: a table of the jobs still queued or running (queued since `since`, if given)."""
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    active = [e for e in entries if not e.final]
+    active = [e for e in entries if not e.final and (since is None or (e.started or 0) >= since)]
     lines = [
         "# Agent Context",
         "",

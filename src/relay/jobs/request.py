@@ -15,11 +15,15 @@ from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.runtime import choice, procinfo
-from relay.store import JobRecord, Store
+from relay.store import JobRecord, SessionRecord, Store
 
 # Agents whose CLI takes a system prompt / a turn limit as flags.
 SYSTEM_PROMPT_AGENTS = ("claude",)
 MAX_TURNS_AGENTS = ("claude",)
+# Agents whose CLI has a reasoning-effort setting (claude --effort, codex model_reasoning_effort, copilot
+# --reasoning-effort), and the levels a caller may name (each adapter maps them to its CLI's nearest).
+REASONING_EFFORT_AGENTS = ("claude", "codex", "copilot")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 SUBMITTED_VIA: ContextVar[str | None] = ContextVar("relay_submitted_via", default=None)
 """Which tool or command submits jobs in this context: `toolset/tool` for an MCP tool ("core/delegate",
@@ -63,6 +67,10 @@ class JobRequest:
     workspace: str | None = None
     base: str | None = None  # the ref a new worktree starts from (default: HEAD of cwd's repository)
     carry_changes: bool = False  # start a new worktree from the checkout's uncommitted state
+    # Set by compat profiles only, never from a caller's arguments: flags the seed names for the CLI,
+    # added after relay's own, and the model passed in the CLI's environment as the seed does (claude).
+    cli_args: tuple[str, ...] = ()
+    model_via_env: bool = False
     via: str | None = None  # which tool or command submitted it; the engine fills it from SUBMITTED_VIA
 
 
@@ -181,6 +189,31 @@ def resolve_cwd(settings: Settings, raw: str | None) -> str:
     return str(resolved)
 
 
+# How many of an agent's recent sessions continue_latest looks through for the newest one in its cwd.
+LATEST_SESSION_SCAN = 200
+
+
+def latest_session(settings: Settings, store: Store, agent: str, cwd_raw: str | None) -> SessionRecord | None:
+    """The agent's most recently used session relay knows in this cwd (what `continue_latest` resumes)."""
+    cwd = resolve_cwd(settings, cwd_raw)
+    return next((s for s in store.list_sessions(agent=agent, limit=LATEST_SESSION_SCAN) if s.cwd == cwd), None)
+
+
+def check_reasoning_effort(agent: str, effort: str | None) -> None:
+    if effort is None:
+        return
+    if agent not in REASONING_EFFORT_AGENTS:
+        raise invalid(
+            f"{agent} has no reasoning effort setting",
+            f"omit reasoning_effort for {agent}, or use one of: {', '.join(REASONING_EFFORT_AGENTS)}",
+        )
+    if effort not in REASONING_EFFORTS:
+        raise invalid(
+            f"reasoning_effort {effort!r} is not one of {', '.join(REASONING_EFFORTS)}",
+            "pass one of those levels (each CLI gets its nearest setting)",
+        )
+
+
 def prepare(
     settings: Settings, store: Store, which: Callable[[str], str | None], req: JobRequest, job_id: str
 ) -> Prepared:
@@ -217,6 +250,11 @@ def prepare(
                     f"session {req.session_id} has cost ${session.total_cost_usd:.4f}, at its cap of ${cap:.4f}",
                     "start a new session, or raise jobs.max_session_cost_usd in config.toml",
                 )
+    elif req.continue_latest:
+        latest = latest_session(settings, store, req.agent, cwd_raw)
+        if latest is not None:  # the newest session in cwd is the one the CLI continues: keep its settings
+            model = model or latest.model
+            permission = permission or latest.permission
     permission = permission or settings.default_permission
     if permission not in PERMISSIONS:
         raise invalid(
@@ -232,6 +270,7 @@ def prepare(
             f"{req.agent} has no way to limit its turns",
             f"omit max_turns for {req.agent}, or use one of: {', '.join(MAX_TURNS_AGENTS)}",
         )
+    check_reasoning_effort(req.agent, req.reasoning_effort)
     prompt = req.prompt
     system_prompt = req.system_prompt
     if system_prompt and req.agent not in SYSTEM_PROMPT_AGENTS:
@@ -259,12 +298,13 @@ def prepare(
         system_prompt=system_prompt,
         max_turns=req.max_turns,
         reasoning_effort=req.reasoning_effort,
+        model_via_env=req.model_via_env,
         max_budget_usd=settings.max_cost_usd if req.agent == "claude" else None,
     )
     host = HostContext(
         command=resolved,
         environ=settings.environ,
-        extra_args=cfg.extra_args,
+        extra_args=(*cfg.extra_args, *req.cli_args),
         agent_env=cfg.env,
         is_root=os.geteuid() == 0,
         depth=settings.depth,

@@ -18,7 +18,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
 from relay.server.catalog import Catalog
 from relay.server.tasks_ext import TasksExtension
-from relay.server.toolsets import resolve_exposure
+from relay.server.toolsets import load_toolset, resolve_exposure
 from relay.server.toolsets._registry import Deps
 
 # Short, and without the words of any one tool: Codex's tool_search adds the instructions to every
@@ -80,6 +80,10 @@ def build_server(
         async with engine.running():
             engine.make_ready()
             holder.engine = engine
+            for name in deps.exposed_toolsets:
+                toolset = load_toolset(name)
+                if toolset.on_start is not None:
+                    toolset.on_start(engine, deps)
             try:
                 yield {"engine": engine}
             finally:

@@ -62,6 +62,8 @@ class Catalog:
                 owners[name] = toolset
                 self.exposed[name] = tool
         deps.exposed_toolsets = list(dict.fromkeys(t for t, _ in exposure))
+        profile = deps.settings.profile
+        self.error_envelope = load_toolset(profile).error_envelope if profile in BUILTIN else None
         deps.set_router(self)
 
     # -- toolsets by name ---------------------------------------------------------------------------
@@ -145,11 +147,15 @@ class Catalog:
     async def call_exposed(
         self, name: str, arguments: dict[str, Any], ctx: Context[Any, Any] | None
     ) -> CallToolResult | InputRequiredResult:
-        """Call a tool by the name tools/list shows (the path of tools/call)."""
+        """Call a tool by the name tools/list shows (the path of tools/call); a profile may reshape its errors."""
         registered = self.exposed.get(name)
         if registered is None:
-            return error_result(self.unknown_tool(name))
-        return await self.run(registered, arguments, ctx)
+            result: CallToolResult | InputRequiredResult = error_result(self.unknown_tool(name))
+        else:
+            result = await self.run(registered, arguments, ctx)
+        if isinstance(result, CallToolResult) and result.is_error and self.error_envelope is not None:
+            return self.error_envelope(result)
+        return result
 
     def unknown_tool(self, name: str) -> RelayError:
         homes = [t for t in self.where(name)]

@@ -27,6 +27,14 @@ def absolute_paths_error(received: str) -> RelayError:
     )
 
 
+def image_form_error(received: str) -> RelayError:
+    return invalid(
+        "Error: each image must be a FULL absolute path, a data URL (data:image/png;base64,...) or base64-encoded "
+        f"png, jpeg, gif or webp data. Received: {received[:300]}",
+        "pass the image's absolute path, or its bytes as base64",
+    )
+
+
 def working_directory_not_absolute(received: str) -> RelayError:
     return invalid(
         "Error: 'working_directory_absolute_path' must be an absolute path (you may use '~' which will be "

@@ -7,6 +7,9 @@ model continuing the thread sees the steps as conversation history.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -52,17 +55,41 @@ class Step:
         return data
 
 
-def _is_inline_image(spec: str) -> bool:
-    return spec.startswith("data:") or (len(spec) > 200 and "/" not in spec[:50])
+# The image formats relay's model APIs take, by the bytes they start with (WebP: RIFF....WEBP).
+_IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
+_BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+
+
+def image_data_url(spec: str) -> str | None:
+    """An inline image as a data URL: a data URL as given, or raw base64 of a png/jpeg/gif/webp image."""
+    text = spec.strip()
+    if text.startswith("data:"):
+        return text
+    packed = "".join(text.split())
+    if len(packed) % 4 or not _BASE64.match(packed):
+        return None
+    try:
+        head = base64.b64decode(packed[:64], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    media = next((m for magic, m in _IMAGE_MAGIC if head.startswith(magic)), None)
+    if media is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        media = "image/webp"
+    return f"data:{media};base64,{packed}" if media else None
+
+
+def inline_images(images: Sequence[str]) -> tuple[str, ...]:
+    """The images with raw base64 turned into data URLs (paths stay as given)."""
+    return tuple(image_data_url(i) or i for i in images)
 
 
 def check_absolute(paths: Sequence[str], images: bool = False) -> None:
-    """Zen's rule: every path is a full absolute path ('~' expanded)."""
+    """Zen's rule: every path is a full absolute path ('~' expanded); images may also be inline data."""
     for raw in paths:
-        if images and _is_inline_image(raw):
+        if images and image_data_url(raw):
             continue
         if not Path(raw).expanduser().is_absolute():
-            raise msg.absolute_paths_error(raw)
+            raise msg.image_form_error(raw) if images else msg.absolute_paths_error(raw)
 
 
 def validate(step: Step) -> Step:
@@ -133,10 +160,18 @@ def record(
     return threads.add_turns(thread_id, turns, tool=tool, title=user_text)
 
 
+# An exchange (the caller's turn and the answer) adds two turns to a thread.
+EXCHANGE_TURNS = 2
+
+
 def offer(threads: Threads, thread: Thread, note_kind: str = "conversation") -> dict[str, Any] | None:
-    """Zen's `continuation_offer`, or None when the thread has no room for another exchange."""
-    remaining = thread.remaining_turns(threads.config.max_turns)
-    if remaining < 2:
+    """Zen's `continuation_offer`, or None when the thread has no room for another exchange.
+
+    It counts exchanges (a call and its answer: two turns), what the caller can still do, so it says
+    "1 more" exactly when one more continuation fits and is gone when the next one would be refused.
+    """
+    remaining = thread.remaining_turns(threads.config.max_turns) // EXCHANGE_TURNS
+    if remaining < 1:
         return None
     note = (
         f"Consensus workflow can continue for {remaining} more exchanges."

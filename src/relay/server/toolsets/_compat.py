@@ -212,6 +212,11 @@ def timed_out(rec: JobRecord) -> bool:
     return rec.status == "timed_out"
 
 
+def idle_stopped(rec: JobRecord) -> bool:
+    """The job was stopped by its idle limit (no output for that long), not by its wall-clock limit."""
+    return (rec.stop_reason or "").endswith(":idle")
+
+
 def prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
 
@@ -274,6 +279,20 @@ def seed_required(reg: ToolRegistry, tool: str, *names: str) -> None:
         if isinstance(spec.get("enum"), list):
             spec["enum"] = [v for v in spec["enum"] if v is not None]
     schema["required"] = [*schema.get("required", []), *[n for n in names if n not in schema.get("required", [])]]
+
+
+def seed_default(reg: ToolRegistry, tool: str, name: str, value: str) -> None:
+    """Publish `value` as the default of string argument `name` although the function defaults it to None.
+
+    The tool then tells a value the caller left out (None: e.g. a resumed session keeps its own model)
+    from the seed's default.
+    """
+    spec: dict[str, Any] = reg.tools[tool].input_schema["properties"][name]
+    kind = spec.get("type")
+    spec["type"] = "string" if isinstance(kind, list) else kind or "string"
+    spec["default"] = value
+    if isinstance(spec.get("enum"), list):
+        spec["enum"] = [v for v in spec["enum"] if v is not None]
 
 
 async def cli_output(settings: Settings, agent: str, args: list[str]) -> str:

@@ -69,13 +69,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     ) -> CallToolResult:
         if compat.blank(prompt):
             return _error("INVALID_ARGUMENT", TEXTS["prompt_empty"], "pass the task for Claude as prompt")
-        tier = (model or DEFAULT_MODEL).strip()
+        # A resumed session keeps its own model unless the call names one.
+        tier = (model or ("" if session_id else DEFAULT_MODEL)).strip()
         timeout = timeout_ms
         req = JobRequest(
             agent="claude",
             prompt=TEXTS["brainstorm"].format(prompt=prompt) if brainstorm else prompt,
             cwd=working_directory or None,
-            model=MODELS.get(tier.lower(), tier),
+            model=MODELS.get(tier.lower(), tier) or None,
             session_id=session_id or None,
             timeout_s=compat.ms_to_s(timeout),
         )

@@ -17,7 +17,15 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, READS_OUTSIDE, RUNS_AGENT, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import (
+    READ_ONLY,
+    READS_OUTSIDE,
+    RUNS_AGENT,
+    Deps,
+    ToolRegistry,
+    Toolset,
+    publish_output_schema,
+)
 
 PROFILE = "codex-mcp"
 DEFAULT_MODEL = "gpt-5.2-codex"
@@ -49,6 +57,17 @@ TEXTS = {
         "Search the web for: {query}\nReturn the {count} most relevant results ({depth} search): title, URL and "
         "a one-line summary each."
     ),
+}
+# What `codex` returns besides its text (the original's content[0]._meta and structuredContent).
+CODEX_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "threadId": {"type": "string", "description": "the Codex thread this turn ran in"},
+        "model": {"type": "string", "description": "the model Codex ran"},
+        "sessionId": {"type": "string", "description": "the conversation, when sessionId was given"},
+        "callbackUri": {"type": "string", "description": "the callbackUri, when given"},
+    },
+    "required": ["model"],
 }
 Sandbox = Literal["read-only", "workspace-write", "danger-full-access"]
 Effort = Literal["minimal", "low", "medium", "high"]
@@ -98,11 +117,12 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         req = JobRequest(
             agent="codex",
             prompt=prompt,
-            # the original applies sandbox / fullAuto / workingDirectory to new conversations only
+            # A later turn resumes the thread in its own directory, with the sandbox it was started with
+            # unless this call names another (the original drops both on resume: turn 2 ran read-only).
             cwd=None if thread else workingDirectory,
             model=chosen,
             session_id=thread,
-            permission=None if thread else permission,
+            permission=permission,
             reasoning_effort=reasoningEffort,
         )
         fields = {"sessionId": sessionId, "reset": bool(resetSession)}
@@ -117,7 +137,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             meta["threadId"] = rec_thread
         if callbackUri:
             meta["callbackUri"] = callbackUri
-        return CallToolResult(content=[TextContent(type="text", text=text, _meta=meta)])
+        return _with_meta(text, meta)
+
+    reg.tools["codex"].output_schema = publish_output_schema(CODEX_OUTPUT)
 
     @reg.tool(
         description="Run a code review with Codex (uncommitted changes, against a base branch, or a commit)",
@@ -168,7 +190,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             **({"base": base} if base else {}),
             **({"commit": commit} if commit else {}),
         }
-        return CallToolResult(content=[TextContent(type="text", text=reply[0], _meta=meta)])
+        return _with_meta(reply[0], meta)
 
     @reg.tool(description="List all active conversation sessions with metadata", annotations=READ_ONLY)
     async def listSessions() -> CallToolResult:
@@ -267,6 +289,11 @@ def _sessions(engine: Engine) -> list[dict[str, Any]]:
             }
         )
     return rows[:MAX_SESSIONS]
+
+
+def _with_meta(text: str, meta: dict[str, Any]) -> CallToolResult:
+    """The answer as text with its metadata both in content[0]._meta and as structuredContent, as the original."""
+    return CallToolResult(content=[TextContent(type="text", text=text, _meta=meta)], structured_content=meta)
 
 
 def _text(text: str) -> CallToolResult:

@@ -82,6 +82,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ] = None,
         base: Annotated[str | None, Field(description="ref a new worktree starts from; default HEAD")] = None,
         carry_changes: Annotated[bool, Field(description="new worktree starts from uncommitted changes")] = False,
+        reasoning_effort: Annotated[
+            Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None,
+            Field(description="claude, codex, copilot: how hard the model thinks (each CLI's nearest level)"),
+        ] = None,
     ) -> Annotated[CallToolResult, Envelope]:
         async def go() -> CallToolResult:
             engine = deps.engine()
@@ -98,6 +102,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 permission=permission,
                 system_prompt=system_prompt,
                 max_turns=max_turns,
+                reasoning_effort=reasoning_effort,
                 timeout_s=timeout_s,
                 idle_timeout_s=idle_timeout_s,
             )

@@ -43,6 +43,8 @@ BRIEF_CHARS = 100
 RECOMMEND_LIMIT = 10
 # Seed 003 names the exception class; relay's codes that have a seed equivalent use it.
 SEED_ERROR_TYPES = {ErrorCode.TIMEOUT: "TimeoutError", ErrorCode.INVALID_ARGUMENT: "ValueError"}
+# Seed 003 routes names with this prefix to its internal servers (gobby-tasks, ...).
+INTERNAL_PREFIX = "gobby-"
 
 
 def gateway_service(deps: Deps) -> Gateway:
@@ -75,8 +77,20 @@ def _failure(error: RelayError, **extra: Any) -> CallToolResult:
 
 
 def _seed_failure(body: dict[str, Any], code: ErrorCode, hint: str) -> CallToolResult:
-    """A failure in seed 003's shape (`success: false`, `error` text) that also carries relay's code and hint."""
-    return json_result({"success": False, **body, "code": code.value, "hint": hint}, is_error=True)
+    """A failure in seed 003's shape (`success: false`, `error`, `error_type`) that also carries relay's code and hint."""
+    error_type = body.get("error_type") or SEED_ERROR_TYPES.get(code, code.value)
+    return json_result(
+        {"success": False, **body, "error_type": error_type, "code": code.value, "hint": hint}, is_error=True
+    )
+
+
+def _internal_not_found(wanted: str, internal: list[str]) -> CallToolResult:
+    """Seed 003's answer for a `gobby-` name no internal server has, with relay's hint after it."""
+    return _seed_failure(
+        {"server": wanted, "error": f"Internal server '{wanted}' not found", "available_internal_servers": internal},
+        ErrorCode.SERVER_NOT_FOUND,
+        did_you_mean_first(wanted, internal) + f"relay's internal servers: {', '.join(internal)}",
+    )
 
 
 def _wire(model: Any) -> dict[str, Any]:
@@ -253,7 +267,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                     "server": server_name,
                     "tool": tool_name,
                     "error": error.message if error else str(payload),
-                    "error_type": error.code.value if error else "ToolError",
+                    "error_type": SEED_ERROR_TYPES.get(error.code, error.code.value) if error else "ToolError",
                 }
                 if structured is not None and set(structured) != {"error"}:
                     out["result"] = structured
@@ -262,6 +276,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                     out, code, (error.hint if error else "") or "see result for what the tool returned"
                 )
             return json_result({"success": True, "result": payload})
+        if server_name.startswith(INTERNAL_PREFIX) and not known(server_name):
+            return _internal_not_found(server_name, router.server_names())
         if not known(server_name):
             return _not_found(server_name, all_names(), server=server_name)
         gateway = gateway_service(deps)

@@ -40,6 +40,9 @@ TIMEOUT_TEST_STEP_MS = 5000
 CACHE_KEY_RE = re.compile(r"^[a-f0-9]{8}$")
 EDIT_RE = re.compile(r"\*\*FILE:\s*(.+?):(\d+)\*\*\s*\n```\s*\nOLD:\s*\n([\s\S]*?)\nNEW:\s*\n([\s\S]*?)\n```")
 
+# The original's `sandbox` flag: `gemini -s` (Gemini CLI's own sandbox).
+SANDBOX_ARGS = ("-s",)
+
 # The original's texts, in one place.
 TEXTS = {
     "no_prompt": (
@@ -50,7 +53,6 @@ TEXTS = {
     "response": "Gemini response:",
     "keepalive": "⏳ Still processing... Gemini is working on your request",
     "no_edits": "No edits found in Gemini's response. Please ensure Gemini uses the OLD/NEW format. \n\n{raw}",
-    "bad_key": "❌ Invalid cacheKey format. Expected 8 lowercase hex characters (got {got}).",
     "bad_chunk_key": "❌ Invalid chunkCacheKey format. Expected 8 lowercase hex characters (got {got}).",
     "cache_miss": (
         '❌ Cache miss: No chunks found for cache key "{key}". \n\n  Possible reasons:\n'
@@ -117,7 +119,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         prompt: Annotated[
             str,
             Field(
-                min_length=1,
+                # published as the original's minLength; a blank prompt gets the original's message below
+                json_schema_extra={"minLength": 1},
                 description="Analysis request. Use @ syntax to include files (e.g., '@largefile.js explain what this "
                 "does') or ask general questions",
             ),
@@ -169,7 +172,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def brainstorm(
         ctx: Context[Any, Any],
         prompt: Annotated[
-            str, Field(min_length=1, description="Primary brainstorming challenge or question to explore")
+            str,
+            Field(
+                json_schema_extra={"minLength": 1},
+                description="Primary brainstorming challenge or question to explore",
+            ),
         ],
         model: Annotated[str | None, Field(description="Optional model to use")] = None,
         methodology: Annotated[
@@ -212,8 +219,6 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         cacheKey: Annotated[str, Field(description="The cache key provided in the initial changeMode response")],
         chunkIndex: Annotated[int, Field(ge=1, description="Which chunk to retrieve (1-based index)")],
     ) -> CallToolResult:
-        if not CACHE_KEY_RE.match(cacheKey):
-            return _text(TEXTS["bad_key"].format(got=json.dumps(cacheKey)))
         chunks = _cache(deps).get(cacheKey)
         if not chunks:
             return _text(TEXTS["cache_miss"].format(key=cacheKey))
@@ -274,7 +279,13 @@ async def _run_once(
     deps: Deps, ctx: Context[Any, Any], tool: str, prompt: str, model: str, sandbox: bool
 ) -> str | RelayError:
     engine = deps.engine()
-    req = JobRequest(agent="gemini", prompt=prompt, model=model, permission="read-only" if sandbox else None)
+    req = JobRequest(
+        agent="gemini",
+        prompt=prompt,
+        model=model,
+        permission="read-only" if sandbox else None,
+        cli_args=SANDBOX_ARGS if sandbox else (),
+    )
     try:
         job_id = compat.start(engine, req, profile=PROFILE, tool=tool)
     except RelayError as err:
@@ -429,6 +440,8 @@ class ChunkCache:
         return key
 
     def get(self, key: str) -> list[list[Edit]] | None:
+        if not CACHE_KEY_RE.match(key):  # no file is named by anything else: a miss, whatever the key holds
+            return None
         path = self.folder / f"{key}.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

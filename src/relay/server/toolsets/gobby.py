@@ -13,7 +13,7 @@ import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -82,6 +82,23 @@ def failure(err: RelayError, **extra: Any) -> CallToolResult:
         "hint": err.hint,
     }
     return json_result(data, is_error=True)
+
+
+def seed_envelope(result: CallToolResult) -> CallToolResult:
+    """Any error result as seed 003's `{success: false, error, error_type}` (argument errors included).
+
+    A result already in that shape is kept; relay's own `{"error": {code, message, hint}}` is rewritten.
+    """
+    data: dict[str, Any] = result.structured_content or {}
+    if data.get("success") is False and "error_type" in data:
+        return result
+    raw: Any = data.get("error")
+    if isinstance(raw, dict):
+        err = RelayError.from_dict(cast(dict[str, Any], raw))
+    else:
+        text = " ".join(str(getattr(c, "text", "")) for c in result.content).strip()
+        err = RelayError(ErrorCode.INTERNAL, str(raw or text or "the tool failed"), "")
+    return failure(err)
 
 
 def hooks_service(deps: Deps) -> Hooks:
@@ -437,4 +454,5 @@ TOOLSET = Toolset(
     name="gobby",
     description="seed 003's session hooks, sandboxed code execution, dataset reduction and codex threads",
     build=build,
+    error_envelope=seed_envelope,
 )

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from relay.agents.api.keys import KEYS_FILE
 from relay.ask import AskArgs, submit_ask
+from relay.audit import replace_views, views_config
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
@@ -43,6 +44,15 @@ TEXTS = {
         "{provider} API key not found. Set it via: 1. Local file: {file} (takes priority) "
         "2. Environment variable: {env} Get your key from: {url}"
     ),
+}
+# Seed 004's command-line settings for each CLI, added to relay's `full` permission flags.
+CLAUDE_TOOLS = "Bash,Read,Write,Edit,Glob,Grep"
+CLI_ARGS: dict[str, tuple[str, ...]] = {
+    # the seed's tool set only: --tools makes just these available, --allowedTools lets them run unasked
+    "claude": ("--tools", CLAUDE_TOOLS, "--allowedTools", CLAUDE_TOOLS),
+    "codex": ("--dangerously-bypass-approvals-and-sandbox",),
+    # (`-s -p <prompt> --allow-all-tools` are relay's own for copilot at `full`)
+    "copilot": ("--allow-all-paths", "--allow-tool", "shell", "--allow-tool", "write"),
 }
 # Seed 004's timeouts, in seconds.
 CLAUDE_TIMEOUT_S = 300
@@ -269,6 +279,15 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         )
 
 
+def on_start(engine: Engine, deps: Deps) -> None:
+    """IAC.md and CONTEXT.md where a PowerSpawn user looks (the workspace, unless `[audit] views_dir` says
+    otherwise), and CONTEXT.md starting empty with this server, as the seed's does."""
+    home = deps.settings.home
+    where = Path(workspace(deps.settings))
+    config = views_config(home, where, deps.settings.environ, default_dir=where, context_since=deps.started)
+    replace_views(engine.store.audit, config)
+
+
 def workspace(settings: Settings) -> str:
     """Where the CLIs run (PowerSpawn's project root): relay's working directory, or its first allowed root."""
     here = Path.cwd()
@@ -280,7 +299,7 @@ def workspace(settings: Settings) -> str:
 
 def _spawn_cli(deps: Deps, tool: str, agent_type: str, req: JobRequest, model: str | None) -> CallToolResult:
     engine = deps.engine()
-    req = replace(req, cwd=workspace(deps.settings))
+    req = replace(req, cwd=workspace(deps.settings), cli_args=CLI_ARGS[agent_type])
     try:
         job_id = compat.start(engine, req, profile=PROFILE, tool=tool, agent_type=agent_type, model=model)
     except RelayError as err:
@@ -432,4 +451,5 @@ TOOLSET = Toolset(
     name=PROFILE,
     description="PowerSpawn's agent spawner (seed 004): CLI and API sub-agents as relay jobs, list/result/wait",
     build=build,
+    on_start=on_start,
 )

@@ -48,7 +48,10 @@ TEXTS = {
         "(served by relay); answer that agent directly."
     ),
     "observe": "OBSERVE MODE: do not modify, create or delete any files; read and report only.",
+    "idle": " with no output (tool_timeout_ms)",
 }
+# Seed 001's claude command line: permission prompts skipped by its own flag, the model in ANTHROPIC_MODEL.
+CLAUDE_EXECUTE_ARGS = ("--dangerously-skip-permissions",)
 MODEL_ALIASES = {"h": "haiku", "s": "sonnet", "o": "opus", "haiku": "haiku", "sonnet": "sonnet", "opus": "opus"}
 CLAUDE_MODELS_FALLBACK = "claude-sonnet-4-5,claude-haiku-4-5,claude-opus-4-5"
 CLAUDE_MODEL_FALLBACK = "claude-sonnet-4-5"
@@ -60,18 +63,25 @@ DEFAULT_MAX_RESPONSE_CHARS = 100_000
 
 @dataclass(frozen=True)
 class _Backend:
-    """One call_* tool: which agent runs it and how its failures read."""
+    """One call_* tool: which agent runs it, how its failures read, and how its seed builds the command."""
 
     tool: str
     agent: str
     timeout_text: str
     failed_text: str
     missing_text: str | None = None
+    # Seed 001 shows call_cc's exact command: the prompt as given, its own flags, the model in the env.
+    # The other tools keep the source's FEDERATION CONTEXT line (the seeds do not show their prompt).
+    seed_command: bool = False
 
 
 BACKENDS = {
     "call_cc": _Backend(
-        "call_cc", "claude", "Claude execution timed out after {ms}ms", "Claude execution failed: {error}"
+        "call_cc",
+        "claude",
+        "Claude execution timed out after {ms}ms",
+        "Claude execution failed: {error}",
+        seed_command=True,
     ),
     "call_gem": _Backend(
         "call_gem",
@@ -140,7 +150,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         ctx: Context[Any, Any],
         prompt: Prompt = None,
         cwd: Annotated[str | None, Field(description="Working directory (required)")] = None,
-        model: Annotated[str, Field(description="Claude model", json_schema_extra=claude_schema)] = claude_default,
+        model: Annotated[str | None, Field(description="Claude model", json_schema_extra=claude_schema)] = None,
         resume_session_id: ResumeId = None,
         continue_latest: ContinueLatest = False,
         timeout_ms: TimeoutMs = DEFAULT_TIMEOUT_MS,
@@ -150,7 +160,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         mode: Mode = "execute",
         max_response_chars: MaxChars = DEFAULT_MAX_RESPONSE_CHARS,
     ) -> CallToolResult:
-        if model not in claude_enum and model.lower() not in MODEL_ALIASES:
+        model = _model(model, claude_default, resume_session_id, continue_latest)
+        if model is not None and model not in claude_enum and model.lower() not in MODEL_ALIASES:
             near = did_you_mean(model, [*claude_enum, *(a for a in MODEL_ALIASES if len(a) > 1)])
             return _error(
                 ErrorCode.INVALID_ARGUMENT,
@@ -160,7 +171,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         call = _Call(
             prompt=prompt,
             cwd=cwd,
-            model=MODEL_ALIASES.get(model.lower(), model),
+            model=MODEL_ALIASES.get(model.lower(), model) if model else None,
             resume_session_id=resume_session_id,
             continue_latest=continue_latest,
             timeout_ms=timeout_ms,
@@ -181,7 +192,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def call_gem(
         ctx: Context[Any, Any],
         prompt: Prompt = None,
-        model: Annotated[str, Field(description=gemini_model_text)] = gemini_default,
+        model: Annotated[str | None, Field(description=gemini_model_text)] = None,
         cwd: Cwd = None,
         timeout_ms: TimeoutMs = DEFAULT_TIMEOUT_MS,
         tool_timeout_ms: ToolTimeoutMs = DEFAULT_TOOL_TIMEOUT_MS,
@@ -196,7 +207,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         call = _Call(
             prompt=prompt,
             cwd=cwd,
-            model=model,
+            model=_model(model, gemini_default, resume_session_id, continue_latest),
             resume_session_id=resume_session_id,
             continue_latest=continue_latest,
             timeout_ms=timeout_ms,
@@ -217,7 +228,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def call_codex(
         ctx: Context[Any, Any],
         prompt: Prompt = None,
-        model: Annotated[str | None, Field(description="Codex model; default the CLI's")] = codex_default,
+        model: Annotated[str | None, Field(description="Codex model; default the CLI's")] = None,
         cwd: Annotated[str | None, Field(description="Working directory (required)")] = None,
         timeout_ms: TimeoutMs = DEFAULT_TIMEOUT_MS,
         tool_timeout_ms: ToolTimeoutMs = DEFAULT_TOOL_TIMEOUT_MS,
@@ -232,7 +243,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         call = _Call(
             prompt=prompt,
             cwd=cwd,
-            model=model,
+            model=_model(model, codex_default, resume_session_id, continue_latest),
             resume_session_id=resume_session_id,
             continue_latest=continue_latest,
             timeout_ms=timeout_ms,
@@ -304,6 +315,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             ),
         )
 
+    compat.seed_default(reg, "call_cc", "model", claude_default)
+    compat.seed_default(reg, "call_gem", "model", gemini_default)
+    if codex_default:
+        compat.seed_default(reg, "call_codex", "model", codex_default)
     compat.seed_required(reg, "call_cc", "prompt", "cwd")
     compat.seed_required(reg, "call_gem", "prompt")
     compat.seed_required(reg, "call_codex", "prompt", "cwd")
@@ -322,18 +337,21 @@ async def _run(
     if call.timeout_ms <= 0 or call.tool_timeout_ms <= 0:
         return _invalid("timeout_ms and tool_timeout_ms must be positive")
     prompt = str(call.prompt).strip()
-    lines = [TEXTS["federation"].format(tool=backend.tool)]
+    lines = [] if backend.seed_command else [TEXTS["federation"].format(tool=backend.tool)]
     if call.mode == "observe":
         lines.append(TEXTS["observe"])
+    execute = call.mode != "observe"
     req = JobRequest(
         agent=backend.agent,
-        prompt="\n".join([*lines, "", prompt]),
+        prompt="\n".join([*lines, "", prompt]) if lines else prompt,
+        cli_args=CLAUDE_EXECUTE_ARGS if backend.seed_command and execute else (),
+        model_via_env=backend.seed_command,
         cwd=call.cwd.strip() if call.cwd and call.cwd.strip() else None,
         model=call.model,
         session_id=call.resume_session_id or None,
         continue_latest=call.continue_latest,
         # seed 001 runs the CLI with its permission prompts skipped; observe mode only reads
-        permission="read-only" if call.mode == "observe" else "full",
+        permission="full" if execute else "read-only",
         timeout_s=compat.ms_to_s(call.timeout_ms),
         idle_timeout_s=compat.ms_to_s(call.tool_timeout_ms),
     )
@@ -357,7 +375,7 @@ async def _run(
         return json_result({"status": "queued", "job_id": job_id, "message": TEXTS["queued"]})
     rec = await compat.wait_sync(engine, job_id, ctx)
     if rec.status != "completed":
-        return _job_failed(backend, rec, call.timeout_ms)
+        return _job_failed(backend, rec, call)
     result: dict[str, Any] = {
         "status": "completed",
         "response": compat.output_text(engine, job_id, call.max_response_chars),
@@ -376,6 +394,13 @@ async def _run(
     return json_result(result)
 
 
+def _model(given: str | None, default: str | None, resume_id: str | None, continue_latest: bool) -> str | None:
+    """The model to run: the call's, else none on a resume (the session keeps its own), else the default."""
+    if given:
+        return given
+    return None if resume_id or continue_latest else default
+
+
 def _submit_error(backend: _Backend, err: RelayError) -> CallToolResult:
     if err.code == ErrorCode.AGENT_NOT_INSTALLED and backend.missing_text:
         return _error(err.code, backend.missing_text, err.hint)
@@ -384,10 +409,13 @@ def _submit_error(backend: _Backend, err: RelayError) -> CallToolResult:
     return _error(err.code, backend.failed_text.format(error=err.message), err.hint)
 
 
-def _job_failed(backend: _Backend, rec: JobRecord, timeout_ms: float) -> CallToolResult:
+def _job_failed(backend: _Backend, rec: JobRecord, call: _Call) -> CallToolResult:
     hint = f"call_status(job_id='{rec.id}') shows the job"
+    if compat.timed_out(rec) and compat.idle_stopped(rec):
+        message = backend.timeout_text.format(ms=int(call.tool_timeout_ms)) + TEXTS["idle"]
+        return _error(ErrorCode.TIMEOUT, message, f"raise tool_timeout_ms; {hint}")
     if compat.timed_out(rec):
-        return _error(ErrorCode.TIMEOUT, backend.timeout_text.format(ms=int(timeout_ms)), hint)
+        return _error(ErrorCode.TIMEOUT, backend.timeout_text.format(ms=int(call.timeout_ms)), hint)
     code = ErrorCode.CANCELLED if rec.status == "cancelled" else ErrorCode.AGENT_FAILED
     return _error(code, backend.failed_text.format(error=compat.error_message(rec)), hint)
 

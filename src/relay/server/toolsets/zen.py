@@ -24,12 +24,13 @@ from relay.server.toolsets._registry import (
     did_you_mean_first,
 )
 from relay.workflows import clink as clink_core
+from relay.workflows import info
 from relay.workflows import messages as msg
 from relay.workflows.consensus import ConsensusStep, ModelSpec, consensus_step
 from relay.workflows.investigate import run_step
 from relay.workflows.planner import PlanStep, plan_step
 from relay.workflows.simple import ChatRequest, apilookup, challenge, chat
-from relay.workflows.steps import Reply, Step
+from relay.workflows.steps import Reply, Step, inline_images
 
 
 def _optional(schema: JsonDict) -> None:
@@ -61,11 +62,13 @@ Model = Annotated[str | None, _opt("id/alias (list_models) or auto")]
 Temperature = Annotated[float | None, Field(ge=0, le=1, description="0..1", json_schema_extra=_optional)]
 ThinkingMode = Annotated[Literal["minimal", "low", "medium", "high", "max"] | None, _opt("reasoning depth")]
 ContinuationId = Annotated[str | None, _opt("thread id from any tool")]
-Images = Annotated[list[str] | None, _opt("image paths or data URLs")]
+Images = Annotated[list[str] | None, _opt("image paths, data URLs or base64")]
 FilePaths = Annotated[list[str] | None, _opt("absolute file paths")]
 StepText = Annotated[str, Field(description="this step's work")]
-StepNumber = Annotated[int, Field(ge=1)]
-TotalSteps = Annotated[int, Field(ge=1, description="estimate")]
+# Published with minimum 1; a lower value reaches the workflow, which answers in Zen's words
+# ("step_number must be at least 1").
+StepNumber = Annotated[int, Field(json_schema_extra={"minimum": 1})]
+TotalSteps = Annotated[int, Field(description="estimate", json_schema_extra={"minimum": 1})]
 NextStep = Annotated[bool, Field(description="more steps follow")]
 Findings = Annotated[str, Field(description="what this step found")]
 Paths = Annotated[list[str] | None, _opt("absolute paths")]
@@ -152,7 +155,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             thinking_mode,
             continuation_id,
             _paths(absolute_file_paths),
-            _paths(images),
+            inline_images(images or ()),
         )
         return await _guard(lambda: chat(deps.engine(), req))
 
@@ -205,7 +208,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         continuation_id: ContinuationId = None,
     ) -> CallToolResult:
         req = clink_core.ClinkRequest(
-            prompt, cli_name, role, _paths(absolute_file_paths), _paths(images), continuation_id
+            prompt, cli_name, role, _paths(absolute_file_paths), inline_images(images or ()), continuation_id
         )
 
         async def run() -> Reply:
@@ -248,7 +251,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             findings,
             specs,
             _paths(relevant_files),
-            _paths(images),
+            inline_images(images or ()),
             continuation_id,
             use_assistant_model,
             current_model_index,
@@ -267,13 +270,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         total_steps: TotalSteps,
         next_step_required: NextStep,
         is_step_revision: Annotated[bool, Field(description="this step revises an earlier one")] = False,
-        revises_step_number: Annotated[
-            int | None, Field(ge=1, description="required with is_step_revision", json_schema_extra=_optional)
-        ] = None,
+        revises_step_number: Annotated[int | None, _opt("required with is_step_revision", minimum=1)] = None,
         is_branch_point: Annotated[bool, Field(description="this step starts a branch")] = False,
-        branch_from_step: Annotated[
-            int | None, Field(ge=1, description="required with is_branch_point", json_schema_extra=_optional)
-        ] = None,
+        branch_from_step: Annotated[int | None, _opt("required with is_branch_point", minimum=1)] = None,
         branch_id: Annotated[str | None, _opt("required with is_branch_point")] = None,
         more_steps_needed: Annotated[bool, Field(description="more steps than total_steps")] = False,
         continuation_id: ContinuationId = None,
@@ -342,7 +341,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             tuple(issues_found or ()),
             None,
             hypothesis,
-            _paths(images),
+            inline_images(images or ()),
             use_assistant_model,
             continuation_id,
             model,
@@ -383,7 +382,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             (),
             confidence,
             hypothesis,
-            _paths(images),
+            inline_images(images or ()),
             use_assistant_model,
             continuation_id,
             model,
@@ -428,7 +427,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             tuple(issues_found or ()),
             confidence,
             hypothesis,
-            _paths(images),
+            inline_images(images or ()),
             use_assistant_model,
             continuation_id,
             model,
@@ -438,11 +437,20 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         )
         return await _guard(lambda: run_step(deps.engine(), "thinkdeep", req))
 
+    @reg.tool(description="Models and aliases per provider.", annotations=READ_ONLY)
+    async def listmodels() -> CallToolResult:
+        return await _guard(lambda: _ready(info.listmodels(deps.settings)))
+
+    @reg.tool(description="Server version and configuration.", annotations=READ_ONLY)
+    async def version() -> CallToolResult:
+        return await _guard(lambda: _ready(info.version(deps.settings, list(reg.tools))))
+
 
 TOOLSET = Toolset(
     name="zen",
     description="Zen/PAL MCP's nine tools (seed 002): chat, challenge, apilookup, clink, consensus, planner, "
-    "codereview, debug, thinkdeep; models through relay's APIs, CLIs as jobs, threads shared and persistent",
+    "codereview, debug, thinkdeep; plus PAL's listmodels and version; models through relay's APIs, CLIs as "
+    "jobs, threads shared and persistent",
     build=build,
     aliases=("pal",),
 )
