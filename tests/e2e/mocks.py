@@ -34,6 +34,10 @@ _ANTHROPIC_ERROR_TYPES = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
+# The APIs whose requests are model turns (the rest are probes and side requests).
+MODEL_APIS: tuple[Api, ...] = ("anthropic", "responses", "chat", "gemini")
+# The longest a held model turn waits for `release` (below the CLIs' own request timeouts).
+HOLD_LIMIT_S = 60.0
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 429: "rate_limit_error"}
 _OPENAI_ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
 _GOOGLE_STATUSES = {
@@ -59,7 +63,9 @@ class WriteFile:
 class Reply:
     """One scripted model turn.
 
-    By default a streamed text answer. `write` makes it a tool call instead; `status` other than
+    By default a streamed text answer. `write` makes it a tool call instead, and so does `read`
+    (Anthropic only: Claude's Read tool, which its Write tool wants before it replaces a file that
+    exists); `status` other than
     200 makes it an HTTP error carrying `error` in the vendor's error JSON; `hang` sends the
     response headers and then nothing until the client goes away; `delay_s` waits between the
     `chunks` pieces the text is streamed in. `echo_tool_result` appends the tool output found in
@@ -69,6 +75,7 @@ class Reply:
 
     text: str = "hello from the mock"
     write: WriteFile | None = None
+    read: str | None = None
     status: int = 200
     error: str = "scripted upstream failure"
     hang: bool = False
@@ -101,6 +108,8 @@ class MockModelServer:
 
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
+        # Replies for one API's turns only, taken before the shared queue (two CLIs at once).
+        self.replies_for: dict[Api, deque[Reply]] = {}
         self.default = Reply()
         self.requests: list[Recorded] = []
         # Set when a model turn's response has started (headers sent): the CLI is in a turn.
@@ -109,6 +118,11 @@ class MockModelServer:
         self.disconnected = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        # Notified whenever a request is recorded.
+        self._arrived = threading.Condition(self._lock)
+        # While cleared, model turns are recorded but wait here before taking their reply.
+        self._gate = threading.Event()
+        self._gate.set()
         self._httpd: ThreadingHTTPServer | None = None
 
     # scripting -------------------------------------------------------------------------------
@@ -118,6 +132,24 @@ class MockModelServer:
         with self._lock:
             self.replies.extend(replies)
 
+    def script_for(self, api: Api, *replies: Reply) -> None:
+        """Queue replies for the next model turns of one API (taken before the shared queue)."""
+        with self._lock:
+            self.replies_for.setdefault(api, deque()).extend(replies)
+
+    def hold(self) -> None:
+        """From now on a model turn waits (at most HOLD_LIMIT_S) for `release` before it takes its reply."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Let the held model turns take their replies."""
+        self._gate.set()
+
+    def wait_turns(self, api: Api, count: int, timeout: float) -> bool:
+        """Whether `count` model turns of `api` arrived within `timeout` seconds."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: len(self._turns(api)) >= count, timeout)
+
     def always(self, reply: Reply) -> None:
         """Answer every model turn (including the CLI's retries) with `reply`."""
         with self._lock:
@@ -126,9 +158,11 @@ class MockModelServer:
 
     def turns(self, api: Api | None = None) -> list[Recorded]:
         """The model-turn requests received so far (no probes or side requests), oldest first."""
-        main = ("anthropic", "responses", "chat", "gemini")
         with self._lock:
-            return [r for r in self.requests if r.api in main and (api is None or r.api == api)]
+            return self._turns(api)
+
+    def _turns(self, api: Api | None) -> list[Recorded]:
+        return [r for r in self.requests if r.api in MODEL_APIS and (api is None or r.api == api)]
 
     def wait_streaming(self, timeout: float) -> bool:
         return self.streaming.wait(timeout)
@@ -159,15 +193,22 @@ class MockModelServer:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()  # ends hanging and trickling responses
+        self._gate.set()
         assert self._httpd is not None
         self._httpd.shutdown()
         self._httpd.server_close()
 
     def _record(self, rec: Recorded) -> Reply | None:
-        with self._lock:
+        with self._arrived:
             self.requests.append(rec)
-            if rec.api not in ("anthropic", "responses", "chat", "gemini"):
-                return None
+            self._arrived.notify_all()
+        if rec.api not in MODEL_APIS:
+            return None
+        self._gate.wait(HOLD_LIMIT_S)
+        with self._lock:
+            own = self.replies_for.get(rec.api)
+            if own:
+                return own.popleft()
             return self.replies.popleft() if self.replies else self.default
 
 
@@ -245,9 +286,13 @@ def anthropic_stream(reply: Reply, text: str, model: str) -> Iterator[bytes]:
             },
         },
     )
-    if reply.write is not None:
-        block = {"type": "tool_use", "id": f"toolu_mock_{uuid.uuid4().hex[:16]}", "name": "Write", "input": {}}
-        args = json.dumps({"file_path": reply.write.path, "content": reply.write.content})
+    if reply.write is not None or reply.read is not None:
+        name, args = (
+            ("Write", json.dumps({"file_path": reply.write.path, "content": reply.write.content}))
+            if reply.write is not None
+            else ("Read", json.dumps({"file_path": reply.read}))
+        )
+        block = {"type": "tool_use", "id": f"toolu_mock_{uuid.uuid4().hex[:16]}", "name": name, "input": {}}
         deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(args, reply.chunks)]
         stop = "tool_use"
     else:
