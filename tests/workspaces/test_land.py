@@ -218,3 +218,36 @@ async def test_two_lands_of_one_repository_at_once_are_serialized(make_settings:
     first, second = results
     assert second["old"] == first["new"]  # the second went onto the first's result, not the old tip
     assert (repo / "a.txt").exists() and (repo / "b.txt").exists()
+
+
+async def test_files_with_non_ascii_names_are_named_as_they_are_in_conflicts_and_dirty_checkouts(
+    make_settings: SettingsFactory, repo: Path
+) -> None:
+    (repo / "café.txt").write_text("v1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "café")
+    async with Engine(make_settings()).running() as engine:
+        first = await edit(engine, repo, "café.txt~A\\n")
+        second = await edit(engine, repo, "café.txt~B\\n")
+        (repo / "café.txt").write_text("mine\n")
+        with pytest.raises(LandError) as dirty:
+            await engine.land(first)
+        (repo / "café.txt").write_text("v1\n")
+        await engine.land(first)
+        with pytest.raises(LandError) as conflict:
+            await engine.land(second)
+    assert dirty.value.details["conflicts"] == ["café.txt"] and "café.txt" in dirty.value.message
+    assert conflict.value.details["conflicts"] == ["café.txt"]
+
+
+async def test_a_landed_worktree_is_gone_at_once_and_its_files_leave_the_trash(
+    make_settings: SettingsFactory, repo: Path
+) -> None:
+    settings = make_settings()
+    async with Engine(settings).running() as engine:
+        job = await edit(engine, repo, "app.txt~x\\n")
+        path = Path(engine.envelope(job)["workspace"]["path"])
+        await engine.land(job)
+        assert not path.exists() and len(git(repo, "worktree", "list").splitlines()) == 1
+        engine.prune_worktrees()
+    assert not (settings.worktrees_dir / ".trash").exists()

@@ -136,6 +136,7 @@ class Workspaces:
         cleanup.discard(self.store, rec)
 
     def prune(self, running: set[str]) -> list[str]:
+        cleanup.empty_trash(self.settings.worktrees_dir)
         return cleanup.prune(self.store, self.settings.worktree_keep_s, running)
 
     def usage(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -11,14 +12,41 @@ from typing import Any
 from relay.workspaces import _git
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
+# Removed worktrees are renamed in here first (one rename, however many files), then deleted.
+TRASH = ".trash"
 
-def remove_worktree(rec: WorkspaceRecord) -> None:
-    """The worktree's folder and git's record of it (the branch stays)."""
-    if Path(rec.common_dir).is_dir():
-        _git.run(["worktree", "remove", "--force", rec.path], rec.common_dir, check=False)
-    shutil.rmtree(rec.path, ignore_errors=True)
+
+def remove_worktree(rec: WorkspaceRecord, *, later: bool = False) -> None:
+    """The worktree's folder and git's record of it (the branch stays).
+
+    The folder is renamed into the trash at once, so the path is free and git forgets the worktree
+    in milliseconds; its files are deleted then, or (`later`) in a background thread. What a process
+    leaves in the trash when it exits is deleted by the next prune.
+    """
+    path = Path(rec.path)
+    trash: Path | None = None
+    if path.is_dir():
+        trash = path.parent / TRASH / f"{path.name}-{time.time_ns()}"
+        try:
+            trash.parent.mkdir(exist_ok=True)
+            os.rename(path, trash)
+        except OSError:
+            trash = None
+            if Path(rec.common_dir).is_dir():
+                _git.run(["worktree", "remove", "--force", rec.path], rec.common_dir, check=False)
+            shutil.rmtree(path, ignore_errors=True)
     if Path(rec.common_dir).is_dir():
         _git.run(["worktree", "prune"], rec.common_dir, check=False)
+    if trash is not None:
+        if later:
+            threading.Thread(target=shutil.rmtree, args=(trash, True), name="relay-worktree-trash", daemon=True).start()
+        else:
+            shutil.rmtree(trash, ignore_errors=True)
+
+
+def empty_trash(worktrees_dir: Path) -> None:
+    """Delete what removed worktrees left in the trash (a process that exited before its deletion ended)."""
+    shutil.rmtree(worktrees_dir / TRASH, ignore_errors=True)
 
 
 def discard(store: WorkspaceStore, rec: WorkspaceRecord) -> None:

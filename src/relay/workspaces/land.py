@@ -18,6 +18,7 @@ from typing import Any
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.workspaces import _git
 from relay.workspaces._git import AUTHOR
+from relay.workspaces.cleanup import remove_worktree
 from relay.workspaces.make import restore
 from relay.workspaces.records import WorkspaceRecord
 from relay.workspaces.seal import commit_leftovers, head_of
@@ -65,7 +66,7 @@ def checked_out_in(rec: WorkspaceRecord, branch: str) -> list[str]:
 
 
 def _conflicted(wt: Path) -> list[str]:
-    return sorted(filter(None, _git.out(["diff", "--name-only", "--diff-filter=U"], wt).splitlines()))
+    return sorted(filter(None, _git.run(["diff", "--name-only", "-z", "--diff-filter=U"], wt).stdout.split("\0")))
 
 
 def _apply(rec: WorkspaceRecord, wt: Path, old: str, head: str, strategy: str, message: str) -> str:
@@ -174,7 +175,7 @@ def _move_target(rec: WorkspaceRecord, target: str, old: str, new: str) -> None:
             "nothing was changed; land again",
             conflicts=[],
         )
-    touched = set(_git.out(["diff", "--name-only", old, new], tree).splitlines())
+    touched = set(filter(None, _git.run(["diff", "--name-only", "-z", old, new], tree).stdout.split("\0")))
     status = _git.run(["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"], tree).stdout
     dirty = {item[3:] for item in status.split("\0") if len(item) > 3}
     blocked = sorted(touched & dirty)
@@ -246,7 +247,7 @@ def land(
             _back_to_branch(rec, wt, head)
             raise
         commits = int(_git.out(["rev-list", "--count", f"{old}..{new}"], rec.common_dir) or 0)
-        _git.run(["worktree", "remove", "--force", str(wt)], rec.common_dir, check=False)
+        remove_worktree(rec, later=True)
     return {
         "landed": True,
         "into": target,
