@@ -96,6 +96,8 @@ class AuditLog:
 
     home: Path
     listeners: list[Callable[[], None]] = field(default_factory=lambda: [])
+    # Told the seq and hash of each entry once it is written (the store keeps the highest: `audit_mark`).
+    marks: list[Callable[[int, str], None]] = field(default_factory=lambda: [])
     failures: list[str] = field(default_factory=lambda: [])
     views: Renderer | None = None
     _mu: threading.Lock = field(default_factory=threading.Lock)
@@ -166,6 +168,11 @@ class AuditLog:
             # is somehow off only makes the next append read the tail again).
             self._tail = _Tail(tail.size + len(line) + 1, tail.seq + 1, line_hash)
             _write_head(self.head_path, tail.seq + 1, line_hash)
+            for mark in list(self.marks):
+                try:
+                    mark(tail.seq + 1, line_hash)
+                except Exception as exc:  # the entry is written; only the count kept elsewhere lags
+                    logger.warning("audit mark failed: %s", exc)
             return body
         finally:
             os.close(fd)  # closing releases the lock
