@@ -331,6 +331,25 @@ def m012_audit_mark(db: sqlite3.Connection) -> None:
     )
 
 
+def m013_mcp_server_state(db: sqlite3.Connection) -> None:
+    """The state a relay process last saw each downstream server in, for `relay mcp list` in another process."""
+    db.executescript(
+        """
+        CREATE TABLE mcp_server_state (
+            scope TEXT NOT NULL,
+            name TEXT NOT NULL,
+            state TEXT NOT NULL,
+            last_error TEXT,
+            skipped_lines INTEGER NOT NULL DEFAULT 0,
+            starts INTEGER NOT NULL DEFAULT 0,
+            pid INTEGER,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (scope, name)
+        );
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -344,6 +363,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m010_task_tombstones", m010_task_tombstones),
     ("m011_workspaces", m011_workspaces),
     ("m012_audit_mark", m012_audit_mark),
+    ("m013_mcp_server_state", m013_mcp_server_state),
 ]
 
 
