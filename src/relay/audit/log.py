@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from relay.osfiles import lock, write_all
+from relay.osfiles import lock, private_home, write_all
 
 LOG_FILE = "audit.jsonl"
 HEAD_FILE = "audit.head"
@@ -145,7 +145,7 @@ class AuditLog:
         try:
             fd = os.open(self.path, flags, 0o600)
         except FileNotFoundError:  # no RELAY_HOME yet (or it was removed): make it, once
-            self.home.mkdir(parents=True, exist_ok=True)
+            private_home(self.home)
             fd = os.open(self.path, flags, 0o600)
         try:
             lock(fd)

@@ -16,6 +16,7 @@ from typing import Any
 from relay.audit import AuditLog, finished_data, open_audit, queued_data
 from relay.errors import ErrorCode
 from relay.events import Event
+from relay.osfiles import private, private_home
 from relay.store.health import damage, damaged, move_aside, os_error, sqlite_error
 from relay.store.migrations import migrate
 from relay.store.release import large, unbind
@@ -149,7 +150,7 @@ class _Rows:
 def _prepare_home(path: Path) -> None:
     """Create RELAY_HOME; a database file that cannot be relay's is moved aside (never silently replaced)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_home(path.parent)
     except OSError as exc:
         raise os_error(exc, path.parent) from None
     reason = damage(path)
@@ -189,6 +190,8 @@ class Store:
         self._lock = threading.RLock()
         self._busy_s = BUSY_TIMEOUT_MS / 1000
         self._db = _open(path, self._busy_s)
+        for made in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            private(made)  # SQLite makes the -wal and -shm files with the database file's mode
         self.audit.marks.append(self._mark_audit)
 
     def close(self) -> None:
