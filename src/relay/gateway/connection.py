@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from mcp.types import (
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway._host import TaskHost
+from relay.gateway._stdio import stdio_transport
 from relay.gateway._stream import LOST_ANSWER, watched
 from relay.gateway.config import ServerConfig
 from relay.gateway.websocket import WebSocketError, websocket_client
@@ -285,7 +287,9 @@ class Connection:
                 cwd=cfg.cwd or None,
                 encoding_error_handler="replace",
             )
-            return await self._enter(stack, stdio_client(params, errlog=errlog), session)
+            posix = sys.platform != "win32"
+            transport = stdio_transport(params, errlog) if posix else stdio_client(params, errlog=errlog)
+            return await self._enter(stack, transport, session)
         if cfg.transport == "http":
             return await self._open_http(stack, session)
         assert cfg.transport == "websocket" and cfg.url is not None
