@@ -75,12 +75,15 @@ def private_home(home: Path) -> None:
 
 
 def private(path: Path) -> None:
-    """Remove group and other permissions from one file or folder (never through a symbolic link)."""
+    """Remove group and other permissions from one file or folder (never through a symbolic link).
+
+    A file gone meanwhile, or one that cannot be changed (a read-only home, another owner), is left as
+    it is: the store that opens it reports what really stops it."""
     if sys.platform == "win32":
         return
     try:
         info = os.lstat(path)
         if not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
             os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
-    except FileNotFoundError:
+    except OSError:
         pass
