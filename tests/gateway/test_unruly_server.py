@@ -62,8 +62,9 @@ def text_of(result: Any) -> str:
 
 @pytest.mark.anyio
 async def test_undecodable_and_non_json_lines_are_skipped_and_every_later_call_is_answered(
-    gw: Gateway, tmp_path: Path
+    gateway: Gateway, tmp_path: Path
 ) -> None:
+    gw = gateway
     await gw.add(unruly(tmp_path))
     first_pid = text_of(await gw.call_tool("unruly", "pid", {}))
     with anyio.fail_after(PROMPT_S):
@@ -79,8 +80,9 @@ async def test_undecodable_and_non_json_lines_are_skipped_and_every_later_call_i
 
 @pytest.mark.anyio
 async def test_an_answer_that_is_not_json_rpc_fails_its_call_at_once_and_the_connection_stays(
-    gw: Gateway, tmp_path: Path
+    gateway: Gateway, tmp_path: Path
 ) -> None:
+    gw = gateway
     await gw.add(unruly(tmp_path))
     first_pid = text_of(await gw.call_tool("unruly", "pid", {}))
     with anyio.fail_after(PROMPT_S), pytest.raises(RelayError) as caught:
