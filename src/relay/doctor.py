@@ -194,3 +194,11 @@ def worktree_report(settings: Settings) -> tuple[str, dict[str, Any]]:
     more = f" and {usage['count'] - 10} more" if usage["count"] > 10 else ""
     line = f"worktrees: {usage['count']} in {settings.worktrees_dir}, {size}" + (f": {each}{more}" if each else "")
     return line, usage
+
+
+def sandbox_report(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Which sandbox execute_code runs in here, and what it cannot stop (for `relay doctor`)."""
+    from relay.sandbox.isolation import detect
+
+    iso = detect(environ)
+    return {"mode": iso.mode, "details": iso.describe(), "network": iso.network, "cannot_stop": list(iso.cannot_stop)}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
+from pathlib import Path
 
 # On Windows a lock is taken on the file's first byte; a busy lock is retried this often, this long.
 WINDOWS_LOCK_RETRY_S = 0.05
@@ -48,3 +50,40 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+# RELAY_HOME is the user's alone (prompts, outputs, keys, the audit log): nobody else may enter it.
+PRIVATE_DIR_MODE = 0o700
+# The folders relay keeps in RELAY_HOME (job files, downstream servers' stderr, compat profiles' records, caches).
+RELAY_DIRS = ("jobs", "gateway", "compat", "cache")
+
+
+def private_home(home: Path) -> None:
+    """Create RELAY_HOME private (0700). A home others can read (made before this rule) is made private:
+    group and other permissions are removed from it, from each entry in it, and from everything in the
+    folders relay keeps there (`RELAY_DIRS`); symbolic links are left alone."""
+    home.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    if sys.platform == "win32" or stat.S_IMODE(home.stat().st_mode) & 0o077 == 0:
+        return
+    for entry in home.iterdir():
+        private(entry)
+        if entry.name in RELAY_DIRS and not entry.is_symlink() and entry.is_dir():
+            for root, dirs, files in os.walk(entry):
+                for name in (*dirs, *files):
+                    private(Path(root) / name)
+    private(home)
+
+
+def private(path: Path) -> None:
+    """Remove group and other permissions from one file or folder (never through a symbolic link).
+
+    A file gone meanwhile, or one that cannot be changed (a read-only home, another owner), is left as
+    it is: the store that opens it reports what really stops it."""
+    if sys.platform == "win32":
+        return
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
+            os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
+    except OSError:
+        pass

@@ -19,6 +19,7 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.osfiles import private_home
 from relay.store.migrations import migrate
 from relay.store.release import connect
 
@@ -180,7 +181,7 @@ class Threads:
     def __init__(
         self, db_path: Path, config: ThreadSettings | None = None, *, clock: Callable[[], float] = time.time
     ) -> None:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
+        private_home(db_path.parent)
         self.config = config or ThreadSettings()
         self._clock = clock
         self._lock = threading.RLock()

@@ -234,3 +234,40 @@ async def test_a_log_that_cannot_be_written_never_fails_the_job_and_the_gap_is_r
     assert isinstance(gap, dict) and gap["lost"] == 3
     assert [e["event"] for e in found[1:]] == ["queued", "running", "completed"]
     assert verify(relay_home).ok
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("removed", [(LOG_FILE, HEAD_FILE), (LOG_FILE,), (HEAD_FILE,)])
+async def test_a_log_removed_with_its_head_is_reported_missing_from_what_the_store_recorded(
+    make_settings: SettingsFactory,
+    workdir: Path,
+    relay_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    removed: tuple[str, ...],
+) -> None:
+    async with Engine(make_settings()).running() as engine:
+        job_id = engine.submit(JobRequest(agent="claude", prompt="audit me", cwd=str(workdir)))
+        with anyio.fail_after(60):
+            await engine.wait_one(job_id, 60)
+    assert main(["audit", "verify"]) == 0
+    capsys.readouterr()
+    written = len(entries(relay_home))
+    kept = (relay_home / LOG_FILE).read_bytes().splitlines(keepends=True)
+    for name in removed:
+        (relay_home / name).unlink()
+    if removed == (HEAD_FILE,):  # the head alone goes, and the last line is cut off: the store still counts it
+        (relay_home / LOG_FILE).write_bytes(b"".join(kept[:-1]))
+    assert main(["audit", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert "audit log BROKEN" in out
+    assert "removed" in out
+    assert main(["audit", "verify", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and report["lines"] == (written - 1 if removed == (HEAD_FILE,) else 0)
+
+
+def test_a_home_with_jobs_but_no_log_and_no_mark_is_not_called_intact(tmp_path: Path) -> None:
+    report = verify(tmp_path, None, jobs=3)
+    assert not report.ok
+    assert "holds 3 job(s)" in report.problems[0].message
+    assert verify(tmp_path, None, jobs=0).ok  # a fresh home: nothing written, nothing missing

@@ -26,7 +26,7 @@ def test_approve_clears_a_changed_definition_and_list_shows_it(
     registry.mark_changed(scope, "toy", "echo", digest(new), new)
 
     assert main(["mcp", "list"]) == 0
-    assert capsys.readouterr().out == f"toy\tstdio\t{sys.executable}\t{scope}  changed: echo\n"
+    assert capsys.readouterr().out == f"toy\tstdio\t{sys.executable}\t{scope}\tconfigured  changed: echo\n"
     assert main(["mcp", "approve", "toy"]) == 0
     assert capsys.readouterr().out == "approved 1 changed tool definition(s) of toy: echo\n"
     assert registry.pins(scope, "toy") == {"echo": (digest(new), None)}

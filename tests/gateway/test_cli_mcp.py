@@ -63,7 +63,7 @@ def test_mcp_add_stdio_then_list_shows_it_and_the_list_mcp_servers_tool_sees_it(
     assert out.startswith(f"added toy (stdio) for the project {project}: {sys.executable} {TOY}\n")
 
     status, out, _ = relay_mcp(capsys, "list")
-    assert (status, out) == (0, f"toy\tstdio\t{sys.executable}\t{project}\n")
+    assert (status, out) == (0, f"toy\tstdio\t{sys.executable}\t{project}\tconfigured\n")
     status, out, _ = relay_mcp(capsys, "list", "--json")
     [listed] = json.loads(out)["servers"]
     assert listed["args"] == [str(TOY)] and listed["project_id"] == str(project)
@@ -186,12 +186,12 @@ def test_mcp_remove_takes_the_projects_own_first_and_scope_flags_pick_one(
     assert relay_mcp(capsys, "add", "docs", "--transport", "http", "--url", url, "--global")[0] == 0
     assert relay_mcp(capsys, "add", "docs", "--", "docs-server")[0] == 0
     status, out, _ = relay_mcp(capsys, "list")
-    assert out == f"docs\tstdio\tdocs-server\t{project}\n"  # the project's own wins on a shared name
+    assert out == f"docs\tstdio\tdocs-server\t{project}\tconfigured\n"  # the project's own wins on a shared name
 
     elsewhere = tmp_path / "other"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert relay_mcp(capsys, "list")[1] == f"docs\thttp\t{url}\tglobal\n"
+    assert relay_mcp(capsys, "list")[1] == f"docs\thttp\t{url}\tglobal\tconfigured\n"
     status, _, err = relay_mcp(capsys, "remove", "docs", "--project")
     assert status == 2 and err.startswith("relay: SERVER_NOT_FOUND: Server 'docs' is not a server of the project")
     assert "it is a global server" in err
@@ -199,7 +199,7 @@ def test_mcp_remove_takes_the_projects_own_first_and_scope_flags_pick_one(
 
     status, out, _ = relay_mcp(capsys, "remove", "docs", "--global", "--json")
     assert (status, json.loads(out)) == (0, {"success": True, "removed": "docs", "project_id": None})
-    assert relay_mcp(capsys, "list")[1] == f"docs\tstdio\tdocs-server\t{project}\n"
+    assert relay_mcp(capsys, "list")[1] == f"docs\tstdio\tdocs-server\t{project}\tconfigured\n"
     status, out, _ = relay_mcp(capsys, "remove", "docs")
     assert (status, out) == (0, f"removed docs (stdio) of the project {project}\n")
     assert relay_mcp(capsys, "list") == (0, "", "")

@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import anyio
 import pytest
 
+from relay.audit import open_audit
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
 from relay.sandbox import detect, read_outcome, run_code, submit_execute
 from relay.sandbox.isolation import BUBBLEWRAP, BWRAP_ENV, RLIMITS_ONLY, UID_DROP
+from relay.store import Store
 from tests.conftest import SettingsFactory
 
 pytestmark = pytest.mark.anyio
@@ -133,6 +136,38 @@ async def test_without_bubblewrap_the_result_says_which_isolation_was_in_force(t
     assert out["isolation"] == (UID_DROP if os.geteuid() == 0 else RLIMITS_ONLY)
     assert out["network"] is True
     assert "no bubblewrap" in str(out["isolation_details"])
+    gaps = out["cannot_stop"]
+    assert isinstance(gaps, tuple) and any("loopback" in gap for gap in gaps), gaps
+    assert "cannot stop: the network, loopback included" in str(out["isolation_details"])
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="without bubblewrap only the drop to user nobody (relay running as root) walls code off"
+)
+async def test_without_bubblewrap_code_cannot_read_relays_database_nor_find_other_runs(tmp_path: Path) -> None:
+    parent = Path(tempfile.mkdtemp())  # RELAY_HOME's parent as a user's home usually is: others may pass through
+    try:
+        parent.chmod(0o755)
+        home = parent / "relay"
+        store = Store(home / "relay.db", open_audit(home, views=False))  # no view renderer writing meanwhile
+        store.insert_job("j1", "claude", "cli", {"prompt": SECRET}, None, "/w")
+        store.close()
+        code = (
+            "import os, pathlib, tempfile\n"
+            "seen = []\n"
+            f"for name in ('relay.db', 'relay.db-wal'):\n"
+            f"    try:\n        seen.append({SECRET!r}.encode() in (pathlib.Path({str(home)!r}) / name).read_bytes())\n"
+            "    except OSError:\n        seen.append(None)\n"
+            "print('db read' if any(s is not None for s in seen) else 'db refused')\n"
+            "try:\n    os.listdir(os.path.dirname(os.getcwd())); print('runs listed')\n"
+            "except OSError:\n    print('runs hidden')\n"
+            "print(tempfile.gettempdir() == os.getcwd() == os.environ['TMP'])\n"
+        )
+        out = await run(code, "python", tmp_path / "out", **{BWRAP_ENV: "0"})
+        assert out["isolation"] == UID_DROP
+        assert (out["result"], out["stderr"]) == ("db refused\nruns hidden\nTrue", "")
+    finally:
+        shutil.rmtree(parent)
 
 
 async def test_code_past_its_timeout_is_killed_with_everything_it_started(tmp_path: Path) -> None:

@@ -203,3 +203,40 @@ def test_a_dependency_cycle_made_by_merging_two_clones_is_broken_and_reported(
     assert a.store.cycles(a.project) == []
     edges = {(d.task_id, d.depends_on) for d in a.store.all_dependencies(a.project)}
     assert edges in ({(x.id, y.id)}, {(y.id, x.id)})  # one of the two survives, the same on both clones
+
+
+def test_the_import_refuses_what_create_task_refuses_naming_file_and_line_and_keeps_the_rest(
+    store: TaskStore, project: Project
+) -> None:
+    path, _ = sync_paths(project)
+    path.parent.mkdir()
+    held = store.create(project, "held here")
+
+    def line(task_id: str, **fields: object) -> str:
+        record = {"id": task_id, "title": "ok", "updated_at": "2099-01-01T00:00:00Z", **fields}
+        return json.dumps(record) + "\n"
+
+    path.write_text(
+        line("gt-000001", title="fine")
+        + line("gt-000002", title="x" * 10_000_000)  # create_task refuses more than 500 characters
+        + line(held.id, title="nul \x00 in the title")  # would overwrite a task the store holds
+        + line("gt-000004", labels=["a" * 101])
+        + line("gt-000005", description="d" * 100_001)
+        + line("gt-000006", title="also fine", deps_on=["gt-000002"])
+    )
+    stats = TaskSync(store).import_file(project)
+    assert stats is not None
+    assert [(r["file"], r["line"], r["id"]) for r in stats.refused] == [
+        (str(path), 2, "gt-000002"),
+        (str(path), 3, held.id),
+        (str(path), 4, "gt-000004"),
+        (str(path), 5, "gt-000005"),
+    ]
+    assert "title is 10000000 characters; the limit is 500" in stats.refused[0]["error"]
+    assert f"{path} line 2" in stats.refused[0]["error"] and len(stats.refused[0]["error"]) < 300
+    assert {t.id: t.title for t in store.list(project)} == {
+        "gt-000001": "fine",
+        held.id: "held here",
+        "gt-000006": "also fine",
+    }
+    assert stats.skipped_dependencies != []  # the edge to the refused task is not made

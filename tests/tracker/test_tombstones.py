@@ -180,6 +180,7 @@ def test_an_old_file_without_tombstones_imports_as_before_and_does_not_revive_a_
         "deleted": 0,
         "detached": 0,
         "skipped_dependencies": [],
+        "refused": [],
     }
     sync.export_file(project)
     assert all("deleted" not in r for r in lines(path))

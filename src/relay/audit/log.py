@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from relay.osfiles import lock, write_all
+from relay.osfiles import lock, private_home, write_all
 
 LOG_FILE = "audit.jsonl"
 HEAD_FILE = "audit.head"
@@ -96,6 +96,8 @@ class AuditLog:
 
     home: Path
     listeners: list[Callable[[], None]] = field(default_factory=lambda: [])
+    # Told the seq and hash of each entry once it is written (the store keeps the highest: `audit_mark`).
+    marks: list[Callable[[int, str], None]] = field(default_factory=lambda: [])
     failures: list[str] = field(default_factory=lambda: [])
     views: Renderer | None = None
     _mu: threading.Lock = field(default_factory=threading.Lock)
@@ -143,7 +145,7 @@ class AuditLog:
         try:
             fd = os.open(self.path, flags, 0o600)
         except FileNotFoundError:  # no RELAY_HOME yet (or it was removed): make it, once
-            self.home.mkdir(parents=True, exist_ok=True)
+            private_home(self.home)
             fd = os.open(self.path, flags, 0o600)
         try:
             lock(fd)
@@ -166,6 +168,11 @@ class AuditLog:
             # is somehow off only makes the next append read the tail again).
             self._tail = _Tail(tail.size + len(line) + 1, tail.seq + 1, line_hash)
             _write_head(self.head_path, tail.seq + 1, line_hash)
+            for mark in list(self.marks):
+                try:
+                    mark(tail.seq + 1, line_hash)
+                except Exception as exc:  # the entry is written; only the count kept elsewhere lags
+                    logger.warning("audit mark failed: %s", exc)
             return body
         finally:
             os.close(fd)  # closing releases the lock

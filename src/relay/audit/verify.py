@@ -46,9 +46,11 @@ class Report:
         }
 
 
-def verify(home: Path) -> Report:
+def verify(home: Path, mark: tuple[int, str] | None = None, jobs: int = 0) -> Report:
     """Check every line's own hash, its seq and its link to the line before, then the end against audit.head.
 
+    `mark` is the (seq, hash) of the last entry relay's store says it wrote, and `jobs` how many jobs
+    the store holds: a log removed together with audit.head is then still found missing.
     Holds a shared lock on the log meanwhile, so a line being appended is not mistaken for a cut one.
     """
     path = home / LOG_FILE
@@ -61,15 +63,17 @@ def verify(home: Path) -> Report:
             head = read_head(home)
             if path.exists():
                 continue  # a writer created the log meanwhile: verify it under the lock
-            return _verify(str(path), iter(()), head)
+            return _verify(str(path), iter(()), head, mark, jobs)
         try:
             lock(fd, shared=True)
-            return _verify(str(path), iter_lines(path), read_head(home))
+            return _verify(str(path), iter_lines(path), read_head(home), mark, jobs)
         finally:
             os.close(fd)
 
 
-def _verify(path: str, lines: Iterator[bytes], head: tuple[int, str] | None) -> Report:
+def _verify(
+    path: str, lines: Iterator[bytes], head: tuple[int, str] | None, mark: tuple[int, str] | None, jobs: int
+) -> Report:
     report = Report(path)
     flagged: set[int] = set()
 
@@ -113,6 +117,12 @@ def _verify(path: str, lines: Iterator[bytes], head: tuple[int, str] | None) -> 
         expected = last_seq + 1
         prev_hash = sha256(line)
     report.lines = number
+    if mark is not None and (head is None or mark[0] > head[0]):
+        if head is None and number:
+            report.notes.append("audit.head is missing: the log's end is checked against relay's store instead")
+        head = mark  # the store saw more entries written than the head records: the head was removed or rewound
+    if head is None and number == 0 and jobs:
+        problem(1, f"the log is missing but relay's store holds {jobs} job(s), each with entries: the log was removed")
     _check_head(head, report, number, last_seq, prev_hash, problem)
     return report
 

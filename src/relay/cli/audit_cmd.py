@@ -24,9 +24,10 @@ def add_parser(sub: Any) -> None:
 def audit_command(args: argparse.Namespace) -> int:
     from relay.config import load_settings
 
-    home = load_settings().home
+    settings = load_settings()
+    home = settings.home
     if args.audit_command == "verify":
-        return _verify(home, args.json)
+        return _verify(home, settings.db_path, args.json)
     if args.audit_command == "show":
         return _show(home, args.limit, args.job, args.json)
     from relay.audit import IAC_FILE, Views, views_config
@@ -40,10 +41,12 @@ def audit_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify(home: Any, as_json: bool) -> int:
+def _verify(home: Any, db_path: Any, as_json: bool) -> int:
     from relay.audit import verify
+    from relay.store.db import audit_expectation
 
-    report = verify(home)
+    known = audit_expectation(db_path)
+    report = verify(home, known.mark, known.jobs)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0 if report.ok else 1

@@ -346,7 +346,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import anyio
 
     from relay.config import load_settings
-    from relay.doctor import TABLE_HEADERS, diagnose, store_report, table_rows, worktree_report
+    from relay.doctor import TABLE_HEADERS, diagnose, sandbox_report, store_report, table_rows, worktree_report
     from relay.jobs.engine import Engine, JobRequest
 
     settings = load_settings()
@@ -385,6 +385,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     rows, client_reports, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
     runtime_line = _runtime_line(settings.runtime)
     worktree_line, worktrees = worktree_report(settings)
+    sandbox = sandbox_report(settings.environ)
     if args.json:
         report = {
             "agents": [r.to_dict() for r in reports],
@@ -392,11 +393,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "store": {"ok": store_ok, "summary": store_line},
             "runtime": runtime_line.removeprefix("runtime: "),
             "worktrees": worktrees,
+            "sandbox": sandbox,
         }
         print(json.dumps(report, indent=2))
     else:
         print(_table(table_rows(reports), TABLE_HEADERS))
         print(f"\n{runtime_line}")
+        print(f"sandbox (execute_code): {sandbox['mode']}: {sandbox['details']}")
         print("\n" + store_line)
         print(worktree_line)
         if rows:

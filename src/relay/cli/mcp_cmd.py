@@ -141,15 +141,30 @@ def mcp_command(args: argparse.Namespace) -> int:
 
 def _list(registry: ServerRegistry, servers: list[ServerConfig], as_json: bool) -> int:
     listed: list[dict[str, Any]] = []
+    states = registry.states()
     for config in servers:
         pending = sorted(t for t, (_, seen) in registry.pins(config.scope, config.name).items() if seen)
+        seen = states.get((config.scope, config.name), {})
+        state = "disabled" if not config.enabled else str(seen.get("state") or "configured")
         if as_json:
-            listed.append({**config.public(), "changed_tools": pending})
+            listed.append(
+                {
+                    **config.public(),
+                    "changed_tools": pending,
+                    "state": state,
+                    "last_error": seen.get("last_error"),
+                    "skipped_lines": seen.get("skipped_lines") or 0,
+                }
+            )
             continue
         where = config.scope or "global"
         target = config.command or config.url or ""
         changed = f"  changed: {', '.join(pending)}" if pending else ""
-        print(f"{config.name}\t{config.transport}\t{target}\t{where}{changed}")
+        print(f"{config.name}\t{config.transport}\t{target}\t{where}\t{state}{changed}")
+        if seen.get("last_error"):
+            print(f"  last error: {seen['last_error']}")
+        if seen.get("skipped_lines"):
+            print(f"  skipped {seen['skipped_lines']} line(s) of its output that were not JSON-RPC")
     if as_json:
         print(json.dumps({"servers": listed}, indent=2))
     return 0

@@ -3,18 +3,20 @@
 Each connection has an owner task (in the gateway's `TaskHost`) that enters `Client(...)`, lists
 the tools and then holds the session open until relay closes it or the server goes away. Every
 caller shares that one session (one process per stdio server). A server that dies is started
-again once, on the next use or at once after a call it broke.
+again on the next use (or at once after a call it broke); one that keeps failing waits longer
+before each start (`DEFAULT_RESTART_BACKOFF_S`, doubling). Lines on its stdout that are not
+JSON-RPC are skipped (`_stream.py`), so no output of the server can wedge the session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncGenerator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+import sys
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TextIO
 
 import anyio
@@ -36,6 +38,8 @@ from mcp.types import (
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway._host import TaskHost
+from relay.gateway._stdio import stdio_transport
+from relay.gateway._stream import LOST_ANSWER, watched
 from relay.gateway.config import ServerConfig
 from relay.gateway.websocket import WebSocketError, websocket_client
 from relay.secrets import redact
@@ -50,6 +54,10 @@ STDERR_TAIL_CHARS = 1500
 MAX_TOOL_PAGES = 50
 # JSON-RPC error code the SDK reports when the peer went away.
 CONNECTION_CLOSED = -32000
+# A server that failed (did not start, or died) again right after a restart waits this long before the
+# next start, doubling with each further failure up to the maximum; a call that goes through resets it.
+DEFAULT_RESTART_BACKOFF_S = 1.0
+DEFAULT_RESTART_BACKOFF_MAX_S = 60.0
 
 STATES = ("configured", "connecting", "connected", "failed", "closed")
 
@@ -77,51 +85,6 @@ class _Session:
 
     def saw_eof(self) -> None:
         self.eof = True
-
-
-class _WatchedReadStream:
-    """The transport's read stream, noting end of stream so a dead server is known before the next call."""
-
-    def __init__(self, inner: Any, on_eof: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_eof = on_eof
-
-    @property
-    def last_context(self) -> Any:
-        return getattr(self._inner, "last_context", None)
-
-    async def receive(self) -> Any:
-        try:
-            return await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._on_eof()
-            raise
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> _WatchedReadStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _WatchedReadStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
-@asynccontextmanager
-async def _watched(transport: Any, on_eof: Callable[[], None]) -> AsyncGenerator[tuple[Any, Any]]:
-    async with transport as (read_stream, write_stream):
-        yield _WatchedReadStream(read_stream, on_eof), write_stream
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -162,6 +125,8 @@ class Connection:
         *,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         on_tools: Callable[[Connection, list[Tool]], None] | None = None,
+        on_state: Callable[[Connection], None] | None = None,
+        backoff_s: tuple[float, float] = (DEFAULT_RESTART_BACKOFF_S, DEFAULT_RESTART_BACKOFF_MAX_S),
     ) -> None:
         self.config = config
         self.state = "configured"
@@ -170,6 +135,14 @@ class Connection:
         self.starts = 0
         self.connected_at: float | None = None
         self.failed_at: float | None = None
+        # Failures (starts that failed, deaths) since the last call that went through, and the earliest next start.
+        self.streak = 0
+        self.retry_at = 0.0
+        # Lines from the server that were not JSON-RPC (undecodable bytes, noise), skipped; the last one shown.
+        self.skipped_lines = 0
+        self.last_skipped: str | None = None
+        self._backoff_s = backoff_s
+        self._on_state = on_state
         self._host = host
         self._log_path = log_dir / f"{config.name}.stderr.log"
         self._connect_timeout_s = connect_timeout_s
@@ -209,10 +182,21 @@ class Connection:
         if self.alive:
             attempt.done.set()
             return attempt
+        wait = self.retry_at - anyio.current_time()
+        if wait > 0:
+            attempt.error = RelayError(
+                ErrorCode.UPSTREAM_ERROR,
+                f"{self.config.name} failed {self.streak} times in a row (last: {self.last_error});"
+                f" relay starts it again in {wait:.1f} seconds",
+                "call again after that; add the server again (add_mcp_server or relay mcp add) once it is fixed",
+            )
+            attempt.done.set()
+            return attempt
         # Everything up to the first await happens at once, so concurrent callers share this attempt.
         self._attempt = attempt
         self.state = "connecting"
         self.starts += 1
+        self._note()
         old, session = self._session, _Session(stop=anyio.Event(), done=anyio.Event())
         self._session = session
         if old is not None:
@@ -241,6 +225,7 @@ class Connection:
                     self.state = "connected"
                     self.last_error = None
                     self.connected_at = anyio.current_time()
+                    self._note()
                     attempt.done.set()
                     await session.stop.wait()
                     session.client = None
@@ -260,8 +245,32 @@ class Connection:
         attempt.error = error
         self.state = "failed"
         self.last_error = error.message
-        self.failed_at = anyio.current_time()
+        self._count_failure()
         attempt.done.set()
+
+    def _count_failure(self) -> None:
+        """One more failure in a row: the next start waits 0, then backoff, 2 x backoff, ... up to the maximum."""
+        self.failed_at = now = anyio.current_time()
+        self.streak += 1
+        first, most = self._backoff_s
+        self.retry_at = now + (0.0 if self.streak <= 1 else min(first * 2 ** (self.streak - 2), most))
+        self._note()
+
+    def _went_through(self) -> None:
+        if self.streak:
+            self.streak, self.retry_at = 0, 0.0
+            self._note()
+
+    def _skipped(self, shown: str) -> None:
+        self.skipped_lines += 1
+        self.last_skipped = shown
+        self._note()
+
+    def _note(self) -> None:
+        """Tell the gateway the state changed (it records it for `relay mcp list`); never fails the caller."""
+        if self._on_state is not None:
+            with contextlib.suppress(Exception):
+                self._on_state(self)
 
     async def _open(self, stack: AsyncExitStack, session: _Session) -> Client:
         cfg = self.config
@@ -269,10 +278,18 @@ class Connection:
             assert cfg.command is not None
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
             errlog: TextIO = stack.enter_context(self._log_path.open("w", encoding="utf-8"))
+            # Undecodable bytes become U+FFFD: a broken line is then skipped as not JSON-RPC instead of
+            # stopping the reader (strict decoding would stall every later answer until the server exits).
             params = StdioServerParameters(
-                command=cfg.command, args=list(cfg.args), env=dict(cfg.env) or None, cwd=cfg.cwd or None
+                command=cfg.command,
+                args=list(cfg.args),
+                env=dict(cfg.env) or None,
+                cwd=cfg.cwd or None,
+                encoding_error_handler="replace",
             )
-            return await self._enter(stack, stdio_client(params, errlog=errlog), session)
+            posix = sys.platform != "win32"
+            transport = stdio_transport(params, errlog) if posix else stdio_client(params, errlog=errlog)
+            return await self._enter(stack, transport, session)
         if cfg.transport == "http":
             return await self._open_http(stack, session)
         assert cfg.transport == "websocket" and cfg.url is not None
@@ -308,7 +325,10 @@ class Connection:
         # The handshake era (2025-11-25) is what published servers speak, and its list_changed
         # notifications arrive on the open connection.
         client = Client(
-            _watched(transport, session.saw_eof), mode="legacy", cache=None, message_handler=self._on_message
+            watched(transport, session.saw_eof, self._skipped),
+            mode="legacy",
+            cache=None,
+            message_handler=self._on_message,
         )
         return await stack.enter_async_context(client)
 
@@ -361,6 +381,7 @@ class Connection:
                 session.scope.cancel()  # still starting (perhaps hung): nothing to close gracefully, stop waiting
             await session.done.wait()
         self.state = "closed"
+        self._note()
 
     def _lost(self, exc: BaseException) -> str:
         """Mark the session dead (the next use starts the server again); returns what happened."""
@@ -368,7 +389,7 @@ class Connection:
         detail = _describe(exc) + (f"; its stderr ends with: {tail}" if tail else "")
         self.state = "failed"
         self.last_error = f"connection lost: {detail}"
-        self.failed_at = anyio.current_time()
+        self._count_failure()
         session = self._session
         if session is not None:
             session.eof = True
@@ -416,7 +437,9 @@ class Connection:
         """Call a tool; a server found dead is started again first, and a read-only call it broke is repeated."""
         client = await self.ensure()
         try:
-            return await self._request(lambda: _call(client, name, arguments), timeout_s)
+            result = await self._request(lambda: _call(client, name, arguments), timeout_s)
+            self._went_through()
+            return result
         except _Lost as lost:
             detail = self._lost(lost.__cause__ or lost)
             tool = self._by_name.get(name)
@@ -467,6 +490,12 @@ class Connection:
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:
                 raise _Lost() from exc
+            if exc.error.code == LOST_ANSWER:
+                raise RelayError(
+                    ErrorCode.UPSTREAM_ERROR,
+                    redact(f"{self.config.name}: {exc.error.message}", self.config.secret_values()),
+                    "the server wrote a broken answer; relay skipped it and keeps the connection: call again",
+                ) from None
             raise RelayError(
                 ErrorCode.UPSTREAM_ERROR,
                 redact(f"{self.config.name}: {exc.error.message}", self.config.secret_values()),

@@ -19,8 +19,15 @@ from mcp.types import CallToolResult, ReadResourceResult, Tool
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.gateway import pins
 from relay.gateway._host import TaskHost
+from relay.gateway.bounded import DEFAULT_RESULT_CAP_CHARS
 from relay.gateway.config import GLOBAL, ServerConfig
-from relay.gateway.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, Connection
+from relay.gateway.connection import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_RESTART_BACKOFF_MAX_S,
+    DEFAULT_RESTART_BACKOFF_S,
+    Connection,
+)
 from relay.gateway.registry import ServerRegistry
 
 # How long list_tools waits for one server (all are waited on together) before answering without it.
@@ -36,18 +43,23 @@ class Limits:
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     list_wait_s: float = DEFAULT_LIST_WAIT_S
     retry_failed_after_s: float = RETRY_FAILED_AFTER_S
+    restart_backoff_s: float = DEFAULT_RESTART_BACKOFF_S
+    restart_backoff_max_s: float = DEFAULT_RESTART_BACKOFF_MAX_S
+    # What one downstream result may carry back to the client (characters); the rest is kept to page.
+    result_cap_chars: int = DEFAULT_RESULT_CAP_CHARS
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Limits:
-        """Defaults, overridden by RELAY_GATEWAY_CONNECT_TIMEOUT_S / _CALL_TIMEOUT_S / _LIST_WAIT_S (seconds)."""
+        """Defaults, overridden by RELAY_GATEWAY_CONNECT_TIMEOUT_S / _CALL_TIMEOUT_S / _LIST_WAIT_S /
+        _RESTART_BACKOFF_S / _RESTART_BACKOFF_MAX_S (seconds) and RELAY_GATEWAY_RESULT_CAP_CHARS (characters)."""
 
-        def seconds(key: str, default: float) -> float:
+        def seconds(key: str, default: float, unit: str = "seconds") -> float:
             raw = environ.get(key, "")
             try:
                 value = float(raw) if raw else default
             except ValueError:
                 raise RelayError(
-                    ErrorCode.CONFIG_INVALID, f"{key}={raw!r} is not a number", f"set {key} to seconds"
+                    ErrorCode.CONFIG_INVALID, f"{key}={raw!r} is not a number", f"set {key} to {unit}"
                 ) from None
             if value <= 0:
                 raise RelayError(ErrorCode.CONFIG_INVALID, f"{key} must be positive", f"set {key} above 0")
@@ -57,6 +69,9 @@ class Limits:
             connect_timeout_s=seconds("RELAY_GATEWAY_CONNECT_TIMEOUT_S", DEFAULT_CONNECT_TIMEOUT_S),
             call_timeout_s=seconds("RELAY_GATEWAY_CALL_TIMEOUT_S", DEFAULT_CALL_TIMEOUT_S),
             list_wait_s=seconds("RELAY_GATEWAY_LIST_WAIT_S", DEFAULT_LIST_WAIT_S),
+            restart_backoff_s=seconds("RELAY_GATEWAY_RESTART_BACKOFF_S", DEFAULT_RESTART_BACKOFF_S),
+            restart_backoff_max_s=seconds("RELAY_GATEWAY_RESTART_BACKOFF_MAX_S", DEFAULT_RESTART_BACKOFF_MAX_S),
+            result_cap_chars=int(seconds("RELAY_GATEWAY_RESULT_CAP_CHARS", DEFAULT_RESULT_CAP_CHARS, "characters")),
         )
 
 
@@ -166,6 +181,8 @@ class Gateway:
                 self._log_dir(config.scope),
                 connect_timeout_s=self.limits.connect_timeout_s,
                 on_tools=self._saw_tools,
+                on_state=self._record_state,
+                backoff_s=(self.limits.restart_backoff_s, self.limits.restart_backoff_max_s),
             )
             self._connections[name] = conn
         return conn
@@ -173,6 +190,13 @@ class Gateway:
     def _log_dir(self, scope: str) -> Path:
         tag = hashlib.sha256(scope.encode()).hexdigest()[:12] if scope else "global"
         return self._home / "gateway" / tag
+
+    def _record_state(self, conn: Connection) -> None:
+        """Keep the connection's state where another process (`relay mcp list`) can read it."""
+        cfg = conn.config
+        self.registry.record_state(
+            cfg.scope, cfg.name, conn.state, conn.last_error, skipped_lines=conn.skipped_lines, starts=conn.starts
+        )
 
     def _saw_tools(self, conn: Connection, tools: list[Tool]) -> None:
         cfg = conn.config
@@ -298,6 +322,10 @@ class Gateway:
                     "tool_count": len(conn.tools) if conn is not None and conn.tools else None,
                     "changed_tools": sorted(self.changed(config.name)),
                     "last_error": conn.last_error if conn is not None else None,
+                    "starts": conn.starts if conn is not None else 0,
+                    "failures_in_a_row": conn.streak if conn is not None else 0,
+                    "skipped_lines": conn.skipped_lines if conn is not None else 0,
+                    "last_skipped_line": conn.last_skipped if conn is not None else None,
                 }
             )
         return out

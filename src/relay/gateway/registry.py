@@ -77,6 +77,7 @@ class ServerRegistry:
     def remove(self, scope: str, name: str) -> bool:
         with self._lock:
             gone = self._db.execute("DELETE FROM mcp_servers WHERE scope = ? AND name = ?", (scope, name)).rowcount
+            self._db.execute("DELETE FROM mcp_server_state WHERE scope = ? AND name = ?", (scope, name))
             self._db.execute("DELETE FROM mcp_tool_pins WHERE scope = ? AND server = ?", (scope, name))
             self._write_secrets(scope, name, None)
         return gone > 0
@@ -200,6 +201,27 @@ class ServerRegistry:
             (time.time(), scope, server),
         )
         return sorted(r["tool"] for r in rows)
+
+    # connection states --------------------------------------------------------------------
+
+    def record_state(
+        self, scope: str, name: str, state: str, last_error: str | None, *, skipped_lines: int, starts: int
+    ) -> None:
+        """The state a relay process last saw its connection to a server in (read by `relay mcp list`)."""
+        self.exec(
+            "INSERT INTO mcp_server_state (scope, name, state, last_error, skipped_lines, starts, pid, updated_at)"
+            " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(scope, name) DO UPDATE SET state=excluded.state,"
+            " last_error=COALESCE(excluded.last_error, CASE WHEN excluded.state='connected' THEN NULL"
+            " ELSE mcp_server_state.last_error END), skipped_lines=excluded.skipped_lines,"
+            " starts=excluded.starts, pid=excluded.pid, updated_at=excluded.updated_at",
+            (scope, name, state, last_error, skipped_lines, starts, os.getpid(), time.time()),
+        )
+
+    def states(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """(scope, name) -> the recorded state, last error, skipped lines, starts, pid and time of a server."""
+        fields = ("state", "last_error", "skipped_lines", "starts", "pid", "updated_at")
+        rows = self.exec(f"SELECT scope, name, {', '.join(fields)} FROM mcp_server_state")
+        return {(r["scope"], r["name"]): {k: r[k] for k in fields} for r in rows}
 
     def forget_pins(self, scope: str, server: str) -> None:
         """Drop a server's pins so the next sight pins afresh (re-running add_mcp_server approves)."""

@@ -45,11 +45,28 @@ class Isolation:
         if self.bwrap:
             return "bubblewrap: read-only filesystem except the temp dir, homes hidden, no network, own pid namespace"
         if self.drop_uid is not None:
-            return "no bubblewrap: resource limits, scrubbed environment, runs as user nobody; network not isolated"
+            return (
+                "no bubblewrap: resource limits, scrubbed environment, a private temp folder, runs as user nobody "
+                "(relay's home is private to relay's user); cannot stop: " + "; ".join(self.cannot_stop)
+            )
         return (
-            "no bubblewrap: resource limits and a scrubbed environment only; the code can write where relay can "
-            "and reach the network (install bubblewrap for more)"
+            "no bubblewrap: resource limits, a scrubbed environment and a private temp folder only (install "
+            "bubblewrap for more); cannot stop: " + "; ".join(self.cannot_stop)
         )
+
+    @property
+    def cannot_stop(self) -> tuple[str, ...]:
+        """What code in this sandbox can still do that a stronger one would stop (nothing listed for bubblewrap)."""
+        if self.bwrap:
+            return ()
+        gaps = (
+            "the network, loopback included (services on 127.0.0.1, relay's own HTTP port among them)",
+            "reading files every user may read",
+            "writing the machine's shared temp folders (/tmp, /dev/shm)",
+        )
+        if self.drop_uid is None:
+            gaps = ("reading and writing all that relay's user can, RELAY_HOME included", *gaps)
+        return gaps
 
 
 @functools.cache

@@ -7,9 +7,11 @@ isolation in force (see `isolation.py`) is reported with every outcome.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -60,6 +62,9 @@ POLL_S = 0.1
 BACKSTOP_S = 5.0
 LIMITS_SCRIPT = Path(__file__).with_name("_limits.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The runs' folders live in one folder of relay's that the code's user may pass through but not list:
+# a run cannot find another run's folder (its code and inputs), as it could in the machine-wide /tmp.
+RUNS_DIR_MODE = 0o711
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class Outcome:
     isolation_details: str
     network: bool
     timeout_s: float
+    cannot_stop: tuple[str, ...] = ()
     truncated: bool = False
     limits: dict[str, int] = field(default_factory=lambda: {})
 
@@ -136,11 +142,31 @@ def child_env(workdir: Path) -> dict[str, str]:
         "PATH": SAFE_PATH,
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
+        "TMP": str(workdir),
+        "TEMP": str(workdir),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONIOENCODING": "utf-8",
     }
+
+
+def runs_dir() -> Path:
+    """The folder the runs' own folders are made in (`relay-sandbox-<uid>` in the temp dir, mode 0711)."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else 0
+    base = Path(tempfile.gettempdir()) / f"relay-sandbox-{uid}"
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=RUNS_DIR_MODE)
+    info = os.lstat(base)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"{base} is not a folder of relay's user: sandboxed runs will not start in it",
+            f"remove {base} (another user may have made it to read the runs), then run the code again",
+        )
+    if stat.S_IMODE(info.st_mode) != RUNS_DIR_MODE:
+        os.chmod(base, RUNS_DIR_MODE)
+    return base
 
 
 def _read(path: Path) -> tuple[str, bool]:
@@ -182,7 +208,7 @@ def _prepare(
     files = JobFiles(out_dir)
     for stale in (files.stdout, files.stderr, files.exit, files.pid):
         stale.unlink(missing_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="relay-exec-")).resolve()
+    workdir = Path(tempfile.mkdtemp(prefix="relay-exec-", dir=runs_dir())).resolve()
     script = workdir / f"main{SUFFIXES[lang]}"
     script.write_text(code, encoding="utf-8")
     for name, data in inputs.items():
@@ -224,6 +250,7 @@ def _outcome(
         isolation_details=prep.isolation.describe(),
         network=prep.isolation.network,
         timeout_s=timeout_s,
+        cannot_stop=prep.isolation.cannot_stop,
         truncated=cut_out or cut_err,
         limits={k: v[0] for k, v in limits_for(timeout_s).items()},
     )

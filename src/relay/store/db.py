@@ -16,6 +16,7 @@ from typing import Any
 from relay.audit import AuditLog, finished_data, open_audit, queued_data
 from relay.errors import ErrorCode
 from relay.events import Event
+from relay.osfiles import private, private_home
 from relay.store.health import damage, damaged, move_aside, os_error, sqlite_error
 from relay.store.migrations import migrate
 from relay.store.release import large, unbind
@@ -102,6 +103,12 @@ class SessionTurn:
         return (self.agent, self.session_id, self.cwd, self.model, self.permission, self.title, self.cost, now, now)
 
 
+# The highest audit entry written, whichever process wrote it (entries are appended under the log's lock).
+_MARK_AUDIT = (
+    "INSERT INTO audit_mark (id, seq, hash, updated_at) VALUES (1, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+    " seq=excluded.seq, hash=excluded.hash, updated_at=excluded.updated_at WHERE excluded.seq >= audit_mark.seq"
+)
+
 _UPSERT_SESSION = (
     "INSERT INTO sessions (agent, session_id, cwd, model, permission, title, turns, total_cost_usd,"
     " created_at, last_used_at) VALUES (?,?,?,?,?,?,1,?,?,?)"
@@ -143,7 +150,7 @@ class _Rows:
 def _prepare_home(path: Path) -> None:
     """Create RELAY_HOME; a database file that cannot be relay's is moved aside (never silently replaced)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_home(path.parent)
     except OSError as exc:
         raise os_error(exc, path.parent) from None
     reason = damage(path)
@@ -183,10 +190,18 @@ class Store:
         self._lock = threading.RLock()
         self._busy_s = BUSY_TIMEOUT_MS / 1000
         self._db = _open(path, self._busy_s)
+        for made in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            private(made)  # SQLite makes the -wal and -shm files with the database file's mode
+        self.audit.marks.append(self._mark_audit)
 
     def close(self) -> None:
+        with suppress(ValueError):
+            self.audit.marks.remove(self._mark_audit)
         with self._lock:
             self._db.close()
+
+    def _mark_audit(self, seq: int, line_hash: str) -> None:
+        self._exec(_MARK_AUDIT, (seq, line_hash, time.time()))
 
     @contextmanager
     def _running(self, sql: str, params: Sequence[Any]) -> Generator[sqlite3.Connection]:
@@ -477,3 +492,30 @@ class Store:
         else:
             rows = self._exec("SELECT * FROM sessions ORDER BY last_used_at DESC LIMIT ?", (limit,)).fetchall()
         return [SessionRecord(**dict(r)) for r in rows]
+
+
+@dataclass(frozen=True)
+class AuditExpectation:
+    """What the store knows of the audit log: the last entry relay wrote (seq, hash), and how many jobs it holds."""
+
+    mark: tuple[int, str] | None
+    jobs: int
+
+
+def audit_expectation(path: Path) -> AuditExpectation:
+    """Read, without creating or migrating anything, what relay.db at `path` records about the audit log."""
+    if not path.exists():
+        return AuditExpectation(None, 0)
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error:
+        return AuditExpectation(None, 0)
+    try:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        jobs = db.execute("SELECT count(*) FROM jobs").fetchone()[0] if "jobs" in tables else 0
+        row = db.execute("SELECT seq, hash FROM audit_mark WHERE id=1").fetchone() if "audit_mark" in tables else None
+        return AuditExpectation((int(row[0]), str(row[1])) if row else None, int(jobs))
+    except sqlite3.Error:
+        return AuditExpectation(None, 0)
+    finally:
+        db.close()

@@ -316,6 +316,40 @@ def m011_workspaces(db: sqlite3.Connection) -> None:
     )
 
 
+def m012_audit_mark(db: sqlite3.Connection) -> None:
+    """How far relay has written the audit log (the seq and hash of its last entry), so a log removed
+    together with audit.head is still found missing (`relay audit verify`)."""
+    db.executescript(
+        """
+        CREATE TABLE audit_mark (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            seq INTEGER NOT NULL,
+            hash TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        """
+    )
+
+
+def m013_mcp_server_state(db: sqlite3.Connection) -> None:
+    """The state a relay process last saw each downstream server in, for `relay mcp list` in another process."""
+    db.executescript(
+        """
+        CREATE TABLE mcp_server_state (
+            scope TEXT NOT NULL,
+            name TEXT NOT NULL,
+            state TEXT NOT NULL,
+            last_error TEXT,
+            skipped_lines INTEGER NOT NULL DEFAULT 0,
+            starts INTEGER NOT NULL DEFAULT 0,
+            pid INTEGER,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (scope, name)
+        );
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -328,6 +362,8 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m009_mcp_tasks", m009_mcp_tasks),
     ("m010_task_tombstones", m010_task_tombstones),
     ("m011_workspaces", m011_workspaces),
+    ("m012_audit_mark", m012_audit_mark),
+    ("m013_mcp_server_state", m013_mcp_server_state),
 ]
 
 

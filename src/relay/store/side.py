@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from relay.osfiles import private_home
 from relay.store.migrations import migrate
 from relay.store.release import connect
 
@@ -15,7 +16,7 @@ def open_side(db_path: Path, busy_timeout_s: float, *, keep_statements: bool = F
     `keep_statements`: cache prepared statements (for stores whose values stay small); without it no
     statement keeps a large bound value alive (store/release.py).
     """
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    private_home(db_path.parent)
     if keep_statements:
         db = sqlite3.connect(db_path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
     else:

@@ -24,6 +24,10 @@ from relay.tracker.model import (
     STATUSES,
     Task,
     Tombstone,
+    check_labels,
+    check_task_type,
+    check_text,
+    check_title,
     format_ts,
     parse_ts,
 )
@@ -189,3 +193,16 @@ def parse_line(line: str, number: int, default_project_id: str) -> tuple[Task, E
         for dep_type, key in DEP_KEYS.items()
     }
     return task, edges
+
+
+def check_task(task: Task) -> None:
+    """The checks `create_task` and `update_task` apply, for a task that arrives by the JSONL file instead."""
+    check_title(task.title)
+    for what in ("description", "assignee", "closed_reason", "validation_feedback", "validation_status"):
+        check_text(getattr(task, what), what)
+    for what in ("parent_task_id", "discovered_in_session_id", "closed_at"):
+        value = getattr(task, what)
+        if value is not None and (len(value) > MAX_ID_CHARS or "\x00" in value):
+            raise invalid(f"{what} is over {MAX_ID_CHARS} characters or contains NUL bytes", FIX)
+    check_task_type(task.task_type)
+    check_labels(list(task.labels))

@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from relay.errors import RelayError
 from relay.tracker.graph import find_cycles
-from relay.tracker.jsonl import Edges, parse_line
+from relay.tracker.jsonl import TASKS_FILE, Edges, check_task, parse_line
 from relay.tracker.model import Task, Tombstone, parse_ts
 from relay.tracker.project import Project
 from relay.tracker.store import TaskStore
 from relay.tracker.tombstones import forget_tombstone, load_tombstones, record_tombstones
+
+logger = logging.getLogger("relay.tracker")
 
 
 @dataclass
@@ -38,6 +42,8 @@ class ImportStats:
     deleted: int = 0
     detached: int = 0
     skipped_dependencies: list[str] = field(default_factory=lambda: [])
+    # Task lines create_task's checks refuse (a 10 MB title, NUL bytes...): each with its file, line and why.
+    refused: list[dict[str, Any]] = field(default_factory=lambda: [])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +53,7 @@ class ImportStats:
             "deleted": self.deleted,
             "detached": self.detached,
             "skipped_dependencies": self.skipped_dependencies,
+            "refused": self.refused,
         }
 
 
@@ -93,13 +100,25 @@ def _rank(entry: Entry, line: str) -> tuple[datetime, int, str]:
     return parse_ts(entry[0].updated_at), 0, line
 
 
-def read_entries(text: str, default_project_id: str) -> dict[str, Entry]:
-    """The newest line per id of a JSONL text, parsed."""
+def read_entries(
+    text: str, default_project_id: str, source: str = TASKS_FILE, refused: list[dict[str, Any]] | None = None
+) -> dict[str, Entry]:
+    """The newest line per id of a JSONL text, parsed; a task line `create_task` would refuse is left out
+    (and listed in `refused` with its file and line), a line that is not a task at all refuses the file."""
     newest: dict[str, tuple[Entry, tuple[datetime, int, str]]] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         entry = parse_line(line, number, default_project_id)
+        if not isinstance(entry, Tombstone):
+            try:
+                check_task(entry[0])
+            except RelayError as err:
+                why = f"{source} line {number} ({entry[0].id}) refused: {err.message}"
+                logger.warning("%s", why)
+                if refused is not None:
+                    refused.append({"file": source, "line": number, "id": entry[0].id, "error": why, "hint": err.hint})
+                continue
         key = entry.id if isinstance(entry, Tombstone) else entry[0].id
         rank = _rank(entry, line)
         held = newest.get(key)
@@ -108,10 +127,13 @@ def read_entries(text: str, default_project_id: str) -> dict[str, Entry]:
     return {key: entry for key, (entry, _) in newest.items()}
 
 
-def merge_records(store: TaskStore, project: Project, text: str) -> ImportStats:
-    """Merge JSONL text into the store (see the module docstring); dependencies follow the winning task lines."""
-    incoming = read_entries(text, project.project_id)
+def merge_records(store: TaskStore, project: Project, text: str, source: str = TASKS_FILE) -> ImportStats:
+    """Merge JSONL text into the store (see the module docstring); dependencies follow the winning task lines.
+
+    A task line that `create_task`'s checks refuse is not imported (the store keeps what it held for
+    that id) and is named, with `source` and its line, in the stats' `refused`."""
     stats = ImportStats()
+    incoming = read_entries(text, project.project_id, source, stats.refused)
     with store.transaction() as db:
         existing: dict[str, str] = {
             row[0]: row[1] for row in db.execute("SELECT id, updated_at FROM tasks WHERE project=?", (project.key,))

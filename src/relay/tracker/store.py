@@ -21,6 +21,7 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.osfiles import private_home
 from relay.store.migrations import migrate
 from relay.tracker.graph import Edge, dependency_tree, find_cycles, find_path
 from relay.tracker.model import (
@@ -116,7 +117,7 @@ class TaskStore:
         entropy: Callable[[int], bytes] = os.urandom,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
+        private_home(db_path.parent)
         self._clock = clock
         self._entropy = entropy
         self._lock = threading.RLock()

@@ -109,7 +109,7 @@ class TaskSync:
                 return None
             except (OSError, UnicodeDecodeError) as err:
                 raise invalid(f"cannot read {path}: {err}", "check the file's permissions and encoding") from None
-            stats = merge_records(self.store, project, text)
+            stats = merge_records(self.store, project, text, str(path))
             self._write_meta(meta_path, content_hash=_hash(text), last_imported=self._clock())
             return stats
 

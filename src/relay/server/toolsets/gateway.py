@@ -19,12 +19,14 @@ from pydantic import Field
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import Gateway, Limits, ServerRegistry, project_of
 from relay.gateway.admin import add_server, added_reply, remove_server, try_server
+from relay.gateway.bounded import bound
 from relay.gateway.discover import DEFAULT_REGISTRY_URL
 from relay.gateway.imports import import_servers
 from relay.gateway.rerank import Reranker, Reranking, engine_asker, rerank_config
 from relay.gateway.search import Ranked, ToolDoc, catalog_version, rank, template_recommendation
-from relay.server.results import json_result
+from relay.server.results import clip, json_result
 from relay.server.toolsets import BUILTIN
+from relay.server.toolsets._kept import keep_result
 from relay.server.toolsets._registry import (
     DESTROYS_STATE,
     READ_ONLY,
@@ -289,21 +291,26 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 extra["available_tools"] = names = [t.name for t in gateway.connection(server_name).tools]
                 err = RelayError(err.code, err.message, did_you_mean_first(tool_name, names) + err.hint)
             return _failure(err, **extra)
+        bounded = bound(downstream, gateway.limits.result_cap_chars)
+        kept = await keep_result(deps.engine(), server_name, tool_name, bounded) if bounded.cut else None
+        downstream = bounded.result
         wire = _wire(downstream)
+        rest: dict[str, Any] = {"truncated": kept} if kept is not None else {}
         if downstream.is_error:
             text = " ".join(getattr(c, "text", "") for c in downstream.content).strip()
             return _seed_failure(
                 {
                     "server": server_name,
                     "tool": tool_name,
-                    "error": text or f"{tool_name} failed",
+                    "error": clip(text) or f"{tool_name} failed",
                     "error_type": "ToolError",
                     "result": wire,
+                    **rest,
                 },
                 ErrorCode.UPSTREAM_ERROR,
                 f"{server_name}'s {tool_name} reported an error: result holds what it returned",
             )
-        return json_result({"success": True, "result": wire})
+        return json_result({"success": True, "result": wire, **rest})
 
     @reg.tool(
         description="List the configured downstream MCP servers with their connection state.", annotations=READ_ONLY

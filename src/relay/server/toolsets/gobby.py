@@ -345,6 +345,7 @@ async def _sandbox_reply(engine: Engine, job_id: str, ctx: Context[Any, Any], la
         "isolation": outcome["isolation"],
         "isolation_details": outcome["isolation_details"],
         "network": outcome["network"],
+        "cannot_stop": list(outcome.get("cannot_stop") or []),
     }
     if outcome.get("truncated"):
         reply["truncated"] = True
