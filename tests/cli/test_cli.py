@@ -133,3 +133,17 @@ def test_an_unknown_job_is_a_clear_error(relay_home: Path, workdir: Path) -> Non
     out = relay("show", "nothing", home=relay_home, cwd=workdir)
     assert out.returncode == 2
     assert "JOB_NOT_FOUND" in out.stderr and "hint:" in out.stderr
+
+
+def test_version_names_relay_the_mcp_sdk_and_python(tmp_path: Path) -> None:
+    import platform
+    from importlib.metadata import version
+
+    from relay import __version__
+
+    done = relay("--version", home=tmp_path, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        f"relay {__version__} (mcp {version('mcp')}, Python {platform.python_version()})\n",
+        "",
+    )

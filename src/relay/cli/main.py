@@ -18,9 +18,32 @@ from relay.errors import RelayError
 TAIL_POLL_S = 0.2
 
 
+def version_line() -> str:
+    """What `relay --version` prints: relay's version, the MCP SDK's it runs on, and Python's."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        sdk = version("mcp")
+    except PackageNotFoundError:
+        sdk = "not installed"
+    return f"relay {__version__} (mcp {sdk}, Python {platform.python_version()})"
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, with the SDK's version looked up only when asked (not on every start)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relay", description="Delegate work to AI agents as durable jobs (an MCP server).")
-    p.add_argument("--version", action="version", version=f"relay {__version__}")
+    p.add_argument("--version", action=_VersionAction, help="print relay's version and the MCP SDK's, then exit")
     p.add_argument("--debug", action="store_true", help="on an error, print the full traceback too")
     sub = p.add_subparsers(dest="command", required=True)
 
