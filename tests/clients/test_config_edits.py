@@ -31,7 +31,14 @@ CLAUDE_JSON = """{
 """
 
 
-@pytest.mark.parametrize("original", [CLAUDE_JSON, VSCODE_JSONC, "{}", "{}\n", '{"a": 1}', ""])
+GEMINI_TRAILING_COMMENT = """{
+  "general": {"vimMode": true}, // editor
+  "ui": {"theme": "dark"} // mine
+}
+"""
+
+
+@pytest.mark.parametrize("original", [CLAUDE_JSON, VSCODE_JSONC, GEMINI_TRAILING_COMMENT, "{}", "{}\n", '{"a": 1}', ""])
 def test_setting_then_removing_a_member_gives_the_original_bytes_back(original: str) -> None:
     entry = {"command": "/bin/relay", "args": ["serve"], "env": {"RELAY_HOME": "/h"}}
     added = jsonedit.set_value(original, ("mcpServers", "relay"), entry, "f.json")
@@ -46,6 +53,14 @@ def test_a_member_is_inserted_with_the_files_own_indentation_and_everything_else
     assert added == CLAUDE_JSON.replace(
         '      "command": "other-server"\n    }\n',
         '      "command": "other-server"\n    },\n    "relay": {\n      "command": "r"\n    }\n',
+    )
+
+
+def test_a_trailing_line_comment_stays_on_its_members_line_and_the_new_member_gets_its_own() -> None:
+    added = jsonedit.set_value(GEMINI_TRAILING_COMMENT, ("mcpServers", "relay"), {"trust": True}, "settings.json")
+    assert added == GEMINI_TRAILING_COMMENT.replace(
+        '  "ui": {"theme": "dark"} // mine\n',
+        '  "ui": {"theme": "dark"}, // mine\n  "mcpServers": {\n    "relay": {\n      "trust": true\n    }\n  }\n',
     )
 
 

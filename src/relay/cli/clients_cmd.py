@@ -70,5 +70,8 @@ def client_rows() -> tuple[list[list[str]], list[dict[str, Any]], bool]:
     from relay.clients import check_all
 
     reports = check_all(_context())
-    rows = [[r.client, r.scope, r.status, "; ".join((r.path, *r.problems))] for r in reports]
+    rows = [
+        [r.client, r.scope, r.status, "; ".join((r.path, *r.problems, *(f"note: {n}" for n in r.notes)))]
+        for r in reports
+    ]
     return rows, [r.to_dict() for r in reports], any(r.status == "problems" for r in reports)

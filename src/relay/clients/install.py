@@ -151,6 +151,7 @@ class EntryReport:
     path: str
     status: str  # ok, missing, problems
     problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what else the client needs here (not a fault of the entry: no exit 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +160,7 @@ class EntryReport:
             "path": self.path,
             "status": self.status,
             "problems": list(self.problems),
+            "notes": list(self.notes),
         }
 
 
@@ -248,7 +250,9 @@ def check_client(spec: ClientSpec, ctx: Context, scope: str) -> EntryReport | No
     path = str(plans[0].path)
     if not found:
         return EntryReport(spec.name, scope, path, "missing", ("run `relay install " + spec.name + "`",))
-    return EntryReport(spec.name, scope, path, "problems" if problems else "ok", tuple(problems))
+    advice = spec.advice(ctx) if spec.advice is not None else None
+    notes = (advice,) if advice else ()
+    return EntryReport(spec.name, scope, path, "problems" if problems else "ok", tuple(problems), notes)
 
 
 def check_all(ctx: Context) -> list[EntryReport]:

@@ -173,7 +173,20 @@ def _insert(text: str, container: Node, entry: str, unit: str) -> str:
             last = container.members[-1][2]
             return text[: last.end] + ", " + entry.replace("\n", " ") + text[last.end :]
         last = container.members[-1][2]
-        return text[: last.end] + ",\n" + indent + entry.replace("\n", "\n" + indent) + text[last.end :]
+        eol = text.find("\n", last.end)
+        eol = len(text) if eol < 0 else eol
+        tail = text[last.end : eol]
+        # A `// comment` ending the last member's line stays there, on its own member's line.
+        after = eol if tail.lstrip(" \t").startswith("//") else last.end
+        return (
+            text[: last.end]
+            + ","
+            + text[last.end : after]
+            + "\n"
+            + indent
+            + entry.replace("\n", "\n" + indent)
+            + text[after:]
+        )
     outer = _line_indent(text, container.start)
     inner = outer + unit
     body = "\n" + inner + entry.replace("\n", "\n" + inner) + "\n" + outer
@@ -186,7 +199,10 @@ def _remove(text: str, container: Node, index: int) -> str:
     if len(members) == 1:
         return text[: container.start + 1] + text[container.end - 1 :]
     if index > 0:
-        return text[: members[index - 1][2].end] + text[node.end :]
+        before = members[index - 1][2].end
+        line = text[before:start].split("\n", 1)[0] if "\n" in text[before:start] else ""
+        kept = line.replace(",", "", 1) if line.lstrip(" \t,").startswith("//") else ""  # its `// comment` (_insert)
+        return text[:before] + kept + text[node.end :]
     return text[:start] + text[members[1][1] :]
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relay.clients.gemini_trust import untrusted_note
+
 SERVER_NAME = "relay"
 SCOPES = ("user", "project")
 
@@ -137,6 +139,8 @@ class ClientSpec:
     binary: str | None
     plan: Callable[[Context, str], tuple[FilePlan, ...]]
     notes: tuple[str, ...] = ()
+    # doctor's advice for this machine and folder beyond the entry itself (None: nothing to say)
+    advice: Callable[[Context], str | None] | None = None
 
 
 def _at_least(seconds: float, scale: float = 1.0) -> Callable[[Any], bool]:
@@ -252,7 +256,12 @@ CLIENTS: dict[str, ClientSpec] = {
         "Gemini CLI",
         "gemini",
         _gemini,
-        ("Gemini starts stdio servers only in trusted folders (`gemini trust`, or GEMINI_CLI_TRUST_WORKSPACE=true).",),
+        (
+            "Gemini starts MCP servers only in folders it trusts: trust the folder once in interactive `gemini`, "
+            'or add it to ~/.gemini/trustedFolders.json ({"/path/to/projects": "TRUST_FOLDER"}), '
+            "or set GEMINI_CLI_TRUST_WORKSPACE=true.",
+        ),
+        lambda ctx: untrusted_note(ctx.project, ctx.environ, ctx.env_path("GEMINI_CLI_HOME", ctx.home)),
     ),
     "cursor": ClientSpec(
         "cursor",
