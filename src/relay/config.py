@@ -6,7 +6,9 @@ This is the only module that reads the environment; everything else gets setting
 from __future__ import annotations
 
 import os
+import threading
 import tomllib
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -60,6 +62,42 @@ class AgentConfig:
     model_args: tuple[str, ...] = ()
 
 
+class ClientRoots:
+    """The folders connected MCP clients declared as their roots (`roots/list`), one list per connection.
+
+    One object shared by every copy of a process's Settings; a connection's roots go when the
+    connection (the key, held weakly) does.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._by_connection: weakref.WeakKeyDictionary[object, tuple[str, tuple[Path, ...]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.updates = 0  # answers recorded so far
+
+    def set(self, connection: object, client: str, roots: tuple[Path, ...]) -> None:
+        with self._changed:
+            self._by_connection[connection] = (client, roots)
+            self.updates += 1
+            self._changed.notify_all()
+
+    def wait_updates(self, count: int, timeout: float) -> bool:
+        """Block until `count` answers have been recorded (or `timeout` seconds pass); True when they have."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.updates >= count, timeout)
+
+    def sources(self) -> list[tuple[Path, str]]:
+        """(root, which client declared it), each root once, in the order the clients declared them."""
+        with self._changed:
+            declared = list(self._by_connection.values())
+        seen: dict[Path, str] = {}
+        for client, roots in declared:
+            for root in roots:
+                seen.setdefault(root, f"the MCP client's roots ({client})")
+        return list(seen.items())
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything relay can be configured with."""
@@ -75,7 +113,15 @@ class Settings:
     max_depth: int = DEFAULT_MAX_DEPTH
     depth: int = 0
     default_permission: str = "read-only"
-    allowed_roots: tuple[Path, ...] = ()
+    # Where a job's cwd may be, from configuration (see allowed_roots for the whole list) and where they came from.
+    configured_roots: tuple[Path, ...] = ()
+    configured_roots_from: str = "the folder relay started in"
+    # The connected clients' roots (MCP `roots/list`), allowed too when client_roots is on.
+    client_roots: ClientRoots = field(default_factory=ClientRoots, compare=False, repr=False)
+    # `[security] client_roots` / RELAY_CLIENT_ROOTS; None: on for stdio, off for HTTP (its clients may be others).
+    use_client_roots: bool | None = None
+    # Load the model SDKs in the background once a client has initialized (RELAY_WARMUP=0: off).
+    warmup: bool = True
     # Spend caps in USD, enforced from the costs agents report (None: no cap).
     max_cost_usd: float | None = None
     max_session_cost_usd: float | None = None
@@ -98,6 +144,16 @@ class Settings:
     default_workspace: str = "cwd"
     # A land's test command is stopped after this long (`[workspaces] test_timeout_s`).
     land_test_timeout_s: float = DEFAULT_LAND_TEST_TIMEOUT_S
+
+    @property
+    def allowed_roots(self) -> tuple[Path, ...]:
+        """Where a job's cwd may be: the configured roots, then every connected client's roots."""
+        return tuple(root for root, _ in self.root_sources())
+
+    def root_sources(self) -> list[tuple[Path, str]]:
+        """Each allowed root with where it came from (config.toml, RELAY_ALLOWED_ROOTS, a client's roots...)."""
+        sources = [(root, self.configured_roots_from) for root in self.configured_roots]
+        return sources + [(root, why) for root, why in self.client_roots.sources() if root not in self.configured_roots]
 
     @property
     def db_path(self) -> Path:
@@ -142,6 +198,18 @@ def _float(env: Mapping[str, str], key: str, default: float) -> float:
 
 def _int(env: Mapping[str, str], key: str, default: int) -> int:
     return int(_float(env, key, float(default)))
+
+
+def _flag(env_value: str | None, config_value: Any, name: str) -> bool | None:
+    """A yes/no setting: the environment's 1/0/true/false over config.toml's boolean; None when neither says."""
+    if env_value not in (None, ""):
+        lowered = env_value.strip().lower()
+        if lowered in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return lowered in ("1", "true", "yes", "on")
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"RELAY_{name.upper()}={env_value!r}", "use 1 or 0")
+    if config_value is None or isinstance(config_value, bool):
+        return config_value
+    raise RelayError(ErrorCode.CONFIG_INVALID, f"{name} in config.toml must be true or false", "fix config.toml")
 
 
 def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
@@ -241,11 +309,17 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     default_model = env.get("ANTHROPIC_MODEL") or claude.default_model
     agents["claude"] = replace(claude, models=models, default_model=default_model)
 
-    roots_raw = raw.get("security", {}).get("allowed_roots") if isinstance(raw.get("security"), dict) else None
+    security: dict[str, Any] = raw.get("security", {}) if isinstance(raw.get("security"), dict) else {}
+    roots_raw = security.get("allowed_roots")
     roots = _str_tuple(env.get("RELAY_ALLOWED_ROOTS") or roots_raw, "allowed_roots")
     allowed = tuple(Path(r).expanduser().resolve() for r in roots) or ((cwd or Path.cwd()).resolve(),)
     if env.get("RELAY_ALLOWED_ROOTS") == "/" or roots == ("/",):
         allowed = (Path("/"),)
+    roots_from = (
+        "RELAY_ALLOWED_ROOTS"
+        if env.get("RELAY_ALLOWED_ROOTS")
+        else ("config.toml [security] allowed_roots" if roots else "the folder relay started in")
+    )
 
     def pick(key: str, env_key: str, default: float) -> float:
         return _float(env, env_key, float(jobs.get(key, default)))
@@ -280,7 +354,10 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         max_depth=_int(env, "RELAY_MAX_DEPTH", int(jobs.get("max_depth", DEFAULT_MAX_DEPTH))),
         depth=depth,
         default_permission=permission,
-        allowed_roots=allowed,
+        configured_roots=allowed,
+        configured_roots_from=roots_from,
+        use_client_roots=_flag(env.get("RELAY_CLIENT_ROOTS"), security.get("client_roots"), "client_roots"),
+        warmup=_flag(env.get("RELAY_WARMUP"), server.get("warmup"), "warmup") is not False,
         max_cost_usd=cap("max_cost_usd", "RELAY_MAX_COST_USD"),
         max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,

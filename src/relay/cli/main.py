@@ -409,6 +409,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     runtime_line = _runtime_line(settings.runtime)
     worktree_line, worktrees = worktree_report(settings)
     sandbox = sandbox_report(settings.environ)
+    roots = [{"path": str(root), "source": source} for root, source in settings.root_sources()]
     if args.json:
         report = {
             "agents": [r.to_dict() for r in reports],
@@ -417,6 +418,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "runtime": runtime_line.removeprefix("runtime: "),
             "worktrees": worktrees,
             "sandbox": sandbox,
+            "allowed_roots": roots,
         }
         print(json.dumps(report, indent=2))
     else:
@@ -425,6 +427,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"sandbox (execute_code): {sandbox['mode']}: {sandbox['details']}")
         print("\n" + store_line)
         print(worktree_line)
+        print("\nallowed roots (a job's cwd must be under one):")
+        print("\n".join(f"  {r['path']}  ({r['source']})" for r in roots))
+        print(f"  {CLIENT_ROOTS_NOTE}")
         if rows:
             print("\n" + _table(rows, CLIENT_HEADERS))
     return 1 if problems or not store_ok or client_problems else 0
@@ -484,6 +489,12 @@ COMMANDS = {
     "audit": cmd_audit,
     **WORKTREE_COMMANDS,
 }
+
+
+CLIENT_ROOTS_NOTE = (
+    "+ the roots each connected MCP client declares (over stdio; over HTTP with [security] client_roots = true); "
+    "more: [security] allowed_roots in config.toml or RELAY_ALLOWED_ROOTS"
+)
 
 
 def _runtime_line(requested: str) -> str:

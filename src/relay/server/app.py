@@ -8,18 +8,21 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import CallToolResult, InputRequiredResult, NotificationParams
 from mcp.types import Tool as MCPTool
 
 from relay import __version__
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
+from relay.server import roots
 from relay.server.catalog import Catalog
 from relay.server.tasks_ext import TasksExtension
 from relay.server.toolsets import load_toolset, resolve_exposure
 from relay.server.toolsets._registry import Deps
+from relay.server.warmup import Warmup
 
 # Short, and without the words of any one tool: Codex's tool_search adds the instructions to every
 # tool's search text, so a word here ("delegate") would match every tool and bury the one it names.
@@ -45,6 +48,8 @@ class RelayServer(MCPServer[Any]):
     """An MCPServer whose tools come from relay's catalog of toolsets."""
 
     catalog: Catalog
+    roots: roots.Refreshes | None = None  # set when client roots are in use
+    warmup: Warmup
 
     async def list_tools(self) -> list[MCPTool]:
         return [
@@ -62,6 +67,8 @@ class RelayServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        if self.roots is not None:
+            await self.roots.settled()
         return await self.catalog.call_exposed(name, arguments, context)
 
 
@@ -74,6 +81,8 @@ def build_server(
     deps.port = port
     exposure = resolve_exposure(settings.toolsets, settings.profile)
 
+    warmup = Warmup(settings)
+
     @asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
         engine = engine_factory(settings)
@@ -84,9 +93,11 @@ def build_server(
                 toolset = load_toolset(name)
                 if toolset.on_start is not None:
                     toolset.on_start(engine, deps)
+            fallback = warmup.start_later()
             try:
                 yield {"engine": engine}
             finally:
+                fallback.cancel()
                 holder.engine = None
                 await deps.close()
 
@@ -101,4 +112,25 @@ def build_server(
         log_level="WARNING",
     )
     server.catalog = Catalog(deps, exposure)
+    server.warmup = warmup
+    _on_client_events(server, settings, warmup, http=port is not None)
     return server
+
+
+def _on_client_events(server: RelayServer, settings: Settings, warmup: Warmup, *, http: bool) -> None:
+    """Once the client has initialized: warm the model SDKs, and ask for its roots (again when they change)."""
+    lowlevel: Any = getattr(server, "_lowlevel_server")  # noqa: B009  (the SDK's kernel; no public handle)
+    refreshes = server.roots = roots.Refreshes(settings) if roots.enabled(settings, http) else None
+
+    async def initialized(ctx: ServerRequestContext[Any, Any], _: NotificationParams) -> None:
+        warmup.start()
+        if refreshes is not None:
+            await refreshes.refresh(ctx)
+
+    lowlevel.add_notification_handler("notifications/initialized", NotificationParams, initialized)
+    if refreshes is not None:
+
+        async def roots_changed(ctx: ServerRequestContext[Any, Any], _: NotificationParams) -> None:
+            await refreshes.refresh(ctx)
+
+        lowlevel.add_notification_handler("notifications/roots/list_changed", NotificationParams, roots_changed)

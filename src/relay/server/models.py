@@ -112,6 +112,13 @@ class McpServerState(BaseModel):
     last_error: str | None = None
 
 
+class AllowedRoot(BaseModel):
+    path: str
+    source: str = Field(
+        description="where it came from: config.toml, RELAY_ALLOWED_ROOTS, the folder relay started in, or a client's roots"
+    )
+
+
 class StatusInfo(BaseModel):
     status: str = "running"
     version: str
@@ -126,6 +133,7 @@ class StatusInfo(BaseModel):
     queued_jobs: int
     models: dict[str, list[str]] = {}
     toolsets: list[str] = Field(default=[], description="toolsets exposed in tools/list")
+    allowed_roots: list[AllowedRoot] = Field(default=[], description="folders a job's cwd may be under")
     mcp_servers: list[McpServerState] = []
     mcp_server_count: int = 0
     formatted_message: str = ""

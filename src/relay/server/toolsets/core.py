@@ -16,6 +16,7 @@ from relay.jobs.envelope import job_title
 from relay.jobs.request import via_of
 from relay.server.models import (
     AgentInfo,
+    AllowedRoot,
     AskEnvelope,
     Envelope,
     JobList,
@@ -382,6 +383,7 @@ def status_info(deps: Deps) -> StatusInfo:
         queued_jobs=queued,
         models={"claude": list(settings.agent("claude").models)},
         toolsets=deps.exposed_toolsets,
+        allowed_roots=[AllowedRoot(path=str(root), source=source) for root, source in settings.root_sources()],
         mcp_servers=servers,
         mcp_server_count=len(servers),
         formatted_message=(
