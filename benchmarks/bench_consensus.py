@@ -11,7 +11,7 @@ Alternated in one run: warm-up on (the default) and off (RELAY_WARMUP=0: the fir
 the vendor SDKs itself). Also, with warm-up on, a call sent at once after tools/list (no think
 time), which waits for whatever of the warm-up is left. Target: first call ≤ 2.3 s (median).
 
-Run alone: .venv/bin/python benchmarks/bench_consensus.py [runs]
+Run alone: .venv/bin/python benchmarks/bench_consensus.py [runs] [think_s]
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def first_consensus(env: dict[str, str], cwd: str, think_s: float) -> float:
         session.close()
 
 
-async def run(runs: int = RUNS) -> list[Result]:
+async def run(runs: int = RUNS, think_s: float = THINK_S) -> list[Result]:
     with bench_env() as benv, ExitStack() as stack:
         anthropic = stack.enter_context(SlowMock("anthropic"))
         openai = stack.enter_context(SlowMock("openai"))
@@ -148,8 +148,8 @@ async def run(runs: int = RUNS) -> list[Result]:
             "XAI_API_KEY": "xai-bench-0123456789abcdefghijkl",
         }
         variants = {
-            "warm": ({**env}, THINK_S),
-            "cold": ({**env, "RELAY_WARMUP": "0"}, THINK_S),
+            "warm": ({**env}, think_s),
+            "cold": ({**env, "RELAY_WARMUP": "0"}, think_s),
             "warm_no_think": ({**env}, 0.0),
         }
         cwd = str(benv.work)
@@ -167,7 +167,7 @@ async def run(runs: int = RUNS) -> list[Result]:
     details: dict[str, Any] = {
         "runs_each": runs,
         "model_delay_s": MODEL_DELAY_S,
-        "think_s": THINK_S,
+        "think_s": think_s,
         **{f"{name}_s": [round(t, 3) for t in values] for name, values in times.items()},
         **{f"{name}_p90_s": round(percentile(values, 90), 3) for name, values in times.items()},
         "leaked_processes_killed": leaked,
@@ -194,8 +194,9 @@ async def run(runs: int = RUNS) -> list[Result]:
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
+    think = float(sys.argv[2]) if len(sys.argv) > 2 else THINK_S
 
     async def _go() -> list[Result]:
-        return await run(n)
+        return await run(n, think)
 
     sys.exit(main_for(NAME, _go))
