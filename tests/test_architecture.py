@@ -30,6 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "relay.errors",
         "relay.events",
         "relay.secrets",
+        "relay.principal",
     ),
 )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.errors import ErrorCode, RelayError
+from relay.principal import LOCAL_NAME, NAME_PATTERN, ROLES, Principal
 
 # The MCP clients relay serves commonly give up on a tool call after 60 s; auto mode answers
 # with a job handle before that.
@@ -38,6 +39,8 @@ DEFAULT_LAND_TEST_TIMEOUT_S = 600.0
 DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5")
 
 PERMISSIONS = ("read-only", "edit", "full")
+# A bearer token shorter than this is guessable; config with one is refused.
+MIN_TOKEN_CHARS = 16
 # Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
 RUNTIMES = ("auto", "linux", "portable")
 
@@ -99,6 +102,14 @@ class ClientRoots:
 
 
 @dataclass(frozen=True)
+class NamedToken:
+    """An HTTP bearer token from `[server.tokens.NAME]`: the principal a request carrying it acts as."""
+
+    principal: Principal
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything relay can be configured with."""
 
@@ -144,6 +155,8 @@ class Settings:
     default_workspace: str = "cwd"
     # A land's test command is stopped after this long (`[workspaces] test_timeout_s`).
     land_test_timeout_s: float = DEFAULT_LAND_TEST_TIMEOUT_S
+    # HTTP bearer tokens, each a principal with a role (`[server.tokens.NAME]`); empty: the one local user.
+    tokens: tuple[NamedToken, ...] = ()
 
     @property
     def allowed_roots(self) -> tuple[Path, ...]:
@@ -285,6 +298,43 @@ def _workspace_default(value: str) -> str:
     return value
 
 
+def _tokens(raw: Any, env: Mapping[str, str]) -> tuple[NamedToken, ...]:
+    """`[server.tokens.NAME]` tables: `token = "..."` or `token_env = "VAR"`, and `role = "user" | "admin"`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise RelayError(ErrorCode.CONFIG_INVALID, "[server.tokens] must be a table of tables", "fix config.toml")
+    tables: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]
+    found: list[NamedToken] = []
+    for name, table in tables.items():
+        where = f"server.tokens.{name}"
+        if not isinstance(table, dict):
+            raise RelayError(ErrorCode.CONFIG_INVALID, f"[{where}] must be a table", "fix config.toml")
+        entry: dict[str, Any] = table  # pyright: ignore[reportUnknownVariableType]
+        if not NAME_PATTERN.match(name) or name == LOCAL_NAME:
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID,
+                f"[{where}]: {name!r} cannot name a principal",
+                f"use letters, digits, '_', '.', '@' or '-' (up to 64), not {LOCAL_NAME!r}",
+            )
+        role = entry.get("role", "user")
+        if role not in ROLES:
+            raise RelayError(ErrorCode.CONFIG_INVALID, f"{where}.role = {role!r}", 'use role = "user" or "admin"')
+        var = entry.get("token_env")
+        token = env.get(str(var), "") if var else entry.get("token", "")
+        if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
+            source = f"${var}" if var else f"{where}.token"
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID,
+                f"{source} must be a token of at least {MIN_TOKEN_CHARS} characters",
+                f"set {where}.token_env to a variable holding one (e.g. `openssl rand -hex 24`)",
+            )
+        if any(t.token == token for t in found):
+            raise RelayError(ErrorCode.CONFIG_INVALID, f"[{where}] reuses another name's token", "give each its own")
+        found.append(NamedToken(Principal(name, role), token))
+    return tuple(found)
+
+
 def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
     """Build settings from config.toml in RELAY_HOME and the environment (which wins)."""
     env = dict(os.environ if environ is None else environ)
@@ -373,4 +423,5 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         land_test_timeout_s=_float(
             env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
         ),
+        tokens=_tokens(server.get("tokens"), env),
     )

@@ -20,6 +20,7 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.osfiles import private_home
+from relay.principal import current
 from relay.store.migrations import migrate
 from relay.store.release import connect
 
@@ -129,6 +130,7 @@ class Thread:
     turn_count: int
     total_cost_usd: float
     turns: tuple[Turn, ...] = ()
+    principal: str = "local"  # who started it: a `user` principal finds only its own threads
 
     def remaining_turns(self, max_turns: int) -> int:
         return max(0, max_turns - self.turn_count)
@@ -212,6 +214,8 @@ class Threads:
             row = self._db.execute("SELECT * FROM threads WHERE id=?", (thread_id,)).fetchone()
             if row is None or float(row["updated_at"]) + self.config.ttl_s <= self._clock():
                 return None
+            if not current().sees(row["principal"]):
+                return None  # another principal's thread: as unknown as one that never was
             rows = self._db.execute(
                 "SELECT * FROM thread_turns WHERE thread_id=? ORDER BY seq", (thread_id,)
             ).fetchall()
@@ -254,9 +258,12 @@ class Threads:
         if limit < 1:
             raise invalid("limit must be at least 1", "pass a positive limit")
         cutoff = -1.0 if include_expired else self._clock() - self.config.ttl_s
+        who = current()
+        mine = ("", ()) if who.is_admin else (" AND principal = ?", (who.name,))
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM threads WHERE updated_at > ? ORDER BY updated_at DESC LIMIT ?", (cutoff, limit)
+                f"SELECT * FROM threads WHERE updated_at > ?{mine[0]} ORDER BY updated_at DESC LIMIT ?",
+                (cutoff, *mine[1], limit),
             ).fetchall()
         return [self._thread(r) for r in rows]
 
@@ -276,8 +283,12 @@ class Threads:
         now = self._clock()
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute("SELECT turn_count, updated_at FROM threads WHERE id=?", (thread_id,)).fetchone()
-            if row is not None and float(row["updated_at"]) + self.config.ttl_s <= now:
+            row = self._db.execute(
+                "SELECT turn_count, updated_at, principal FROM threads WHERE id=?", (thread_id,)
+            ).fetchone()
+            if row is not None and (
+                float(row["updated_at"]) + self.config.ttl_s <= now or not current().sees(row["principal"])
+            ):
                 raise _not_found(thread_id)
             count = int(row["turn_count"]) if row is not None else 0
             if count + len(turns) > self.config.max_turns:
@@ -289,9 +300,9 @@ class Threads:
             if row is None:
                 heading = " ".join(title.split())[:TITLE_CHARS]
                 self._db.execute(
-                    "INSERT INTO threads (id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd)"
-                    " VALUES (?,?,?,?,?,?,0,0)",
-                    (thread_id, parent_id, tool, heading, now, now),
+                    "INSERT INTO threads (id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd,"
+                    " principal) VALUES (?,?,?,?,?,?,0,0,?)",
+                    (thread_id, parent_id, tool, heading, now, now, current().name),
                 )
             for i, turn in enumerate(turns):
                 self._db.execute(

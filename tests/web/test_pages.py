@@ -16,7 +16,7 @@ from relay.tracker import TaskStore, resolve_project
 from tests.web.conftest import HTML, DashboardFactory, Jobs, wait_until
 
 
-def test_the_jobs_page_lists_each_job_with_status_agent_via_model_cwd_age_duration_and_cost(
+def test_the_jobs_page_lists_each_job_with_status_agent_principal_via_model_cwd_age_duration_and_cost(
     dashboard: DashboardFactory, jobs: Jobs, workdir: Path
 ) -> None:
     job = jobs.run("say hi")
@@ -28,12 +28,13 @@ def test_the_jobs_page_lists_each_job_with_status_agent_via_model_cwd_age_durati
     assert cells[0] == ["completed"]
     assert cells[1][0] == job.id and cells[1][1:] == ["say", "hi"]
     assert cells[2] == ["claude"]
-    assert cells[3] == ["cli/run"]  # started by `relay run`
-    assert cells[4] == [job.model or "-"]
-    assert cells[5] == [str(workdir)]
-    assert cells[6][-1] == "ago"
-    assert cells[7][0].endswith("s")
-    assert cells[8] == ["$0.0002"]
+    assert cells[3] == ["local"]  # the local user's job: `relay run` is no HTTP principal
+    assert cells[4] == ["cli/run"]  # started by `relay run`
+    assert cells[5] == [job.model or "-"]
+    assert cells[6] == [str(workdir)]
+    assert cells[7][-1] == "ago"
+    assert cells[8][0].endswith("s")
+    assert cells[9] == ["$0.0002"]
 
 
 def test_the_jobs_page_filters_by_status_agent_and_text_and_pages_on_the_server(

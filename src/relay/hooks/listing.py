@@ -9,14 +9,15 @@ from relay.store import Store
 
 
 def merged_sessions(
-    store: Store, hooks: HookStore, *, agent: str | None = None, limit: int = 20
+    store: Store, hooks: HookStore, *, agent: str | None = None, limit: int = 20, principal: str | None = None
 ) -> list[dict[str, Any]]:
     """Sessions newest first, each once: `origin` says who knows it (relay: a job ran it; hook: a CLI reported it).
 
     A session both know (a codex thread relay ran and tracks) is listed once, as relay's, with the hook's status.
+    With `principal`, only the sessions its jobs started: CLIs report theirs by hook on the local user's machine.
     """
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for s in store.list_sessions(agent=agent, limit=limit):
+    for s in store.list_sessions(agent=agent, limit=limit, principal=principal):
         rows[(s.agent, s.session_id)] = {
             "agent": s.agent,
             "session_id": s.session_id,
@@ -30,7 +31,7 @@ def merged_sessions(
             "origin": "relay",
             "status": None,
         }
-    for h in hooks.list(source=agent, limit=limit):
+    for h in hooks.list(source=agent, limit=limit) if principal is None else ():
         key = (h.source.lower(), h.id)
         if key in rows:
             rows[key]["status"] = h.status

@@ -40,10 +40,11 @@ from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, check_depth,
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
 from relay.jobs.workspace import JobWorkspaces, next_for
+from relay.principal import current, visible_to
 from relay.runtime import choice, procinfo, supervisor
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact
-from relay.store import JobRecord, Store
+from relay.store import JobRecord, SessionRecord, Store
 from relay.store.health import os_error
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
@@ -197,7 +198,14 @@ class Engine:
         )
         self._make_dir(job_id)
         self.store.insert_job(
-            job_id, req.agent, "cli", self._state.redacted(stored), ar.model, ar.cwd, owner=self._state.owner
+            job_id,
+            req.agent,
+            "cli",
+            self._state.redacted(stored),
+            ar.model,
+            ar.cwd,
+            owner=self._state.owner,
+            principal=current().name,
         )
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id, req.agent)
@@ -224,15 +232,32 @@ class Engine:
         self._make_dir(job_id)
         request = {"via": SUBMITTED_VIA.get()} | request
         self.store.insert_job(
-            job_id, agent, "task", self._state.redacted(request), model, None, owner=self._state.owner
+            job_id,
+            agent,
+            "task",
+            self._state.redacted(request),
+            model,
+            None,
+            owner=self._state.owner,
+            principal=current().name,
         )
         self._lifecycle.start_task(job_id, task, timeout_s or self.settings.job_timeout_s)
         return job_id
 
     # queries ------------------------------------------------------------------------------
+    # Every query below answers for the current principal (relay/principal.py): a `user` finds only
+    # the jobs it started; another's id or id prefix is JOB_NOT_FOUND, as if there were no such job.
 
     def get(self, job_id: str) -> JobRecord:
-        return self._state.get(job_id)
+        return self._state.get(job_id, visible_to())
+
+    def find(self, prefix: str) -> list[JobRecord]:
+        """The current principal's jobs whose id starts with `prefix` (at most 5)."""
+        return self.store.find_jobs(prefix, principal=visible_to())
+
+    def sessions(self, *, agent: str | None = None, limit: int = 50) -> list[SessionRecord]:
+        """The agent sessions the current principal's jobs started, last used first."""
+        return self.store.list_sessions(agent=agent, limit=limit, principal=visible_to())
 
     def envelope(self, job_id: str) -> dict[str, Any]:
         rec = self.get(job_id)
@@ -256,7 +281,14 @@ class Engine:
         """Jobs newest first; `cursor` (from `job_cursor` of the last job of a page) continues after it."""
         before = _parse_cursor(cursor) if cursor else None
         return self.store.list_jobs(
-            statuses=statuses, agent=agent, since=since, session_id=session_id, limit=limit, before=before, via=via
+            statuses=statuses,
+            agent=agent,
+            since=since,
+            session_id=session_id,
+            limit=limit,
+            before=before,
+            via=via,
+            principal=visible_to(),
         )
 
     def read_output(self, job_id: str, view: str, offset: int, limit: int) -> dict[str, Any]:
@@ -340,16 +372,16 @@ class Engine:
     # waiting and cancelling ---------------------------------------------------------------
 
     def subscribe(self, job_id: str) -> MemoryObjectReceiveStream[tuple[int, Event]]:
-        return self._waiting.subscribe(job_id)
+        return self._waiting.subscribe(self.get(job_id).id)
 
     async def wait(
         self, job_ids: list[str], mode: Literal["any", "all"] = "any", timeout: float = 30.0
     ) -> list[JobRecord]:
         """Block until any/all of the jobs are final or `timeout` passes; returns their records."""
-        return await self._waiting.wait(job_ids, mode, timeout)
+        return await self._waiting.wait([self.get(j).id for j in job_ids], mode, timeout)
 
     async def wait_one(self, job_id: str, timeout: float) -> JobRecord:
-        return await self._waiting.wait_one(job_id, timeout)
+        return await self._waiting.wait_one(self.get(job_id).id, timeout)
 
     async def cancel(self, job_id: str) -> JobRecord:
         """Stop a job: kill its whole process group (SIGTERM, grace, SIGKILL) and mark it cancelled."""

@@ -146,6 +146,7 @@ class Finisher:
                 permission=str(req.get("permission") or state.settings.default_permission),
                 title=job_title(req),
                 cost=result.cost_usd or 0.0,
+                principal=rec.principal,
             )
         # The final state and the session's turn in one transaction (one commit on the way to the reply).
         state.store.finish_job(

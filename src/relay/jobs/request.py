@@ -14,6 +14,7 @@ from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
 from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.principal import current
 from relay.runtime import choice, procinfo
 from relay.store import JobRecord, SessionRecord, Store
 
@@ -233,6 +234,12 @@ def prepare(
     model, permission, cwd_raw = req.model, req.permission, req.cwd
     if req.session_id:
         session = store.get_session(req.session_id, req.agent)
+        if session is not None and not current().sees(session.principal):
+            raise RelayError(
+                ErrorCode.SESSION_NOT_FOUND,
+                f"no {req.agent} session {req.session_id!r}",
+                "list your sessions with session_list, or omit session_id to start a new one",
+            )
         if session is not None:
             # A CLI resumes only from the cwd that started the session; keep its settings.
             if cwd_raw and resolve_cwd(settings, cwd_raw) != session.cwd:

@@ -102,12 +102,13 @@ class JobState:
     def redacted(self, value: dict[str, Any]) -> dict[str, Any]:
         return redact_value(value, self.secrets)  # pyright: ignore[reportReturnType]
 
-    def get(self, job_id: str) -> JobRecord:
-        """A job by id, or by a unique prefix of one; JOB_NOT_FOUND otherwise."""
-        rec = self.store.get_job(job_id)
+    def get(self, job_id: str, principal: str | None = None) -> JobRecord:
+        """A job by id, or by a unique prefix of one; JOB_NOT_FOUND otherwise. With `principal`, only its
+        own jobs are found (another's id or prefix answers as if no such job existed)."""
+        rec = self.store.get_job(job_id, principal=principal)
         if rec is None:
             plausible = 4 <= len(job_id) <= 32 and all(c in "0123456789abcdef" for c in job_id)
-            matches = self.store.find_jobs(job_id) if plausible else []
+            matches = self.store.find_jobs(job_id, principal=principal) if plausible else []
             if len(matches) == 1:
                 return matches[0]
             raise RelayError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}", "list jobs with job_list (or `relay jobs`)")

@@ -1,30 +1,49 @@
-"""Streamable HTTP: the SDK's ASGI app, with DNS-rebinding protection and an optional bearer token."""
+"""Streamable HTTP: the SDK's ASGI app, with DNS-rebinding protection and bearer tokens, each a principal.
+
+Without tokens (loopback only) every request is the local user. With `--token` / RELAY_TOKEN and the
+named tokens of `[server.tokens.NAME]`, each request must carry one, and runs as its principal
+(relay/principal.py): the `--token` one is the local user, a named one is that name with its role.
+"""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+
+from relay.config import Settings
+from relay.principal import LOCAL, Principal, acting_as
 from relay.server.app import RelayServer
 
 # Where the web dashboard is mounted; it asks for the token itself (login form and cookie).
 DASHBOARD_PREFIX = "/ui"
 
 
-class BearerAuth:
-    """ASGI middleware: every request must carry `Authorization: Bearer <token>`, else 401."""
+# Where BearerAuth leaves the request's principal in the ASGI scope (read back per MCP message).
+PRINCIPAL_SCOPE_KEY = "relay.principal"
 
-    def __init__(self, app: Any, token: str) -> None:
+
+class BearerAuth:
+    """ASGI middleware: every request must carry `Authorization: Bearer <token>` of a known principal, else 401."""
+
+    def __init__(self, app: Any, principals: Mapping[str, Principal]) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = [(f"Bearer {token}".encode(), who) for token, who in principals.items()]
+
+    def principal(self, got: bytes) -> Principal | None:
+        """Whose token `got` is; every token is compared (in constant time), so timing tells nothing."""
+        found = [who for expected, who in self.expected if hmac.compare_digest(got, expected)]
+        return found[0] if found else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
         if scope["type"] == "http" and not (path == DASHBOARD_PREFIX or path.startswith(DASHBOARD_PREFIX + "/")):
             headers = dict(scope.get("headers") or [])
-            got = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(got, self.expected):
+            who = self.principal(headers.get(b"authorization", b""))
+            scope[PRINCIPAL_SCOPE_KEY] = who
+            if who is None:
                 await send(
                     {
                         "type": "http.response.start",
@@ -70,13 +89,29 @@ def host_values(names: list[str], port: int) -> list[str]:
     return list(dict.fromkeys(values))
 
 
+def principals(settings: Settings, token: str | None) -> dict[str, Principal]:
+    """Each bearer token the server accepts, and whose it is (`token`: the local user's, as before tokens had names)."""
+    found = {t.token: t.principal for t in settings.tokens}
+    if token:
+        found[token] = LOCAL
+    return found
+
+
+async def act_as_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Server middleware: handle each MCP message as the principal its HTTP request's token named."""
+    scope: Mapping[str, Any] = getattr(ctx.request, "scope", None) or {}  # no HTTP request: stdio, in-memory
+    who = scope.get(PRINCIPAL_SCOPE_KEY)
+    with acting_as(who if isinstance(who, Principal) else LOCAL):
+        return await call_next(ctx)
+
+
 def build_http_app(
     server: RelayServer, host: str, port: int, token: str | None, dashboard: Callable[..., Any] | None = None
 ) -> Any:
     from mcp.server.transport_security import TransportSecuritySettings
 
     names = ["127.0.0.1", "localhost", "::1"]
-    if token and host not in LOOPBACK:
+    if (token or server.catalog.deps.settings.tokens) and host not in LOOPBACK:
         # Bound beyond loopback (behind a token): the names and addresses it is reachable by are valid
         # Hosts too; rebinding protection still refuses any other name, and Origin checks stay.
         names += bound_names(host) + list(server.catalog.deps.settings.allowed_hosts)
@@ -104,7 +139,10 @@ def build_http_app(
             gateway=lambda: deps.existing_service("gateway"),
         )
         app.router.routes.insert(0, Mount(DASHBOARD_PREFIX, ui))
-    return BearerAuth(app, token) if token else app
+    accepted = principals(server.catalog.deps.settings, token)
+    if act_as_caller not in server.middleware:
+        server.middleware.append(act_as_caller)
+    return BearerAuth(app, accepted) if accepted else app
 
 
 def run_http(

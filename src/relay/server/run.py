@@ -40,11 +40,11 @@ def serve(
         run_stdio(server, front)  # answers malformed JSON-RPC lines too (the SDK's stdio drops them)
         return 0
     token = token or settings.environ.get("RELAY_TOKEN")
-    if host not in LOOPBACK and not token:
+    if host not in LOOPBACK and not token and not settings.tokens:
         raise RelayError(
             ErrorCode.INVALID_ARGUMENT,
             f"refusing to serve HTTP on {host} without a token",
-            "pass --token SECRET (or set RELAY_TOKEN), or bind 127.0.0.1",
+            "pass --token SECRET (or set RELAY_TOKEN, or name tokens in [server.tokens.NAME]), or bind 127.0.0.1",
         )
     from relay.server.http import run_http
 

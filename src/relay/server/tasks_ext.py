@@ -56,6 +56,7 @@ from relay.errors import RelayError
 from relay.events import AgentResult, Event
 from relay.jobs.engine import Engine
 from relay.jobs.request import submitted_via
+from relay.principal import current
 from relay.server.models import AskEnvelope
 from relay.server.results import envelope_result, json_result
 from relay.server.task_input import (
@@ -151,10 +152,11 @@ class TaskStore:
             self._db.close()
 
     def add(self, task_id: str, job_id: str, tool: str, kind: Kind, created_at: float) -> None:
+        """Record a task of the current principal (only it, or an admin, finds it again)."""
         with self._lock:
             self._db.execute(
-                "INSERT INTO mcp_tasks (task_id, job_id, tool, kind, created_at) VALUES (?, ?, ?, ?, ?)",
-                (task_id, job_id, tool, kind, created_at),
+                "INSERT INTO mcp_tasks (task_id, job_id, tool, kind, created_at, principal) VALUES (?, ?, ?, ?, ?, ?)",
+                (task_id, job_id, tool, kind, created_at, current().name),
             )
 
     def set_outcome(self, task_id: str, outcome: dict[str, Any]) -> None:
@@ -163,12 +165,13 @@ class TaskStore:
             self._db.execute("UPDATE mcp_tasks SET result = ? WHERE task_id = ?", (json.dumps(outcome), task_id))
 
     def get(self, task_id: str) -> tuple[str, str, Kind, float, dict[str, Any] | None] | None:
-        """(job id, tool, kind, created at, stored outcome) of a task, or None for an unknown id."""
+        """(job id, tool, kind, created at, stored outcome) of a task, or None for an unknown id (or one of
+        another principal's tasks, unless the current principal is an admin)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT job_id, tool, kind, created_at, result FROM mcp_tasks WHERE task_id = ?", (task_id,)
+                "SELECT job_id, tool, kind, created_at, result, principal FROM mcp_tasks WHERE task_id = ?", (task_id,)
             ).fetchone()
-        if row is None:
+        if row is None or not current().sees(row[5]):
             return None
         return row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None
 

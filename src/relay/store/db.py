@@ -55,6 +55,8 @@ class JobRecord:
     exit_code: int | None
     result_json: str | None
     error_json: str | None
+    # Who started it (relay/principal.py): the local user for stdio, the CLI and rows from before principals.
+    principal: str = "local"
 
     @property
     def is_final(self) -> bool:
@@ -85,6 +87,7 @@ class SessionRecord:
     total_cost_usd: float
     created_at: float
     last_used_at: float
+    principal: str = "local"
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,21 @@ class SessionTurn:
     permission: str
     title: str
     cost: float
+    principal: str = "local"
 
     def params(self, now: float) -> tuple[Any, ...]:
-        return (self.agent, self.session_id, self.cwd, self.model, self.permission, self.title, self.cost, now, now)
+        return (
+            self.agent,
+            self.session_id,
+            self.cwd,
+            self.model,
+            self.permission,
+            self.title,
+            self.cost,
+            now,
+            now,
+            self.principal,
+        )
 
 
 # The highest audit entry written, whichever process wrote it (entries are appended under the log's lock).
@@ -111,7 +126,7 @@ _MARK_AUDIT = (
 
 _UPSERT_SESSION = (
     "INSERT INTO sessions (agent, session_id, cwd, model, permission, title, turns, total_cost_usd,"
-    " created_at, last_used_at) VALUES (?,?,?,?,?,?,1,?,?,?)"
+    " created_at, last_used_at, principal) VALUES (?,?,?,?,?,?,1,?,?,?,?)"
     " ON CONFLICT(agent, session_id) DO UPDATE SET turns=turns+1, total_cost_usd=total_cost_usd+excluded.total_cost_usd,"
     " last_used_at=excluded.last_used_at, model=COALESCE(excluded.model, model)"
 )
@@ -121,12 +136,12 @@ _UPSERT_SESSION = (
 JOB_COLUMNS = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
     " idle_timeout_s, pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, cancel_requested, stop_reason,"
-    " exit_code, result, error"
+    " exit_code, result, error, principal"
 )
 
 
 def _job(r: tuple[Any, ...]) -> JobRecord:
-    # r holds the 23 columns of JOB_COLUMNS, in JobRecord's field order (cancel_requested, 19th, is 0/1).
+    # r holds the 24 columns of JOB_COLUMNS, in JobRecord's field order (cancel_requested, 19th, is 0/1).
     return JobRecord(*r[:18], bool(r[18]), *r[19:])  # pyright: ignore[reportCallIssue]
 
 
@@ -237,12 +252,13 @@ class Store:
         cwd: str | None,
         *,
         owner: tuple[int, int | None] | None = None,
+        principal: str = "local",
     ) -> None:
-        """Record a queued job, owned from its first instant by `owner` (pid, start ticks) when given."""
+        """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given."""
         owner_pid, owner_ticks = owner if owner is not None else (None, None)
         self._exec(
             "INSERT INTO jobs (id, agent, kind, status, request, model, cwd, session_id, created_at,"
-            " owner_pid, owner_start_ticks) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+            " owner_pid, owner_start_ticks, principal) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 job_id,
                 agent,
@@ -254,6 +270,7 @@ class Store:
                 time.time(),
                 owner_pid,
                 owner_ticks,
+                principal,
             ),
         )
         self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd))
@@ -360,15 +377,19 @@ class Store:
         self.audit.record(status, job_id, done)
         return True
 
-    def get_job(self, job_id: str) -> JobRecord | None:
-        jobs = self._jobs(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,))
+    def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None:
+        """The job `job_id`; with `principal`, only if that principal started it (else None, as for no job)."""
+        where, params = _of(principal)
+        jobs = self._jobs(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?{where}", (job_id, *params))
         return jobs[0] if jobs else None
 
-    def find_jobs(self, prefix: str) -> list[JobRecord]:
-        """Jobs whose id starts with `prefix` (at most 5): a range on the primary key, never a scan."""
+    def find_jobs(self, prefix: str, *, principal: str | None = None) -> list[JobRecord]:
+        """Jobs whose id starts with `prefix` (at most 5; with `principal`, only its own): a range on the
+        primary key, never a scan."""
+        where, params = _of(principal)
         return self._jobs(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT 5",
-            (prefix, prefix + "\U0010ffff"),
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id >= ? AND id < ?{where} ORDER BY id LIMIT 5",
+            (prefix, prefix + "\U0010ffff", *params),
         )
 
     def list_jobs(
@@ -381,13 +402,18 @@ class Store:
         limit: int = 50,
         before: tuple[float, str] | None = None,
         via: str | None = None,
+        principal: str | None = None,
     ) -> list[JobRecord]:
         """Jobs newest first (ties by id); `before` = (created_at, id) of the last job of the previous page.
 
-        `via` keeps the jobs whose request's `via` starts with it ("core/", "powerspawn/spawn_codex").
+        `via` keeps the jobs whose request's `via` starts with it ("core/", "powerspawn/spawn_codex");
+        `principal` the jobs that principal started.
         """
         where: list[str] = []
         params: list[Any] = []
+        if principal is not None:
+            where.append("principal = ?")
+            params.append(principal)
         if before is not None:
             where.append("(created_at, id) < (?, ?)")
             params += [before[0], before[1]]
@@ -477,20 +503,28 @@ class Store:
         turn = SessionTurn(agent, session_id, cwd, model, permission, title, cost)
         self._exec(_UPSERT_SESSION, turn.params(time.time()))
 
-    def get_session(self, session_id: str, agent: str | None = None) -> SessionRecord | None:
+    def get_session(
+        self, session_id: str, agent: str | None = None, *, principal: str | None = None
+    ) -> SessionRecord | None:
+        """An agent session (of `agent` when given; with `principal`, only one that principal started)."""
+        where, params = _of(principal)
         if agent:
-            row = self._exec("SELECT * FROM sessions WHERE session_id=? AND agent=?", (session_id, agent)).fetchone()
-        else:
-            row = self._exec("SELECT * FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+            where += " AND agent=?"
+            params = (*params, agent)
+        row = self._exec(f"SELECT * FROM sessions WHERE session_id=?{where}", (session_id, *params)).fetchone()
         return SessionRecord(**dict(row)) if row else None
 
-    def list_sessions(self, *, agent: str | None = None, limit: int = 50) -> list[SessionRecord]:
+    def list_sessions(
+        self, *, agent: str | None = None, limit: int = 50, principal: str | None = None
+    ) -> list[SessionRecord]:
+        """Agent sessions, last used first (of `agent`; with `principal`, the ones it started)."""
+        where, params = _of(principal)
         if agent:
-            rows = self._exec(
-                "SELECT * FROM sessions WHERE agent=? ORDER BY last_used_at DESC LIMIT ?", (agent, limit)
-            ).fetchall()
-        else:
-            rows = self._exec("SELECT * FROM sessions ORDER BY last_used_at DESC LIMIT ?", (limit,)).fetchall()
+            where += " AND agent=?"
+            params = (*params, agent)
+        rows = self._exec(
+            f"SELECT * FROM sessions WHERE 1=1{where} ORDER BY last_used_at DESC LIMIT ?", (*params, limit)
+        ).fetchall()
         return [SessionRecord(**dict(r)) for r in rows]
 
 
@@ -519,3 +553,8 @@ def audit_expectation(path: Path) -> AuditExpectation:
         return AuditExpectation(None, 0)
     finally:
         db.close()
+
+
+def _of(principal: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The condition (after a WHERE) that keeps one principal's rows; nothing for None (every principal's)."""
+    return (" AND principal=?", (principal,)) if principal is not None else ("", ())

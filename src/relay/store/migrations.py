@@ -350,6 +350,24 @@ def m013_mcp_server_state(db: sqlite3.Connection) -> None:
     )
 
 
+def m014_principals(db: sqlite3.Connection) -> None:
+    """Who each row belongs to (relay/principal.py): jobs, MCP tasks, threads and agent sessions record the
+    principal that started them (rows from before: the local user); tracker tasks record who created and who
+    last changed them. Lists filter by principal, newest first, through the index."""
+    db.executescript(
+        """
+        ALTER TABLE jobs ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+        ALTER TABLE mcp_tasks ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+        ALTER TABLE threads ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+        ALTER TABLE sessions ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+        ALTER TABLE tasks ADD COLUMN created_by TEXT;
+        ALTER TABLE tasks ADD COLUMN changed_by TEXT;
+        CREATE INDEX jobs_principal_created_id ON jobs(principal, created_at, id);
+        CREATE INDEX threads_principal_updated ON threads(principal, updated_at);
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -364,6 +382,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m011_workspaces", m011_workspaces),
     ("m012_audit_mark", m012_audit_mark),
     ("m013_mcp_server_state", m013_mcp_server_state),
+    ("m014_principals", m014_principals),
 ]
 
 

@@ -83,6 +83,9 @@ class Task:
     validation_status: str | None = None
     validation_feedback: str | None = None
     original_instruction: str | None = None
+    # Who created it and who changed it last (principal names; None: before relay recorded them).
+    created_by: str | None = None
+    changed_by: str | None = None
 
     def brief(self) -> dict[str, Any]:
         """The 8-field brief format of the list tools."""

@@ -16,7 +16,7 @@ from relay.config import Settings
 from relay.web.app import build_app
 from relay.web.security import Access
 
-__all__ = ["Access", "build_app", "for_server", "run_dashboard"]
+__all__ = ["Access", "admin_tokens", "build_app", "for_server", "run_dashboard"]
 
 
 def for_server(
@@ -29,9 +29,13 @@ def for_server(
     gateway: Callable[[], Any],
 ) -> ASGIApp:
     """The dashboard for `relay serve --http` to mount under /ui, reading the server's engine and gateway."""
-    return build_app(
-        settings, access=Access(host=host, port=port, token=token), engine_provider=engine, gateway_provider=gateway
-    )
+    access = Access(host=host, port=port, token=token, admin_tokens=admin_tokens(settings))
+    return build_app(settings, access=access, engine_provider=engine, gateway_provider=gateway)
+
+
+def admin_tokens(settings: Settings) -> tuple[str, ...]:
+    """The named tokens whose principal is an `admin`: the ones that may log in to the dashboard."""
+    return tuple(t.token for t in settings.tokens if t.principal.is_admin)
 
 
 def run_dashboard(*, host: str, port: int, token: str | None, open_browser: bool = False) -> None:
@@ -46,7 +50,7 @@ def run_dashboard(*, host: str, port: int, token: str | None, open_browser: bool
 
     settings = load_settings()
     token = token or settings.environ.get("RELAY_TOKEN")
-    access = Access(host=host, port=port, token=token)
+    access = Access(host=host, port=port, token=token, admin_tokens=admin_tokens(settings))
     app = build_app(settings, access=access)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown}:{port}/jobs"

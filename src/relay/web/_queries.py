@@ -48,11 +48,21 @@ class JobQueries:
             return self._db.execute(sql, params).fetchall()
 
     def job_ids(
-        self, *, statuses: Sequence[str], agent: str | None, text: str | None, offset: int, limit: int
+        self,
+        *,
+        statuses: Sequence[str],
+        agent: str | None,
+        text: str | None,
+        offset: int,
+        limit: int,
+        principal: str | None = None,
     ) -> list[str]:
-        """Ids of the jobs matching the filters, newest first, one page of them."""
+        """Ids of the jobs matching the filters (`principal`: the jobs it started), newest first, one page of them."""
         where: list[str] = []
         params: list[Any] = []
+        if principal:
+            where.append("principal = ?")
+            params.append(principal)
         if statuses:
             where.append(f"status IN ({','.join('?' * len(statuses))})")
             params += list(statuses)

@@ -185,12 +185,13 @@ class Dashboard:
             nxt = "/jobs"
         if not self.access.needs_login:
             return RedirectResponse(base + nxt, status_code=303)
-        if not self.access.token_matches(token):
+        matched = self.access.matching_token(token)
+        if matched is None:
             return self.render(request, "login.html", {"next": nxt, "failed": True}, status_code=401)
         response = RedirectResponse(base + nxt, status_code=303)
         response.set_cookie(
             security.SESSION_COOKIE,
-            self.access.session_value(),
+            self.access.session_value(matched),
             httponly=True,
             samesite="strict",
             path=base or "/",
@@ -211,7 +212,12 @@ class Dashboard:
     async def jobs(self, request: Request) -> Response:
         q = request.query_params
         statuses = tuple(s for s in q.getlist("status") if s in STATUSES)
-        flt = JobFilter(statuses=statuses, agent=q.get("agent") or None, text=q.get("q") or None)
+        flt = JobFilter(
+            statuses=statuses,
+            agent=q.get("agent") or None,
+            text=q.get("q") or None,
+            principal=q.get("principal") or None,
+        )
         try:
             page = int(q.get("page", "1"))
         except ValueError:
@@ -355,7 +361,7 @@ def build_app(
 ) -> ASGIApp:
     """The dashboard as an ASGI app; `access` says where it is served and whether it asks for the token."""
     access = access or Access()
-    if not access.loopback and not access.token:
+    if not access.loopback and not access.needs_login:
         raise RelayError(
             ErrorCode.INVALID_ARGUMENT,
             f"refusing to serve the dashboard on {access.host} without a token",

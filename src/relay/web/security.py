@@ -34,6 +34,13 @@ class Access:
     port: int = 8766
     token: str | None = None
     extra_hosts: tuple[str, ...] = field(default_factory=tuple)
+    # The tokens of `admin` principals (`[server.tokens.NAME] role = "admin"`): each may log in too. A `user`
+    # token may not: the dashboard shows every principal's jobs.
+    admin_tokens: tuple[str, ...] = field(default_factory=tuple, repr=False)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return ((self.token,) if self.token is not None else ()) + self.admin_tokens
 
     @property
     def loopback(self) -> bool:
@@ -41,7 +48,7 @@ class Access:
 
     @property
     def needs_login(self) -> bool:
-        return self.token is not None
+        return bool(self.tokens)
 
     def allowed_hosts(self) -> set[str]:
         """Host header values accepted (DNS-rebinding protection, as for the MCP endpoint)."""
@@ -54,12 +61,19 @@ class Access:
     def allowed_origins(self) -> set[str]:
         return {f"{scheme}://{h}" for h in self.allowed_hosts() for scheme in ("http", "https")}
 
-    def session_value(self) -> str:
-        assert self.token is not None
-        return hmac.new(self.token.encode(), SESSION_LABEL, hashlib.sha256).hexdigest()
+    def session_value(self, token: str | None = None) -> str:
+        """The session cookie's value for a login with `token` (default: the one token)."""
+        token = token if token is not None else self.token
+        assert token is not None
+        return hmac.new(token.encode(), SESSION_LABEL, hashlib.sha256).hexdigest()
+
+    def matching_token(self, given: str) -> str | None:
+        """The token `given` is (compared in constant time with each), or None."""
+        found = [t for t in self.tokens if hmac.compare_digest(given.encode(), t.encode())]
+        return found[0] if found else None
 
     def token_matches(self, given: str) -> bool:
-        return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        return self.matching_token(given) is not None
 
 
 def host_ok(access: Access, request: Request) -> bool:
@@ -83,7 +97,7 @@ def logged_in(access: Access, request: Request) -> bool:
     if not access.needs_login:
         return True
     cookie = request.cookies.get(SESSION_COOKIE, "")
-    if cookie and hmac.compare_digest(cookie.encode(), access.session_value().encode()):
+    if cookie and any(hmac.compare_digest(cookie.encode(), access.session_value(t).encode()) for t in access.tokens):
         return True
     auth = request.headers.get("authorization", "")
     return auth.startswith("Bearer ") and access.token_matches(auth[len("Bearer ") :])

@@ -89,6 +89,7 @@ def job_row(rec: JobRecord, now: float | None = None) -> dict[str, Any]:
         "id": rec.id,
         "status": rec.status,
         "agent": rec.agent,
+        "principal": rec.principal,
         "via": via_of(rec) or "",
         "model": rec.model or "",
         "cwd": rec.cwd or "",
@@ -109,13 +110,19 @@ class JobFilter:
     statuses: tuple[str, ...] = ()
     agent: str | None = None
     text: str | None = None
+    principal: str | None = None  # the jobs of one principal (who started them)
 
 
 def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) -> dict[str, Any]:
     """A page of the jobs table, newest first, filtered and paged by SQLite (only the page's rows are read)."""
     page = max(1, page)
     ids = queries.job_ids(
-        statuses=flt.statuses, agent=flt.agent, text=flt.text, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE + 1
+        statuses=flt.statuses,
+        agent=flt.agent,
+        text=flt.text,
+        offset=(page - 1) * PAGE_SIZE,
+        limit=PAGE_SIZE + 1,
+        principal=flt.principal,
     )
     now = time.time()
     rows: list[dict[str, Any]] = []
@@ -236,7 +243,7 @@ def caps(engine: Engine, queries: JobQueries, settings: Settings, since: float) 
     """The per-job and per-session spend caps, with the jobs and sessions nearest to them."""
     job_cap = settings.max_cost_usd
     session_cap = settings.max_session_cost_usd
-    sessions = sorted(engine.store.list_sessions(limit=200), key=lambda s: -s.total_cost_usd)[:5]
+    sessions = sorted(engine.sessions(limit=200), key=lambda s: -s.total_cost_usd)[:5]
     return {
         "job_cap": job_cap,
         "session_cap": session_cap,
@@ -284,7 +291,7 @@ def threads_view(settings: Settings, engine: Engine) -> dict[str, Any]:
             "cost_usd": s.total_cost_usd,
             "last_used_at": s.last_used_at,
         }
-        for s in engine.store.list_sessions(limit=100)
+        for s in engine.sessions(limit=100)
     ]
     return {"threads": listed, "sessions": sessions}
 

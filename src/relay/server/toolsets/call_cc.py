@@ -140,7 +140,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def call_cc_sessions(
         limit: Annotated[int, Field(ge=1, le=500, description="How many sessions (default 20)")] = DEFAULT_LIMIT,
     ) -> CallToolResult:
-        sessions = deps.engine().store.list_sessions(agent="claude", limit=limit)
+        sessions = deps.engine().sessions(agent="claude", limit=limit)
         rows = [
             {
                 "session_id": s.session_id,

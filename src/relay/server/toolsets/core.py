@@ -14,6 +14,7 @@ from relay.agents import get_adapter, known_agents
 from relay.jobs.engine import Engine, JobRequest, job_cursor
 from relay.jobs.envelope import job_title
 from relay.jobs.request import via_of
+from relay.principal import visible_to
 from relay.server.models import (
     AgentInfo,
     AllowedRoot,
@@ -218,7 +219,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
         async def go() -> CallToolResult:
             # relay's agent sessions and the sessions CLIs reported through call_hook, in one list.
-            rows = merged_sessions(deps.engine().store, hooks_service(deps).store, agent=agent, limit=limit)
+            hooks = hooks_service(deps).store
+            rows = merged_sessions(deps.engine().store, hooks, agent=agent, limit=limit, principal=visible_to())
             return model_result(SessionList(sessions=[SessionInfo.model_validate(r) for r in rows]))
 
         return await run_guarded(go)

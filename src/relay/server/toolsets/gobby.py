@@ -152,7 +152,7 @@ def codex_threads(deps: Deps) -> list[dict[str, Any]]:
     hooks = hooks_service(deps)
     tracked = {h.id: h for h in hooks.store.list(source="codex", limit=10_000)}
     threads: dict[str, dict[str, Any]] = {}
-    for s in engine.store.list_sessions(agent="codex", limit=10_000):
+    for s in engine.sessions(agent="codex", limit=10_000):
         hook = tracked.get(s.session_id)
         threads[s.session_id] = {
             "id": s.session_id,

@@ -368,7 +368,7 @@ def _find(engine: Engine, agent_id: str) -> tuple[JobRecord, compat.Origin] | No
     if not (4 <= len(wanted) <= 32) or any(c not in "0123456789abcdef" for c in wanted):
         return None
     found: list[tuple[JobRecord, compat.Origin]] = []
-    for rec in engine.store.find_jobs(wanted):
+    for rec in engine.find(wanted):
         org = compat.origin(engine, rec.id)
         if org is not None and org.profile == PROFILE:
             found.append((rec, org))

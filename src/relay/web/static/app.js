@@ -51,12 +51,13 @@
     const tbody = table.querySelector("tbody");
     const state = document.getElementById("live-state");
     const statuses = table.dataset.statuses ? table.dataset.statuses.split(",") : [];
-    const agent = table.dataset.agent, q = table.dataset.q.toLowerCase();
+    const agent = table.dataset.agent, principal = table.dataset.principal, q = table.dataset.q.toLowerCase();
     const firstPage = table.dataset.page === "1";
 
     function matches(r) {
       if (statuses.length && !statuses.includes(r.status)) return false;
       if (agent && r.agent !== agent) return false;
+      if (principal && r.principal !== principal) return false;
       if (q && ![r.id, r.title, r.cwd, r.model, r.via].some((v) => String(v || "").toLowerCase().includes(q))) return false;
       return true;
     }
@@ -67,6 +68,7 @@
         el("td", {}, [el("span", { class: "badge s-" + r.status }, [r.status])]),
         el("td", {}, [link, el("div", { class: "title" }, [r.title])]),
         el("td", {}, [r.agent]),
+        el("td", { class: "principal" }, [r.principal]),
         el("td", { class: "via" }, [r.via || "-"]),
         el("td", {}, [r.model || "-"]),
         el("td", { class: "cwd", title: r.cwd }, [r.cwd || "-"]),

@@ -1,0 +1,161 @@
+"""Whose job is whose over real Streamable HTTP: each named bearer token is a principal; a `user` finds only
+its own jobs (another's id or id prefix is not found), an `admin` finds all of them."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.conftest import SettingsFactory
+
+pytestmark = pytest.mark.anyio
+
+RELAY = str(Path(sys.executable).with_name("relay"))
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef"
+ROOT = "root-token-0123456789abcdef"
+TOKENS = f"""
+[server.tokens.alice]
+token = "{ALICE}"
+role = "user"
+
+[server.tokens.bob]
+token_env = "BOB_TOKEN"
+
+[server.tokens.root]
+token = "{ROOT}"
+role = "admin"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(relay_home: Path, workdir: Path, port: int) -> Iterator[None]:
+    proc = subprocess.Popen(
+        [RELAY, "serve", "--http", "--port", str(port)],
+        env={**os.environ, "RELAY_HOME": str(relay_home), "BOB_TOKEN": BOB},
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+async def listening(port: int) -> None:
+    with anyio.fail_after(30):
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return
+            except OSError:
+                await anyio.sleep(0.05)
+
+
+@asynccontextmanager
+async def as_(port: int, token: str) -> AsyncIterator[Client]:
+    """An SDK client over Streamable HTTP that sends `token` as its bearer."""
+    headers = {"authorization": f"Bearer {token}"}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client,
+    ):
+        yield client
+
+
+async def call(client: Client, tool: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    result = await client.call_tool(tool, args)
+    assert result.structured_content is not None
+    return bool(result.is_error), result.structured_content
+
+
+def code(body: dict[str, Any]) -> str | None:
+    return (body.get("error") or {}).get("code")
+
+
+async def test_a_user_token_finds_waits_on_pages_and_cancels_only_its_own_jobs_and_an_admin_finds_all(
+    make_settings: SettingsFactory, relay_home: Path, workdir: Path
+) -> None:
+    make_settings(TOKENS, BOB_TOKEN=BOB)
+    port = free_port()
+    with serving(relay_home, workdir, port):
+        await listening(port)
+        with anyio.fail_after(90):
+            async with as_(port, ALICE) as alice, as_(port, BOB) as bob, as_(port, ROOT) as root:
+                _, done = await call(alice, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
+                _, held = await call(
+                    alice, "delegate", {"prompt": "hi [[fake:hang]]", "cwd": str(workdir), "mode": "async"}
+                )
+                _, bobs = await call(bob, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
+                mine, theirs = done["job_id"], held["job_id"]
+
+                # bob: alice's jobs do not exist, by id or by prefix, for any job tool
+                refused = {
+                    "status": await call(bob, "job_status", {"job_id": mine}),
+                    "prefix": await call(bob, "job_status", {"job_id": mine[:6]}),
+                    "result": await call(bob, "job_result", {"job_id": mine}),
+                    "wait": await call(bob, "job_wait", {"job_ids": [theirs], "timeout_s": 1}),
+                    "cancel": await call(bob, "job_cancel", {"job_id": theirs}),
+                }
+                _, bob_list = await call(bob, "job_list", {"limit": 50})
+
+                # alice: her own, by prefix too; her list holds only hers; she can cancel hers
+                _, by_prefix = await call(alice, "job_status", {"job_id": mine[:6]})
+                _, alice_list = await call(alice, "job_list", {"limit": 50})
+                _, cancelled = await call(alice, "job_cancel", {"job_id": theirs})
+
+                # root (admin): everyone's
+                _, root_list = await call(root, "job_list", {"limit": 50})
+                _, bob_seen_by_root = await call(root, "job_status", {"job_id": bobs["job_id"]})
+
+    assert {name: (err, code(body)) for name, (err, body) in refused.items()} == {
+        name: (True, "JOB_NOT_FOUND") for name in refused
+    }
+    assert [j["job_id"] for j in bob_list["jobs"]] == [bobs["job_id"]]
+    assert by_prefix["job_id"] == mine and by_prefix["status"] == "completed"
+    assert sorted(j["job_id"] for j in alice_list["jobs"]) == sorted([mine, theirs])
+    assert cancelled["status"] == "cancelled"
+    assert sorted(j["job_id"] for j in root_list["jobs"]) == sorted([mine, theirs, bobs["job_id"]])
+    assert bob_seen_by_root["status"] == "completed"
+
+
+async def test_with_named_tokens_a_request_without_one_of_them_is_refused_even_on_loopback(
+    make_settings: SettingsFactory, relay_home: Path, workdir: Path
+) -> None:
+    make_settings(TOKENS, BOB_TOKEN=BOB)
+    port = free_port()
+    with serving(relay_home, workdir, port):
+        await listening(port)
+        with anyio.fail_after(30):
+            async with create_mcp_http_client() as http:
+                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+                headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+                url = f"http://127.0.0.1:{port}/mcp"
+                missing = await http.post(url, json=body, headers=headers)
+                wrong = await http.post(url, json=body, headers={**headers, "authorization": "Bearer " + "x" * 30})
+    assert missing.status_code == 401 and wrong.status_code == 401
