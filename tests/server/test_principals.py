@@ -17,8 +17,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import SettingsFactory
+from tests.server.test_mcp_tasks import Tasks, start_task, tasks_call
 
 pytestmark = pytest.mark.anyio
 
@@ -79,13 +81,13 @@ async def listening(port: int) -> None:
 
 @asynccontextmanager
 async def as_(port: int, token: str) -> AsyncIterator[Client]:
-    """An SDK client over Streamable HTTP that sends `token` as its bearer."""
+    """An SDK client over Streamable HTTP that sends `token` as its bearer (and opts in to MCP Tasks)."""
     headers = {"authorization": f"Bearer {token}"}
     async with (
         create_mcp_http_client(headers=headers) as http,
-        Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client,
+        Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http), extensions=[Tasks()]) as c,
     ):
-        yield client
+        yield c
 
 
 async def call(client: Client, tool: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -159,3 +161,24 @@ async def test_with_named_tokens_a_request_without_one_of_them_is_refused_even_o
                 missing = await http.post(url, json=body, headers=headers)
                 wrong = await http.post(url, json=body, headers={**headers, "authorization": "Bearer " + "x" * 30})
     assert missing.status_code == 401 and wrong.status_code == 401
+
+
+async def test_an_mcp_task_answers_as_unknown_to_another_user_token_and_as_itself_to_its_own(
+    make_settings: SettingsFactory, relay_home: Path, workdir: Path
+) -> None:
+    make_settings(TOKENS, BOB_TOKEN=BOB)
+    port = free_port()
+    with serving(relay_home, workdir, port):
+        await listening(port)
+        with anyio.fail_after(60):
+            async with as_(port, ALICE) as alice, as_(port, BOB) as bob:
+                created = await start_task(alice, "delegate", {"prompt": "hi [[fake:hang]]", "cwd": str(workdir)})
+                refused: list[str] = []
+                for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+                    with pytest.raises(MCPError) as err:
+                        await tasks_call(bob, method, created.task_id)
+                    refused.append(err.value.error.message)
+                own = await tasks_call(alice, "tasks/get", created.task_id)
+                await tasks_call(alice, "tasks/cancel", created.task_id)
+    assert refused == [f"Unknown task {created.task_id!r}"] * 3
+    assert own["status"] == "working"
