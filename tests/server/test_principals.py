@@ -80,14 +80,13 @@ async def listening(port: int) -> None:
 
 
 @asynccontextmanager
-async def as_(port: int, token: str) -> AsyncIterator[Client]:
-    """An SDK client over Streamable HTTP that sends `token` as its bearer (and opts in to MCP Tasks)."""
+async def as_(port: int, token: str, *, tasks: bool = False) -> AsyncIterator[Client]:
+    """An SDK client over Streamable HTTP that sends `token` as its bearer (`tasks`: opted in to MCP Tasks)."""
     headers = {"authorization": f"Bearer {token}"}
-    async with (
-        create_mcp_http_client(headers=headers) as http,
-        Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http), extensions=[Tasks()]) as c,
-    ):
-        yield c
+    async with create_mcp_http_client(headers=headers) as http:
+        transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
+        async with Client(transport, extensions=[Tasks()] if tasks else []) as client:
+            yield client
 
 
 async def call(client: Client, tool: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -171,7 +170,7 @@ async def test_an_mcp_task_answers_as_unknown_to_another_user_token_and_as_itsel
     with serving(relay_home, workdir, port):
         await listening(port)
         with anyio.fail_after(60):
-            async with as_(port, ALICE) as alice, as_(port, BOB) as bob:
+            async with as_(port, ALICE, tasks=True) as alice, as_(port, BOB, tasks=True) as bob:
                 created = await start_task(alice, "delegate", {"prompt": "hi [[fake:hang]]", "cwd": str(workdir)})
                 refused: list[str] = []
                 for method in ("tasks/get", "tasks/cancel", "tasks/update"):
@@ -182,3 +181,37 @@ async def test_an_mcp_task_answers_as_unknown_to_another_user_token_and_as_itsel
                 await tasks_call(alice, "tasks/cancel", created.task_id)
     assert refused == [f"Unknown task {created.task_id!r}"] * 3
     assert own["status"] == "working"
+
+
+async def test_an_mcp_session_answers_only_to_the_token_that_opened_it(
+    make_settings: SettingsFactory, relay_home: Path, workdir: Path
+) -> None:
+    make_settings(TOKENS, BOB_TOKEN=BOB)
+    port = free_port()
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with serving(relay_home, workdir, port):
+        await listening(port)
+        with anyio.fail_after(30):
+            async with create_mcp_http_client() as http:
+                url = f"http://127.0.0.1:{port}/mcp"
+                opened = await http.post(url, json=init, headers={**headers, "authorization": f"Bearer {ALICE}"})
+                session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+                by_bob = await http.post(
+                    url, json=ping, headers={**headers, **session, "authorization": f"Bearer {BOB}"}
+                )
+                stream_by_bob = await http.get(
+                    url, headers={"accept": "text/event-stream", **session, "authorization": f"Bearer {BOB}"}
+                )
+                by_alice = await http.post(
+                    url, json=ping, headers={**headers, **session, "authorization": f"Bearer {ALICE}"}
+                )
+    assert opened.status_code == 200
+    assert by_bob.status_code == 404 and stream_by_bob.status_code == 404
+    assert by_alice.status_code == 200

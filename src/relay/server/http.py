@@ -8,6 +8,7 @@ named tokens of `[server.tokens.NAME]`, each request must carry one, and runs as
 from __future__ import annotations
 
 import hmac
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,12 +26,24 @@ DASHBOARD_PREFIX = "/ui"
 PRINCIPAL_SCOPE_KEY = "relay.principal"
 
 
+# The MCP sessions whose principal BearerAuth remembers; past this many the oldest is forgotten, and its
+# client, answered 404 like any unknown session, starts a new one (the spec's rule for a 404).
+SESSIONS_KEPT = 10_000
+SESSION_HEADER = b"mcp-session-id"
+
+
 class BearerAuth:
-    """ASGI middleware: every request must carry `Authorization: Bearer <token>` of a known principal, else 401."""
+    """ASGI middleware: every request must carry `Authorization: Bearer <token>` of a known principal, else 401.
+
+    An MCP session belongs to the principal that opened it: a request naming a session another
+    principal opened (or one no longer remembered) is answered 404, as the SDK answers an unknown
+    session, so no token reads another's session stream or sends on it.
+    """
 
     def __init__(self, app: Any, principals: Mapping[str, Principal]) -> None:
         self.app = app
         self.expected = [(f"Bearer {token}".encode(), who) for token, who in principals.items()]
+        self.sessions: OrderedDict[bytes, Principal] = OrderedDict()
 
     def principal(self, got: bytes) -> Principal | None:
         """Whose token `got` is; every token is compared (in constant time), so timing tells nothing."""
@@ -39,21 +52,41 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
-        if scope["type"] == "http" and not (path == DASHBOARD_PREFIX or path.startswith(DASHBOARD_PREFIX + "/")):
-            headers = dict(scope.get("headers") or [])
-            who = self.principal(headers.get(b"authorization", b""))
-            scope[PRINCIPAL_SCOPE_KEY] = who
-            if who is None:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": b'{"error":"missing or wrong bearer token"}'})
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or path == DASHBOARD_PREFIX or path.startswith(DASHBOARD_PREFIX + "/"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        who = self.principal(headers.get(b"authorization", b""))
+        scope[PRINCIPAL_SCOPE_KEY] = who
+        if who is None:
+            await _refuse(send, 401, b'{"error":"missing or wrong bearer token"}', (b"www-authenticate", b"Bearer"))
+            return
+        session = headers.get(SESSION_HEADER)
+        if session is not None and self.sessions.get(session) != who:
+            await _refuse(send, 404, b'{"error":"session not found: start a new one (initialize)"}')
+            return
+
+        async def remembering(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                opened = dict(message.get("headers") or []).get(SESSION_HEADER)
+                if opened is not None and opened not in self.sessions:
+                    self.sessions[opened] = who
+                    while len(self.sessions) > SESSIONS_KEPT:
+                        self.sessions.popitem(last=False)
+            await send(message)
+
+        await self.app(scope, receive, remembering)
+
+
+async def _refuse(send: Any, status: int, body: bytes, *extra: tuple[bytes, bytes]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *extra],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
