@@ -23,6 +23,7 @@ LAYERS = [
     "state",
     "envelope",
     "output",
+    "bounds",
 ]
 MAX_LINES = 400
 

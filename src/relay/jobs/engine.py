@@ -9,6 +9,7 @@ each one responsibility, dependencies pointing down:
     publish.py    output lines -> events: store, transcript, cost cap, progress listeners
     finish.py     final status, error and result, recorded once
     admission.py  the queue and the concurrency limits
+    bounds.py     what grows with use (spares, running jobs, worker threads, folders) and how far
     waiting.py    wait any/all, subscribe
     workspace.py  worktree jobs: placed in their worktree, sealed at the end, landed, discarded
     request.py    JobRequest and its validation; gitprobe.py  files_changed from git
@@ -32,6 +33,7 @@ from relay.config import Settings
 from relay.errors import RelayError, invalid
 from relay.events import Event
 from relay.jobs.admission import Admission
+from relay.jobs.bounds import limit_worker_threads
 from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page, read_text_page
@@ -96,6 +98,7 @@ class Engine:
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[Engine]:
         async with anyio.create_task_group() as tg:
+            limit_worker_threads()  # every pool that grows has a bound (jobs/bounds.py)
             self._state.open(tg)
             self.recover()
             try:

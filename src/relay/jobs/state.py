@@ -17,8 +17,9 @@ from anyio.streams.memory import MemoryObjectSendStream
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
+from relay.jobs.bounds import spare_folders
 from relay.runtime import procinfo
-from relay.runtime.folders import SPARES, SparePool
+from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, Store
@@ -63,7 +64,7 @@ class JobState:
         self.my_start = procinfo.start_ticks(self.my_pid)
         # Job folders made ahead of time, so a job's files cost a rename on its way (runtime/folders.py):
         # as many as may start at once, so a burst of jobs finds its folders made.
-        self.spares = SparePool(settings.jobs_dir, max(SPARES, settings.max_concurrent))
+        self.spares = SparePool(settings.jobs_dir, spare_folders(settings))
         # Git worktrees of `workspace="worktree"` jobs (opened on first use).
         self.workspaces = Workspaces(settings)
 
