@@ -173,6 +173,7 @@ async def test_a_soak_of_short_jobs_keeps_memory_descriptors_threads_and_folders
             rss_end = me.memory_info().rss
         still_active = engine.list(statuses=("queued", "running"), limit=10)
         fds_end, threads_end, folders_end = peaks.now()
+        kept = len(engine._state.live)  # pyright: ignore[reportPrivateUsage]
     elapsed = time.monotonic() - started
     record(
         "load",
@@ -202,3 +203,4 @@ async def test_a_soak_of_short_jobs_keeps_memory_descriptors_threads_and_folders
     assert peaks.fds - fds_start <= fd_bound, f"{peaks.fds} descriptors, from {fds_start}; pools: {pools(settings)}"
     assert peaks.threads - threads_start <= thread_bound, f"{peaks.threads} threads, from {threads_start}"
     assert peaks.folders <= folder_bound
+    assert kept == 0  # nothing of an ended job stays in the engine's memory

@@ -86,7 +86,8 @@ class Lifecycle:
         """Free the job's slot, wake its waiters and listeners, and start what was queued behind it."""
         state = self._state
         state.running.pop(job_id, None)
-        live = state.live.get(job_id)
+        # Forgotten once ended (its waiters hold it): what this process keeps per job lasts as long as the job.
+        live = state.live.pop(job_id, None)
         if live is not None:
             live.done.set()
             for listener in live.listeners:

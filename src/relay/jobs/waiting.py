@@ -49,7 +49,7 @@ class Waiting:
                 changed = state.changed
                 if self._satisfied(ids, mode, final):
                     break
-                remote = any(j not in state.live for j in ids)
+                remote = any(j not in state.live and j not in final for j in ids)
                 with anyio.move_on_after(REMOTE_POLL_S if remote else MAX_WAIT_S):
                     await changed.wait()
         return [state.get(j) for j in ids]
