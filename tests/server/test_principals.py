@@ -3,12 +3,8 @@ its own jobs (another's id or id prefix is not found), an `admin` finds all of t
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +16,12 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import SettingsFactory
+from tests.reliability.conftest import free_port, wait_for
+from tests.reliability.test_http_guardrails import listening, serving
 from tests.server.test_mcp_tasks import Tasks, start_task, tasks_call
 
 pytestmark = pytest.mark.anyio
 
-RELAY = str(Path(sys.executable).with_name("relay"))
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef"
 ROOT = "root-token-0123456789abcdef"
@@ -34,7 +31,7 @@ token = "{ALICE}"
 role = "user"
 
 [server.tokens.bob]
-token_env = "BOB_TOKEN"
+token = "{BOB}"
 
 [server.tokens.root]
 token = "{ROOT}"
@@ -42,41 +39,14 @@ role = "admin"
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def serving(relay_home: Path, workdir: Path, port: int) -> Iterator[None]:
-    proc = subprocess.Popen(
-        [RELAY, "serve", "--http", "--port", str(port)],
-        env={**os.environ, "RELAY_HOME": str(relay_home), "BOB_TOKEN": BOB},
-        cwd=str(workdir),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-async def listening(port: int) -> None:
-    with anyio.fail_after(30):
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return
-            except OSError:
-                await anyio.sleep(0.05)
+@pytest.fixture
+async def port(make_settings: SettingsFactory, relay_home: Path, workdir: Path) -> AsyncIterator[int]:
+    """A real `relay serve --http` on 127.0.0.1 with the three named tokens; its port."""
+    make_settings(TOKENS)
+    chosen = free_port()
+    with serving(relay_home, workdir, "--port", str(chosen)):
+        await wait_for(lambda: listening(chosen), 30, step=0.05)
+        yield chosen
 
 
 @asynccontextmanager
@@ -100,39 +70,35 @@ def code(body: dict[str, Any]) -> str | None:
 
 
 async def test_a_user_token_finds_waits_on_pages_and_cancels_only_its_own_jobs_and_an_admin_finds_all(
-    make_settings: SettingsFactory, relay_home: Path, workdir: Path
+    port: int, workdir: Path
 ) -> None:
-    make_settings(TOKENS, BOB_TOKEN=BOB)
-    port = free_port()
-    with serving(relay_home, workdir, port):
-        await listening(port)
-        with anyio.fail_after(90):
-            async with as_(port, ALICE) as alice, as_(port, BOB) as bob, as_(port, ROOT) as root:
-                _, done = await call(alice, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
-                _, held = await call(
-                    alice, "delegate", {"prompt": "hi [[fake:hang]]", "cwd": str(workdir), "mode": "async"}
-                )
-                _, bobs = await call(bob, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
-                mine, theirs = done["job_id"], held["job_id"]
+    with anyio.fail_after(90):
+        async with as_(port, ALICE) as alice, as_(port, BOB) as bob, as_(port, ROOT) as root:
+            _, done = await call(alice, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
+            _, held = await call(
+                alice, "delegate", {"prompt": "hi [[fake:hang]]", "cwd": str(workdir), "mode": "async"}
+            )
+            _, bobs = await call(bob, "delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"})
+            mine, theirs = done["job_id"], held["job_id"]
 
-                # bob: alice's jobs do not exist, by id or by prefix, for any job tool
-                refused = {
-                    "status": await call(bob, "job_status", {"job_id": mine}),
-                    "prefix": await call(bob, "job_status", {"job_id": mine[:6]}),
-                    "result": await call(bob, "job_result", {"job_id": mine}),
-                    "wait": await call(bob, "job_wait", {"job_ids": [theirs], "timeout_s": 1}),
-                    "cancel": await call(bob, "job_cancel", {"job_id": theirs}),
-                }
-                _, bob_list = await call(bob, "job_list", {"limit": 50})
+            # bob: alice's jobs do not exist, by id or by prefix, for any job tool
+            refused = {
+                "status": await call(bob, "job_status", {"job_id": mine}),
+                "prefix": await call(bob, "job_status", {"job_id": mine[:6]}),
+                "result": await call(bob, "job_result", {"job_id": mine}),
+                "wait": await call(bob, "job_wait", {"job_ids": [theirs], "timeout_s": 1}),
+                "cancel": await call(bob, "job_cancel", {"job_id": theirs}),
+            }
+            _, bob_list = await call(bob, "job_list", {"limit": 50})
 
-                # alice: her own, by prefix too; her list holds only hers; she can cancel hers
-                _, by_prefix = await call(alice, "job_status", {"job_id": mine[:6]})
-                _, alice_list = await call(alice, "job_list", {"limit": 50})
-                _, cancelled = await call(alice, "job_cancel", {"job_id": theirs})
+            # alice: her own, by prefix too; her list holds only hers; she can cancel hers
+            _, by_prefix = await call(alice, "job_status", {"job_id": mine[:6]})
+            _, alice_list = await call(alice, "job_list", {"limit": 50})
+            _, cancelled = await call(alice, "job_cancel", {"job_id": theirs})
 
-                # root (admin): everyone's
-                _, root_list = await call(root, "job_list", {"limit": 50})
-                _, bob_seen_by_root = await call(root, "job_status", {"job_id": bobs["job_id"]})
+            # root (admin): everyone's
+            _, root_list = await call(root, "job_list", {"limit": 50})
+            _, bob_seen_by_root = await call(root, "job_status", {"job_id": bobs["job_id"]})
 
     assert {name: (err, code(body)) for name, (err, body) in refused.items()} == {
         name: (True, "JOB_NOT_FOUND") for name in refused
@@ -146,48 +112,36 @@ async def test_a_user_token_finds_waits_on_pages_and_cancels_only_its_own_jobs_a
 
 
 async def test_with_named_tokens_a_request_without_one_of_them_is_refused_even_on_loopback(
-    make_settings: SettingsFactory, relay_home: Path, workdir: Path
+    port: int, workdir: Path
 ) -> None:
-    make_settings(TOKENS, BOB_TOKEN=BOB)
-    port = free_port()
-    with serving(relay_home, workdir, port):
-        await listening(port)
-        with anyio.fail_after(30):
-            async with create_mcp_http_client() as http:
-                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-                headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-                url = f"http://127.0.0.1:{port}/mcp"
-                missing = await http.post(url, json=body, headers=headers)
-                wrong = await http.post(url, json=body, headers={**headers, "authorization": "Bearer " + "x" * 30})
+    with anyio.fail_after(30):
+        async with create_mcp_http_client() as http:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+            headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            url = f"http://127.0.0.1:{port}/mcp"
+            missing = await http.post(url, json=body, headers=headers)
+            wrong = await http.post(url, json=body, headers={**headers, "authorization": "Bearer " + "x" * 30})
     assert missing.status_code == 401 and wrong.status_code == 401
 
 
 async def test_an_mcp_task_answers_as_unknown_to_another_user_token_and_as_itself_to_its_own(
-    make_settings: SettingsFactory, relay_home: Path, workdir: Path
+    port: int, workdir: Path
 ) -> None:
-    make_settings(TOKENS, BOB_TOKEN=BOB)
-    port = free_port()
-    with serving(relay_home, workdir, port):
-        await listening(port)
-        with anyio.fail_after(60):
-            async with as_(port, ALICE, tasks=True) as alice, as_(port, BOB, tasks=True) as bob:
-                created = await start_task(alice, "delegate", {"prompt": "hi [[fake:hang]]", "cwd": str(workdir)})
-                refused: list[str] = []
-                for method in ("tasks/get", "tasks/cancel", "tasks/update"):
-                    with pytest.raises(MCPError) as err:
-                        await tasks_call(bob, method, created.task_id)
-                    refused.append(err.value.error.message)
-                own = await tasks_call(alice, "tasks/get", created.task_id)
-                await tasks_call(alice, "tasks/cancel", created.task_id)
+    with anyio.fail_after(60):
+        async with as_(port, ALICE, tasks=True) as alice, as_(port, BOB, tasks=True) as bob:
+            created = await start_task(alice, "delegate", {"prompt": "hi [[fake:hang]]", "cwd": str(workdir)})
+            refused: list[str] = []
+            for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+                with pytest.raises(MCPError) as err:
+                    await tasks_call(bob, method, created.task_id)
+                refused.append(err.value.error.message)
+            own = await tasks_call(alice, "tasks/get", created.task_id)
+            await tasks_call(alice, "tasks/cancel", created.task_id)
     assert refused == [f"Unknown task {created.task_id!r}"] * 3
     assert own["status"] == "working"
 
 
-async def test_an_mcp_session_answers_only_to_the_token_that_opened_it(
-    make_settings: SettingsFactory, relay_home: Path, workdir: Path
-) -> None:
-    make_settings(TOKENS, BOB_TOKEN=BOB)
-    port = free_port()
+async def test_an_mcp_session_answers_only_to_the_token_that_opened_it(port: int, workdir: Path) -> None:
     init = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -196,22 +150,18 @@ async def test_an_mcp_session_answers_only_to_the_token_that_opened_it(
     }
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    with serving(relay_home, workdir, port):
-        await listening(port)
-        with anyio.fail_after(30):
-            async with create_mcp_http_client() as http:
-                url = f"http://127.0.0.1:{port}/mcp"
-                opened = await http.post(url, json=init, headers={**headers, "authorization": f"Bearer {ALICE}"})
-                session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
-                by_bob = await http.post(
-                    url, json=ping, headers={**headers, **session, "authorization": f"Bearer {BOB}"}
-                )
-                stream_by_bob = await http.get(
-                    url, headers={"accept": "text/event-stream", **session, "authorization": f"Bearer {BOB}"}
-                )
-                by_alice = await http.post(
-                    url, json=ping, headers={**headers, **session, "authorization": f"Bearer {ALICE}"}
-                )
+    with anyio.fail_after(30):
+        async with create_mcp_http_client() as http:
+            url = f"http://127.0.0.1:{port}/mcp"
+            opened = await http.post(url, json=init, headers={**headers, "authorization": f"Bearer {ALICE}"})
+            session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+            by_bob = await http.post(url, json=ping, headers={**headers, **session, "authorization": f"Bearer {BOB}"})
+            stream_by_bob = await http.get(
+                url, headers={"accept": "text/event-stream", **session, "authorization": f"Bearer {BOB}"}
+            )
+            by_alice = await http.post(
+                url, json=ping, headers={**headers, **session, "authorization": f"Bearer {ALICE}"}
+            )
     assert opened.status_code == 200
     assert by_bob.status_code == 404 and stream_by_bob.status_code == 404
     assert by_alice.status_code == 200
