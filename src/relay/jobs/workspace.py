@@ -14,6 +14,7 @@ from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.gitprobe import in_work_tree
 from relay.jobs.request import Prepared
 from relay.jobs.state import JobState
+from relay.principal import visible_to
 from relay.store import JobRecord
 from relay.workspaces import WorkspaceRecord, commit_message
 from relay.workspaces.land import run_test
@@ -41,7 +42,7 @@ class JobWorkspaces:
         if workspace is not None and workspace.startswith(JOB_PREFIX):
             return self.record_for(workspace.removeprefix(JOB_PREFIX))
         if workspace is None and session_id:
-            session = self._state.store.get_session(session_id, agent)
+            session = self._state.store.get_session(session_id, agent, principal=visible_to())
             if session is not None:
                 return self.spaces.of_path(session.cwd)
         return None
@@ -124,7 +125,7 @@ class JobWorkspaces:
 
     def record_for(self, job_id: str) -> WorkspaceRecord:
         """The workspace of a job (a follow-up's is its owner's); INVALID_ARGUMENT when it ran in a plain folder."""
-        job = self._state.get(job_id)
+        job = self._state.get(job_id, visible_to())  # the caller's job, as every engine query
         owner = owner_of(job.request)
         ws = self.spaces.get(owner) if owner else None
         if ws is None:
