@@ -8,8 +8,7 @@ each one responsibility, dependencies pointing down:
     lifecycle.py  spawn, monitor, end of job (CLI jobs and in-process tasks)
     publish.py    output lines -> events: store, transcript, cost cap, progress listeners
     finish.py     final status, error and result, recorded once
-    admission.py  the queue and the concurrency limits
-    bounds.py     what grows with use (spares, running jobs, worker threads, folders) and how far
+    admission.py  the queue and the concurrency limits; bounds.py  what grows with use, and how far
     waiting.py    wait any/all, subscribe
     workspace.py  worktree jobs: placed in their worktree, sealed at the end, landed, discarded
     request.py    JobRequest and its validation; gitprobe.py  files_changed from git
@@ -33,7 +32,6 @@ from relay.config import Settings
 from relay.errors import RelayError, invalid
 from relay.events import Event
 from relay.jobs.admission import Admission
-from relay.jobs.bounds import limit_worker_threads
 from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page, read_text_page
@@ -42,7 +40,7 @@ from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, check_depth,
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.waiting import Waiting
 from relay.jobs.workspace import JobWorkspaces, next_for
-from relay.principal import current, visible_to
+from relay.principal import visible_to
 from relay.runtime import choice, procinfo, supervisor
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact
@@ -98,7 +96,6 @@ class Engine:
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[Engine]:
         async with anyio.create_task_group() as tg:
-            limit_worker_threads()  # every pool that grows has a bound (jobs/bounds.py)
             self._state.open(tg)
             self.recover()
             try:
@@ -200,16 +197,7 @@ class Engine:
             }
         )
         self._make_dir(job_id)
-        self.store.insert_job(
-            job_id,
-            req.agent,
-            "cli",
-            self._state.redacted(stored),
-            ar.model,
-            ar.cwd,
-            owner=self._state.owner,
-            principal=current().name,
-        )
+        self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id, req.agent)
         self._lifecycle.pump()
@@ -234,32 +222,20 @@ class Engine:
         job_id = new_job_id()
         self._make_dir(job_id)
         request = {"via": SUBMITTED_VIA.get()} | request
-        self.store.insert_job(
-            job_id,
-            agent,
-            "task",
-            self._state.redacted(request),
-            model,
-            None,
-            owner=self._state.owner,
-            principal=current().name,
-        )
+        self._state.insert_job(job_id, agent, "task", request, model, None)
         self._lifecycle.start_task(job_id, task, timeout_s or self.settings.job_timeout_s)
         return job_id
 
-    # queries ------------------------------------------------------------------------------
-    # Every query below answers for the current principal (relay/principal.py): a `user` finds only
-    # the jobs it started; another's id or id prefix is JOB_NOT_FOUND, as if there were no such job.
+    # queries (each for the current principal: a `user` finds only the jobs it started) --------
 
     def get(self, job_id: str) -> JobRecord:
+        """A job by id or unique prefix; another principal's answers JOB_NOT_FOUND, as if there were none."""
         return self._state.get(job_id, visible_to())
 
-    def find(self, prefix: str) -> list[JobRecord]:
-        """The current principal's jobs whose id starts with `prefix` (at most 5)."""
+    def find(self, prefix: str) -> list[JobRecord]:  # jobs whose id starts with `prefix` (at most 5)
         return self.store.find_jobs(prefix, principal=visible_to())
 
-    def sessions(self, *, agent: str | None = None, limit: int = 50) -> list[SessionRecord]:
-        """The agent sessions the current principal's jobs started, last used first."""
+    def sessions(self, *, agent: str | None = None, limit: int = 50) -> list[SessionRecord]:  # last used first
         return self.store.list_sessions(agent=agent, limit=limit, principal=visible_to())
 
     def envelope(self, job_id: str) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
-from relay.jobs.bounds import spare_folders
+from relay.jobs.bounds import limit_worker_threads, spare_folders
+from relay.principal import current
 from relay.runtime import procinfo
 from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
@@ -69,6 +70,7 @@ class JobState:
         self.workspaces = Workspaces(settings)
 
     def open(self, tg: TaskGroup) -> None:
+        limit_worker_threads()  # every pool that grows has a bound (jobs/bounds.py)
         self.tg = tg
         make_reserve(self.settings.home)
         _ACTIVE.add(self)
@@ -99,6 +101,14 @@ class JobState:
     def notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+
+    def insert_job(
+        self, job_id: str, agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None
+    ) -> None:
+        """Record a queued job: its request redacted, owned by this process, of the principal acting now."""
+        self.store.insert_job(
+            job_id, agent, kind, self.redacted(request), model, cwd, owner=self.owner, principal=current().name
+        )
 
     def redacted(self, value: dict[str, Any]) -> dict[str, Any]:
         return redact_value(value, self.secrets)  # pyright: ignore[reportReturnType]
