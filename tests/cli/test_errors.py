@@ -54,7 +54,7 @@ CASES = {
     "serve": (
         ["serve", "--http", "--host", "0.0.0.0"],
         "relay: INVALID_ARGUMENT: refusing to serve HTTP on 0.0.0.0 without a token"
-        " — hint: pass --token SECRET (or set RELAY_TOKEN), or bind 127.0.0.1",
+        " — hint: pass --token SECRET (or set RELAY_TOKEN, or name tokens in [server.tokens.NAME]), or bind 127.0.0.1",
         2,
     ),
     "run": (
