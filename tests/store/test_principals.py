@@ -169,3 +169,17 @@ def test_resuming_another_principals_agent_session_is_refused_as_not_found(
     assert err.value.code is ErrorCode.SESSION_NOT_FOUND
     with acting_as(ALICE):
         assert prepare(settings, store, shutil.which, req, "j3").agent_request.cwd == str(workdir)
+
+
+@pytest.mark.anyio
+async def test_a_named_token_in_a_prompt_is_redacted_from_the_job_record(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
+    from relay.jobs.engine import Engine, JobRequest
+
+    token = "alice-secret-token-0123456789"
+    settings = make_settings(f'[server.tokens.alice]\ntoken = "{token}"\n')
+    async with Engine(settings).running() as engine:
+        job_id = engine.submit(JobRequest(agent="claude", prompt=f"use {token} please", cwd=str(workdir)))
+        rec = await engine.wait_one(job_id, 30)
+    assert token not in rec.request_json and "use " in rec.request["prompt"]

@@ -60,7 +60,9 @@ class JobState:
         self.live: dict[str, Live] = {}
         self.running: dict[str, str] = {}
         self._changed = anyio.Event()
-        self.secrets = secret_values(settings.environ, _api_key_values(settings.home))
+        # Keys and the HTTP bearer tokens: redacted from what relay records and returns.
+        tokens = [t.token for t in settings.tokens]
+        self.secrets = secret_values(settings.environ, [*_api_key_values(settings.home), *tokens])
         self.my_pid = os.getpid()
         self.my_start = procinfo.start_ticks(self.my_pid)
         # Job folders made ahead of time, so a job's files cost a rename on its way (runtime/folders.py):
