@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def test_jobs_are_found_by_id_prefix_and_list_only_for_the_principal_that_starte
     assert [r.id for r in store.list_jobs(principal="bob")] == ["abcd0002"]
     assert sorted(r.id for r in store.list_jobs()) == ["abcd0001", "abcd0002"]
     assert store.get_job("abcd0002") is not None and store.get_job("abcd0002").principal == "bob"  # type: ignore[union-attr]
+    entries = [json.loads(line) for line in store.audit.path.read_text().splitlines()]
+    queued = [e for e in entries if e["event"] == "queued"]
+    assert [(e["job_id"], e["data"]["principal"]) for e in queued] == [("abcd0001", "alice"), ("abcd0002", "bob")]
 
 
 def test_rows_written_before_principals_existed_belong_to_the_local_user(tmp_path: Path) -> None:

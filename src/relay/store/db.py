@@ -273,7 +273,7 @@ class Store:
                 principal,
             ),
         )
-        self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd))
+        self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
 
     def mark_running(
         self,
