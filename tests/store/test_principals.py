@@ -42,8 +42,8 @@ def test_jobs_are_found_by_id_prefix_and_list_only_for_the_principal_that_starte
 def test_rows_written_before_principals_existed_belong_to_the_local_user(tmp_path: Path) -> None:
     path = tmp_path / "relay.db"
     Store(path).close()
-    with sqlite3.connect(path) as db:  # relay.db as it was before migration m012_principals
-        db.execute("DELETE FROM migrations WHERE name='m012_principals'")
+    with sqlite3.connect(path) as db:  # relay.db as it was before migration m014_principals
+        db.execute("DELETE FROM migrations WHERE name='m014_principals'")
         db.execute("DROP INDEX jobs_principal_created_id")
         db.execute("DROP INDEX threads_principal_updated")
         for table in ("jobs", "mcp_tasks", "threads", "sessions"):
