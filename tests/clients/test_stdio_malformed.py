@@ -20,11 +20,12 @@ RELAY = str(Path(sys.executable).with_name("relay"))
 
 PARSE = {"code": -32700, "message": "Parse error"}
 INVALID = {"code": -32600, "message": "Invalid Request"}
+PARAMS = {"code": -32602, "message": "Invalid params"}
 
 # (raw line, the id the reply carries, the error without its "data").
 MALFORMED: list[tuple[bytes, Any, dict[str, Any]]] = [
     (b"{not json", None, PARSE),
-    (b'{"jsonrpc":"2.0","id":1,"method":"ping"', None, PARSE),  # cut short
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping"', 1, PARSE),  # cut short: its id can still be read
     (b"\xff\xfe\x00garbage", None, PARSE),  # not UTF-8
     (b'{"jsonrpc":"1.0","id":2,"method":"ping"}', 2, INVALID),
     (b'{"id":3,"method":"ping"}', 3, INVALID),  # no "jsonrpc"
@@ -36,9 +37,13 @@ MALFORMED: list[tuple[bytes, Any, dict[str, Any]]] = [
     (b"42", None, INVALID),
     (b'"ping"', None, INVALID),
     (b'{"jsonrpc":"2.0","id":6,"method":7}', 6, INVALID),
-    (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"x"}', 7, INVALID),
+    (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"x"}', 7, PARAMS),
     (b'{"jsonrpc":"2.0","id":8}', 8, INVALID),  # neither request nor response
     (b'{"jsonrpc":"2.0","method":1}', None, INVALID),  # a broken notification is answered too
+    (b'{"jsonrpc":"2.0","method":"ping","id":9,"params":' + b"[" * 5000 + b"]" * 5000 + b"}", 9, PARSE),  # too deep
+    (b'{"params":{"id":1},"id":10,"method":"tools/call","jsonrpc":"2.0","x":[', 10, PARSE),  # the top-level id
+    (b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"a\xff"}}', 11, PARAMS),  # bytes, not UTF-8
+    (b'{"jsonrpc":"2.0","id":12.5,"method":"ping"', None, PARSE),  # an id that is no valid id is not recovered
 ]
 
 
@@ -51,6 +56,15 @@ def test_a_well_formed_message_passes_and_a_blank_line_is_ignored() -> None:
     )
     assert parse_line(b'{"jsonrpc":"2.0","id":3,"result":{}}') == ({"jsonrpc": "2.0", "id": 3, "result": {}}, None)
     assert parse_line(b"  \r\n") == (None, None)
+
+
+def test_a_notification_with_bytes_that_are_not_utf8_passes_on_with_replacement_characters() -> None:
+    message, reply = parse_line(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"reason":"a\xffb"}}')
+    assert reply is None and message == {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"reason": "a\ufffdb"},
+    }
 
 
 @pytest.mark.parametrize(("line", "reply_id", "error"), MALFORMED)

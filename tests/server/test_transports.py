@@ -90,7 +90,7 @@ async def test_the_http_app_wants_the_bearer_token_and_checks_the_host(
     transport = httpx.ASGITransport(app=app)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    inner = app.app  # the SDK's Starlette app, whose lifespan starts the session manager
+    inner = app.app.app  # (bearer check, wire check) the SDK's Starlette app, whose lifespan starts the session manager
     async with (
         inner.router.lifespan_context(inner),
         httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as client,

@@ -10,7 +10,8 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, InputRequiredResult, NotificationParams
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult, NotificationParams
 from mcp.types import Tool as MCPTool
 
 from relay import __version__
@@ -70,6 +71,16 @@ class RelayServer(MCPServer[Any]):
         if self.roots is not None:
             await self.roots.settled()
         return await self.catalog.call_exposed(name, arguments, context)
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        # An unknown name is invalid params (-32602, as resources/read answers an unknown uri), not error code 0.
+        known = [prompt.name for prompt in await self.list_prompts()]
+        if name not in known:
+            shown = ", ".join(known) or "none"
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name}", {"name": name, "prompts": shown})
+        return await super().get_prompt(name, arguments, context)
 
 
 def build_server(

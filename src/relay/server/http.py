@@ -156,6 +156,8 @@ def build_http_app(
         allowed_hosts=hosts,
         allowed_origins=[f"http://{h}" for h in hosts],
     )
+    from relay.server.http_wire import WireCheck
+
     app = server.streamable_http_app(transport_security=security, host=host)
     if dashboard is not None:
         # The web dashboard (a surface above this one, handed in by the CLI) under /ui: it asks for the
@@ -175,7 +177,8 @@ def build_http_app(
     accepted = principals(server.catalog.deps.settings, token)
     if act_as_caller not in server.middleware:
         server.middleware.append(act_as_caller)
-    return BearerAuth(app, accepted) if accepted else app
+    checked = WireCheck(app, security)  # a body that is not a JSON-RPC message gets its error reply, with its id
+    return BearerAuth(checked, accepted) if accepted else checked
 
 
 def run_http(

@@ -21,7 +21,9 @@ from mcp.server import MCPServer
 from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
+from relay.errors import ErrorCode, RelayError
 from relay.memory import LARGE_MESSAGE_BYTES, release_freed_memory
 from relay.osfiles import private_dup
 from relay.server.stdio_front import Front
@@ -88,12 +90,20 @@ class LetGo(Exception):
 def _to_message(obj: dict[str, Any]) -> tuple[SessionMessage | None, dict[str, Any] | None]:
     try:
         return SessionMessage(jsonrpc_message_adapter.validate_python(obj, by_name=False)), None
-    except ValidationError as exc:
+    except (ValidationError, RecursionError) as exc:
         request_id = obj.get("id")
         reply = error_reply(
             INVALID_REQUEST, "Invalid Request", request_id if valid_id(request_id) else None, str(exc)[:300]
         )
         return None, reply
+
+
+def _dump(message: SessionMessage) -> bytes:
+    """One outgoing message as a line; a string that UTF-8 cannot carry (a lone surrogate) goes as its escape."""
+    try:
+        return message.message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+    except PydanticSerializationError:
+        return encode(message.message.model_dump(mode="json", by_alias=True, exclude_unset=True))
 
 
 @asynccontextmanager
@@ -139,9 +149,9 @@ async def stdio_transport(
         nonlocal large_seen
         async with from_server:
             async for session_message in from_server:
-                text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await wire.write(text.encode("utf-8") + b"\n")
-                del text, session_message
+                data = _dump(session_message)
+                await wire.write(data)
+                del data, session_message
                 if large_seen:
                     large_seen = False
                     release_freed_memory()
@@ -164,6 +174,11 @@ async def serve_stdio(server: MCPServer[Any], front: Front | None = None) -> Non
     reader, writer = (front.reader, front.writer) if front is not None else (None, None)
     async with stdio_transport(reader, writer) as (read_stream, write_stream):
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    if front is not None and front.failure is not None:
+        # The front's reader died (it logged why): its EOF ended the server, but this is no clean shutdown.
+        raise RelayError(
+            ErrorCode.INTERNAL, f"the stdio reader stopped: {front.failure}", "report it with the log above"
+        )
 
 
 def run_stdio(server: MCPServer[Any], front: Front | None = None) -> None:

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import IO, Any
 
@@ -124,6 +125,7 @@ class Front:
         # ids of the client's initialize / tools/list forwarded while no snapshot existed: record their answers
         self._capture: dict[str, str] = {}
         self._server_spoke = False
+        self.failure: str | None = None  # why the reader thread died, if it did
 
     # the client side ------------------------------------------------------------------------
 
@@ -137,7 +139,11 @@ class Front:
             write_all(self._pipe_w, data)
 
     def read_client(self) -> None:
-        """The reader thread: answer what can be answered now, forward the rest in order."""
+        """The reader thread: answer what can be answered now, forward the rest in order.
+
+        Nothing a client sends raises here (stdio_wire answers every line); if the thread dies
+        anyway, it says why on stderr and keeps the reason in `failure`, so relay exits non-zero.
+        """
         try:
             while True:
                 line = self.wire_in.readline()
@@ -146,6 +152,10 @@ class Front:
                 self._take(line)
                 # Not kept while the next line is awaited: a 10 MB line (and its parse, in _take) would stay for good.
                 del line
+        except BaseException as exc:
+            self.failure = f"{type(exc).__name__}: {exc}"[:500]
+            sys.stderr.write("relay: the stdio reader stopped:\n" + "".join(traceback.format_exception(exc)))
+            sys.stderr.flush()
         finally:
             os.close(self._pipe_w)  # EOF for the full server
 

@@ -1,8 +1,10 @@
 """JSON-RPC lines on stdio: which ones are messages, and the standard error reply for every one that is not.
 
 Standard library only, so the start-up front can use it before the MCP SDK is imported.
-A line that is not a JSON-RPC 2.0 message still gets an answer (-32700 or -32600), because a
-client waiting on a request id that never comes back waits forever.
+A line that is not a JSON-RPC 2.0 message still gets an answer (-32700, -32600, or -32602 for a
+request whose params are not an object or not UTF-8), with its id whenever it can be read, because a
+client waiting on a request id that never comes back waits forever. The Streamable HTTP endpoint
+checks each POSTed body with the same rules (http_wire).
 """
 
 from __future__ import annotations
@@ -10,10 +12,16 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+# How far into a line that cannot be parsed the search for its "id" goes (tokens), so a 10 MB line of
+# brackets costs a bounded time.
+ID_SEARCH_TOKENS = 100_000
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null')
 
 
 def error_reply(code: int, message: str, request_id: Any = None, data: str | None = None) -> dict[str, Any]:
@@ -30,8 +38,46 @@ def valid_id(value: Any) -> bool:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """One message as one line on the wire."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    """One message as one line on the wire (a lone surrogate, e.g. in an echoed id, travels as its \\u escape)."""
+    try:
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def recover_id(line: bytes) -> Any:
+    """The top-level "id" of a line that did not parse (cut short, too deep...), when it can still be read; else None.
+
+    A scan of the line's tokens that tracks the nesting depth without recursing, so no depth or
+    length ends it; only a string or integer id found at depth 1 counts.
+    """
+    depth = 0
+    key_next = False  # the previous token at depth 1 was an object key "id" (awaiting ":" and the value)
+    expect_key = False
+    for count, match in enumerate(_TOKEN.finditer(line)):
+        if count >= ID_SEARCH_TOKENS:
+            return None
+        token = match.group()
+        if token in (b"{", b"["):
+            depth += 1
+            expect_key = token == b"{" and depth == 1
+            key_next = False
+        elif token in (b"}", b"]"):
+            depth -= 1
+        elif depth != 1 or token == b":":
+            continue
+        elif token == b",":
+            expect_key, key_next = True, False
+        elif expect_key:
+            expect_key = False
+            key_next = token == b'"id"'
+        elif key_next:
+            try:
+                value = json.loads(token)
+            except ValueError:
+                return None
+            return value if valid_id(value) else None
+    return None
 
 
 def _invalid(obj: dict[str, Any], why: str) -> dict[str, Any]:
@@ -52,9 +98,7 @@ def check_message(obj: Any) -> str | None:
         if not isinstance(msg["method"], str):
             return 'the "method" member must be a string'
         if "id" in msg and not valid_id(msg["id"]):
-            return 'a request "id" must be a string or an integer, not null'
-        if msg.get("params") is not None and not isinstance(msg["params"], dict):
-            return 'the "params" member must be an object'
+            return 'a request "id" must be a string or an integer (not null, a number with a fraction, an object or an array)'
         if "result" in msg or "error" in msg:
             return "a message cannot be both a request and a response"
         return None
@@ -79,24 +123,53 @@ def _error_object(value: Any) -> bool:
     return isinstance(code, int) and not isinstance(code, bool) and isinstance(err.get("message"), str)
 
 
-def parse_line(line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(message, None) for a JSON-RPC message, (None, error reply) for anything else, (None, None) for a blank line."""
+def _params_error(msg: dict[str, Any]) -> str | None:
+    """Why a request's params are not usable (a string, an array...), or None."""
+    if msg.get("params") is not None and not isinstance(msg["params"], dict):
+        return 'the "params" member must be an object'
+    return None
+
+
+def parse_line(
+    line: bytes, loads: Callable[[str], Any] = json.loads
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(message, None) for a JSON-RPC message, (None, error reply) for anything else, (None, None) for a blank line.
+
+    Never raises: a line too deep or too big to parse is a parse error like any other. Invalid UTF-8
+    inside a line that is still JSON once decoded with replacement characters: a request gets
+    -32602 with its own id (naming where the bad bytes are); anything else passes on, decoded so.
+    """
     if not line.strip():
         return None, None
+    bad_bytes: UnicodeDecodeError | None = None
     try:
         text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, error_reply(PARSE_ERROR, "Parse error", None, "the line is not valid UTF-8")
+    except UnicodeDecodeError as exc:
+        bad_bytes = exc
+        text = line.decode("utf-8", errors="replace")
     try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        return None, error_reply(PARSE_ERROR, "Parse error", None, str(exc)[:200])
+        obj = loads(text)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        why = str(exc)[:200] or type(exc).__name__
+        if bad_bytes is not None:
+            why = f"not JSON, and not valid UTF-8 from byte {bad_bytes.start} on"
+        return None, error_reply(PARSE_ERROR, "Parse error", recover_id(line), why)
     why = check_message(obj)
-    if why is None:
-        return obj, None
-    if isinstance(obj, dict):
-        return None, _invalid(obj, why)  # pyright: ignore[reportUnknownArgumentType]
-    return None, error_reply(INVALID_REQUEST, "Invalid Request", None, why)
+    if why is not None:
+        if isinstance(obj, dict):
+            return None, _invalid(obj, why)  # pyright: ignore[reportUnknownArgumentType]
+        return None, error_reply(INVALID_REQUEST, "Invalid Request", None, why)
+    msg: dict[str, Any] = obj
+    params_why = _params_error(msg)
+    if "method" in msg and "id" in msg:  # a request: its id is known, so the error can carry it
+        if bad_bytes is not None:
+            where = f"the message is not valid UTF-8 from byte {bad_bytes.start} on: send text as UTF-8"
+            return None, error_reply(INVALID_PARAMS, "Invalid params", msg["id"], where)
+        if params_why is not None:
+            return None, error_reply(INVALID_PARAMS, "Invalid params", msg["id"], params_why)
+    elif params_why is not None:
+        return None, _invalid(msg, params_why)
+    return msg, None
 
 
 # A client that gives up on a call sends `notifications/cancelled` with a free-text reason; Claude
