@@ -4,8 +4,9 @@ The SDK's endpoint answers a body with `"id": null` or an object id with 202 and
 takes it for a notification), a request with params that are not an object with -32602 but `id:
 null`, and a parse error with `id: null` even when the id is there to read. This check runs in
 front of it, with the same rules as stdio (stdio_wire.parse_line, with the SDK's own JSON parser),
-and answers 400 with the standard error and the request's id. Everything else, and every request
-that fails the SDK's host, origin or content-type checks, goes to the SDK untouched.
+and answers 400 with the standard error and the request's id (413 for a body over the SDK's size
+limit). Everything else, and every request that fails the SDK's host, origin or content-type
+checks, goes to the SDK untouched.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import pydantic_core
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
 
-from relay.server.stdio_wire import encode, parse_line
+from relay.server.stdio_wire import INVALID_REQUEST, encode, error_reply, parse_line, recover_id
 
 MCP_PATH = "/mcp"
 # The SDK's own limit on a POSTed body (mcp.server.transport_security.DEFAULT_MAX_REQUEST_BODY_SIZE): a
-# larger body goes on unread, for the SDK to refuse with 413.
+# larger body gets 413, as from the SDK, but with a JSON-RPC error that carries its id.
 MAX_CHECKED_BODY = 4 * 1024 * 1024
 
 
@@ -40,11 +41,14 @@ class WireCheck:
             await self.app(scope, receive, send)  # the SDK refuses it in its own words
             return
         body, complete, held = await _read_body(receive)
-        reply = None
+        reply, status = None, 400
         if complete:
             message, reply = parse_line(body, pydantic_core.from_json)
             if message is not None and not body.isascii() and not _utf8(body):
                 body = encode(message)  # invalid bytes in a notification or response: passed on decoded
+        elif not held:  # over the limit (not a client gone mid-body): refused, with the id when it can be read
+            why = f"the body is over {MAX_CHECKED_BODY} bytes: send large input as a file path or in parts"
+            reply, status = error_reply(INVALID_REQUEST, "Request too large", recover_id(body), why), 413
         if reply is None:
             held.appendleft({"type": "http.request", "body": body, "more_body": not complete})
 
@@ -53,7 +57,9 @@ class WireCheck:
 
             await self.app(scope, replay, send)
             return
-        await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
         await send({"type": "http.response.body", "body": encode(reply)})
 
 

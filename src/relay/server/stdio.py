@@ -174,11 +174,10 @@ async def serve_stdio(server: MCPServer[Any], front: Front | None = None) -> Non
     reader, writer = (front.reader, front.writer) if front is not None else (None, None)
     async with stdio_transport(reader, writer) as (read_stream, write_stream):
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
-    if front is not None and front.failure is not None:
+    failure = getattr(front, "failure", None)
+    if failure is not None:
         # The front's reader died (it logged why): its EOF ended the server, but this is no clean shutdown.
-        raise RelayError(
-            ErrorCode.INTERNAL, f"the stdio reader stopped: {front.failure}", "report it with the log above"
-        )
+        raise RelayError(ErrorCode.INTERNAL, f"the stdio reader stopped: {failure}", "report it with the log above")
 
 
 def run_stdio(server: MCPServer[Any], front: Front | None = None) -> None:
