@@ -72,7 +72,7 @@ class Catalog:
         """The built tools of a toolset (by its canonical name), building it on first use."""
         if toolset not in self._built:
             ts = load_toolset(toolset)
-            reg = ToolRegistry(ts.name)
+            reg = ToolRegistry(ts.name, schema_first=ts.name not in PROFILES)  # a profile keeps its seed's checks
             ts.build(reg, self.deps)
             self._built[ts.name] = reg
             self._built[toolset] = reg
@@ -190,6 +190,9 @@ class Catalog:
         if unknown:
             make = registered.unknown_argument or unknown_argument_error
             return error_result(make(registered.name, unknown, valid))
+        refused = registered.schema_error(arguments) if registered.schema_first else None
+        if refused is not None:
+            return error_result(refused)
         try:
             with submitted_via(via or registered.via):
                 value = await registered.tool.run(arguments, ctx if ctx is not None else Context())

@@ -5,10 +5,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import CallToolResult, ToolAnnotations
 
 from relay.config import Settings
@@ -72,6 +73,10 @@ class RegisteredTool:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     unknown_argument: UnknownArgument | None = None
+    # The published schema is checked before the tool runs (relay's own toolsets); a compat profile's tools
+    # keep the seed system's own checks and messages instead.
+    schema_first: bool = True
+    _validator: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -88,6 +93,45 @@ class RegisteredTool:
 
     def valid_arguments(self) -> list[str]:
         return list(self.input_schema.get("properties", {}))
+
+    def schema_error(self, arguments: dict[str, Any]) -> RelayError | None:
+        """INVALID_ARGUMENT when `arguments` break the published input schema, else None.
+
+        The schema is the contract a client reads, so it decides, before the tool's own (more lenient)
+        validation could turn "5" into 5 or true into 1. One rule on top: an explicit null for an
+        optional argument whose default is null is the same as leaving it out (the schema publishes
+        such arguments as their plain type, see `strict_input_schema`).
+        """
+        if self._validator is None:
+            from jsonschema import Draft202012Validator
+
+            self._validator = Draft202012Validator(self.input_schema)
+        props: dict[str, Any] = self.input_schema.get("properties", {})
+        required = set(self.input_schema.get("required", []))
+        checked = {
+            k: v
+            for k, v in arguments.items()
+            if not (v is None and k not in required and isinstance(props.get(k), dict) and "default" not in props[k])
+        }
+        problems: list[str] = []
+        for error in sorted(self._validator.iter_errors(checked), key=lambda e: [str(p) for p in e.path])[:5]:
+            where = ".".join(str(p) for p in error.path) or "arguments"
+            text = f"{where}: {error.message}"
+            schema: Any = error.schema
+            spec = cast("dict[str, Any]", schema) if isinstance(schema, dict) else {}
+            enum: list[Any] = spec.get("enum") or []
+            allowed = [v for v in enum if isinstance(v, str)]
+            if allowed and isinstance(error.instance, str):
+                near = did_you_mean(error.instance, allowed)
+                text += f" ({near})" if near else ""
+            problems.append(text[:300])
+        if not problems:
+            return None
+        return RelayError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"invalid arguments for {self.name}: {'; '.join(problems)}",
+            "fix the arguments as the tool's input schema (in tools/list) describes",
+        )
 
 
 class Deps:
@@ -137,11 +181,23 @@ class Deps:
                 continue
 
 
+class _AsPublished(FuncMetadata):
+    """The SDK's argument validation without its pre-parse of JSON text inside strings.
+
+    The published schema is checked first (`RegisteredTool.schema_error`), so a string reaching
+    validation is one the schema wants as a string: "[1]" given as a system prompt stays that text.
+    """
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+
 class ToolRegistry:
     """Collects one toolset's tools: `@reg.tool(...)` on an async function, like `MCPServer.tool`."""
 
-    def __init__(self, toolset: str) -> None:
+    def __init__(self, toolset: str, *, schema_first: bool = True) -> None:
         self.toolset = toolset
+        self.schema_first = schema_first
         self.tools: dict[str, RegisteredTool] = {}
 
     def tool(
@@ -165,6 +221,8 @@ class ToolRegistry:
             )
             if tool.name in self.tools:
                 raise ValueError(f"toolset {self.toolset} defines {tool.name} twice")
+            if self.schema_first:
+                tool.fn_metadata = _AsPublished.model_construct(**dict(tool.fn_metadata))
             output = tool.output_schema
             self.tools[tool.name] = RegisteredTool(
                 tool=tool,
@@ -172,6 +230,7 @@ class ToolRegistry:
                 input_schema=strict_input_schema(tool.parameters),
                 output_schema=publish_output_schema(output) if publish_output and output else None,
                 unknown_argument=unknown_argument,
+                schema_first=self.schema_first,
             )
             return fn
 
