@@ -136,6 +136,22 @@ def test_over_http_each_bad_request_gets_its_standard_error_with_its_id(
     assert http.alive()
 
 
+def test_over_http_a_body_over_the_size_limit_gets_413_with_a_json_rpc_error_carrying_its_id(http: HttpRelay) -> None:
+    body = b'{"jsonrpc":"2.0","id":"huge","method":"ping","params":{"s":"' + b"x" * 10_000_000 + b'"}}'
+    status, answers = http.post(body)
+    assert status == 413 and [error_of(a) for a in answers] == [("huge", INVALID)]
+    assert http.post(line({"jsonrpc": "2.0", "id": "after-huge", "method": "ping"}))[1][0]["result"] == {}
+
+
+@pytest.mark.parametrize("front", ["1", "0"], ids=["front", "no-front"])
+def test_a_last_request_without_a_newline_before_eof_is_answered_and_relay_exits_0(tmp_path: Path, front: str) -> None:
+    relay = StdioRelay(tmp_path, tmp_path, RELAY_STDIO_FRONT=front)
+    relay.send(b'{"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"status","arguments":{}}}')
+    assert relay.close() == 0
+    assert "result" in relay.answers.wait("last")  # read off the pipe by the client's thread, after the exit
+    assert relay.answers.count("last") == 1 and relay.answers.garbage == []
+
+
 class _Broken(io.RawIOBase):
     """A client stream whose read fails: what no input can do any more, standing for any bug in the reader."""
 

@@ -94,7 +94,8 @@ class StdioRelay:
         self.answers = Answers()
         self.stderr = bytearray()
         self._lock = threading.Lock()
-        threading.Thread(target=self._read_out, daemon=True).start()
+        self._out = threading.Thread(target=self._read_out, daemon=True)
+        self._out.start()
         threading.Thread(target=self._read_err, daemon=True).start()
         self.send(line(INIT))
         self.answers.wait("init", START_TIMEOUT_S)
@@ -129,10 +130,12 @@ class StdioRelay:
         with contextlib.suppress(BrokenPipeError):
             self.proc.stdin.close()
         try:
-            return self.proc.wait(60)
+            status = self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return self.proc.wait(10)
+            status = self.proc.wait(10)
+        self._out.join(30)  # everything relay wrote is filed before anyone looks
+        return status
 
 
 class HttpRelay:

@@ -27,7 +27,7 @@ MAX_CHECKED_BODY = 4 * 1024 * 1024
 
 
 class WireCheck:
-    """ASGI middleware: a POST to /mcp whose body is not a JSON-RPC message gets its error reply (400) here."""
+    """ASGI middleware: a POST to /mcp whose body is not a JSON-RPC message gets its error reply here (400; 413 if too big)."""
 
     def __init__(self, app: Any, security: TransportSecuritySettings) -> None:
         self.app = app
