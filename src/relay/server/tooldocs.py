@@ -52,7 +52,7 @@ def render(
         "",
         "Every tool refuses arguments it does not name (`INVALID_ARGUMENT`, with the closest valid name); an error "
         'result carries `{"error": {code, message, hint}}`, which every published output schema admits. The tools '
-        "of `core`, `gateway` and `tasks` accept exactly what their input schema says (no `\"5\"` for 5, no "
+        'of `core`, `gateway` and `tasks` accept exactly what their input schema says (no `"5"` for 5, no '
         "`true` for 1), with one rule on top: `null` for an optional argument shown without a default is the same "
         "as leaving it out. The compat profiles keep their seed systems' own checks and messages.",
         "",
