@@ -74,9 +74,18 @@ class Answers:
                 raise TimeoutError(f"no answer for id {request_id!r} within {timeout} s")
             return self.by_id[key][0]
 
-    def count(self, request_id: Any) -> int:
+    def wait_count(self, key: str, count: int, timeout: float = ANSWER_TIMEOUT_S) -> None:
+        """Wait (bounded) until `count` answers carry the id whose `id_key` is `key`."""
         with self._arrived:
-            return len(self.by_id.get(id_key(request_id), []))
+            if not self._arrived.wait_for(lambda: len(self.by_id.get(key, [])) >= count, timeout):
+                raise TimeoutError(f"{len(self.by_id.get(key, []))} answers for id {key}, not {count}, in {timeout} s")
+
+    def count(self, request_id: Any) -> int:
+        return self.count_key(id_key(request_id))
+
+    def count_key(self, key: str) -> int:
+        with self._arrived:
+            return len(self.by_id.get(key, []))
 
 
 class StdioRelay:

@@ -1,7 +1,8 @@
 """What the wire fuzzer sends: JSON-RPC traffic, valid, mutated and hostile, as hypothesis strategies.
 
-Every generated request carries an id of its own (unique per run), so the checks can say which
-answers belong to it. `expectation` reads a line the way a strict JSON-RPC peer would, to know
+Strategies draw nothing but their own data (hypothesis replays them): ids are placeholders,
+`STR_ID` in a string and `INT_ID` as a number, that `personalize` replaces with ids unique per run
+just before a line is sent, so the checks can say which answers belong to which request. `expectation` reads a line the way a strict JSON-RPC peer would, to know
 what relay owes it: exactly one answer for a well-formed request, none for a well-formed
 notification, at most one (with the request's id or null) for anything else.
 """
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 
 from relay.server.stdio_wire import valid_id
 
+STR_ID = "@id@"
+INT_ID = 7_777_777_777
 _ids = itertools.count()
 
 # Tools that answer at once and change nothing, and names no toolset has.
@@ -41,6 +44,14 @@ def fresh_id(prefix: str = "f") -> str:
     return f"{prefix}{next(_ids)}-wire"
 
 
+def personalize(data: bytes) -> bytes:
+    """The line with each id placeholder replaced by an id no other line of the run has."""
+    parts = data.split(STR_ID.encode())
+    data = b"".join(p + (fresh_id().encode() if i < len(parts) - 1 else b"") for i, p in enumerate(parts))
+    parts = data.split(str(INT_ID).encode())
+    return b"".join(p + (str(10**12 + next(_ids)).encode() if i < len(parts) - 1 else b"") for i, p in enumerate(parts))
+
+
 json_scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -60,8 +71,7 @@ json_values = st.recursive(
 def requests(draw: st.DrawFn) -> dict[str, Any]:
     """A well-formed request: a method relay knows or not, params of any shape an object can have."""
     request_id: Any = draw(st.sampled_from(["str", "int"]))
-    # Integer ids far apart, so a mutated digit does not land on another request's id.
-    request_id = fresh_id("r") if request_id == "str" else 10**12 + next(_ids) * 1_000_003
+    request_id = STR_ID if request_id == "str" else INT_ID
     kind = draw(st.sampled_from(["call", "method"]))
     if kind == "call":
         params: dict[str, Any] = {
@@ -83,19 +93,19 @@ def notifications(draw: st.DrawFn) -> dict[str, Any]:
     method = draw(st.sampled_from([*NOTIFICATIONS, "notifications/cancelled"]))
     params: dict[str, Any] = {}
     if method == "notifications/cancelled":  # for ids never sent: nothing in flight is cancelled
-        params = {"requestId": fresh_id("gone"), "reason": draw(st.text(max_size=20))}
+        params = {"requestId": STR_ID, "reason": draw(st.text(max_size=20))}
     return {"jsonrpc": "2.0", "method": method, "params": params}
 
 
 def deep(depth: int) -> bytes:
-    head = b'{"jsonrpc":"2.0","id":"' + fresh_id("deep").encode() + b'","method":"ping","params":{"a":'
+    head = b'{"jsonrpc":"2.0","id":"' + STR_ID.encode() + b'","method":"ping","params":{"a":'
     return head + b"[" * depth + b"]" * depth + b"}}"
 
 
 @st.composite
 def hostile(draw: st.DrawFn) -> bytes:
     """Lines meant to break a reader: nesting, numbers, encodings, ids and params of the wrong kind."""
-    rid = json.dumps(fresh_id("h")).encode()
+    rid = json.dumps(STR_ID).encode()
     choice = draw(st.integers(min_value=0, max_value=11))
     if choice == 0:
         return deep(draw(st.sampled_from([100, 254, 255, 256, 999, 1000, 1001, 5000, 100_000])))
@@ -107,7 +117,7 @@ def hostile(draw: st.DrawFn) -> bytes:
         surrogate = draw(st.sampled_from([b"\\ud800", b"\\udfff", b"\\ud800\\u0041", b"\\udbff\\udfff"]))
         where = draw(st.sampled_from(["id", "param"]))
         if where == "id":
-            return b'{"jsonrpc":"2.0","id":"' + fresh_id("s").encode() + surrogate + b'","method":"ping"}'
+            return b'{"jsonrpc":"2.0","id":"' + STR_ID.encode() + surrogate + b'","method":"ping"}'
         return b'{"jsonrpc":"2.0","id":' + rid + b',"method":"tools/call","params":{"name":"status' + surrogate + b'"}}'
     if choice == 3:
         junk = draw(
@@ -132,8 +142,7 @@ def hostile(draw: st.DrawFn) -> bytes:
             )
         )
     if choice == 5:
-        n = next(_ids)  # ids that are valid (negative, beyond 64 bits) stay unique, as every request's does
-        unique = [f"-{n + 1}".encode(), str(10**22 + n).encode()]
+        unique = [f"-{INT_ID}".encode(), f"1000000000000{INT_ID}".encode()]  # valid ids: negative, beyond 64 bits
         bad_id = draw(st.sampled_from([b'{"a":1}', b"null", b"1.5", b"true", b"[1]", b"1e3", *unique]))
         return b'{"jsonrpc":"2.0","id":' + bad_id + b',"method":"ping"}'
     if choice == 6:
