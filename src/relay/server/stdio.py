@@ -2,9 +2,10 @@
 
 The SDK's stdio transport drops a malformed line (bad JSON, a wrong "jsonrpc", `"id": null`, a
 batch) without a word, so the client waits forever for its answer. Here every such line gets
--32700 or -32600 (see stdio_wire). Like the SDK, fd 0 and 1 are claimed while serving: fd 0
-reads the null device and fd 1 goes to stderr, so a stray print or a child cannot corrupt the
-wire.
+-32700, -32600 or -32602, with its id when it can be read (see stdio_wire), and an answer that
+UTF-8 cannot carry (a lone surrogate echoed from a request) is written with escapes rather than
+ending the server. Like the SDK, fd 0 and 1 are claimed while serving: fd 0 reads the null device
+and fd 1 goes to stderr, so a stray print or a child cannot corrupt the wire.
 """
 
 from __future__ import annotations
