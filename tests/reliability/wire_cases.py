@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -188,12 +189,16 @@ messages = st.one_of(
 cases = st.lists(messages, min_size=1, max_size=6)
 
 
-def expectation(data: bytes) -> tuple[str, Any]:
-    """("request", id), ("notification", None), ("blank", None) or ("other", None): what relay owes this line."""
+def expectation(data: bytes, loads: Callable[[str], Any] = json.loads) -> tuple[str, Any]:
+    """("request", id), ("notification", None), ("blank", None) or ("other", None): what relay owes this line.
+
+    `loads` is the JSON parser of the transport: Python's on stdio, the SDK's (pydantic's, which
+    refuses lone surrogates and nesting past ~250) over HTTP.
+    """
     if not data.strip():
         return "blank", None
     try:
-        obj = json.loads(data.decode("utf-8"))
+        obj = loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return "other", None
     if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or not isinstance(obj.get("method"), str):
