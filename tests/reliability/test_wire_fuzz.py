@@ -51,6 +51,8 @@ REGRESSIONS: list[list[bytes]] = [
     [b'{"jsonrpc":"2.0","id":"big","method":"ping","params":{"s":"' + b"x" * 10_000_000 + b'"}}'],
     # A notification with a lone surrogate: valid JSON to Python, a parse error to the SDK's parser (HTTP).
     [b'{"jsonrpc":"2.0","method":"ping","params":{"name":["\\ud800"]}}'],
+    # An answer carrying U+0085 unescaped (the test's SSE reader split on it).
+    [b'{"jsonrpc":"2.0","id":"nel","method":"prompts/get","params":{"name":"\\u0085"}}'],
 ]
 
 

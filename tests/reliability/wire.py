@@ -192,7 +192,9 @@ class HttpRelay:
         kind = response.headers.get("content-type", "")
         text = response.text
         if kind.startswith("text/event-stream"):
-            return response.status_code, [json.loads(d[5:]) for d in text.splitlines() if d.startswith("data:")]
+            # Split on "\n" only: an answer may carry U+0085 or U+2028 unescaped, which str.splitlines splits on.
+            events = [d.rstrip("\r") for d in text.split("\n")]
+            return response.status_code, [json.loads(d[5:]) for d in events if d.startswith("data:")]
         if kind.startswith("application/json") and text.strip():
             return response.status_code, [json.loads(text)]
         return response.status_code, []
