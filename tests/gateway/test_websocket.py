@@ -131,8 +131,10 @@ async def test_a_websocket_server_is_added_listed_inspected_and_called_through_r
 async def test_a_websocket_server_going_away_mid_call_is_a_clear_error_and_relay_keeps_serving(
     make_settings: SettingsFactory, tmp_path: Path
 ) -> None:
+    # Two failed starts in a row: the next waits out the restart backoff, kept short here so the
+    # server started again below is reached on the very next call.
     with ws_server(tmp_path) as server:
-        async with relay(make_settings) as c:
+        async with relay(make_settings, RELAY_GATEWAY_RESTART_BACKOFF_S="0.001") as c:
             await call(c, "add_mcp_server", ws_args(server))
             _, before = await call(c, "call_tool", {"server_name": "wsy", "tool_name": "pid"})
             assert before["result"]["structuredContent"] == {"result": server.proc.pid if server.proc else None}
