@@ -94,7 +94,7 @@ def detect(environ: Mapping[str, str]) -> Isolation:
     path = shutil.which("bwrap") if wanted else None
     if path and _bwrap_works(path):
         return Isolation(BUBBLEWRAP, bwrap=path)
-    if os.geteuid() == 0:
+    if getattr(os, "geteuid", lambda: -1)() == 0:  # no user ids to drop where there is no geteuid (Windows)
         return Isolation(UID_DROP, drop_uid=NOBODY_UID)
     return Isolation(RLIMITS_ONLY)
 
