@@ -8,16 +8,13 @@ import pytest
 
 from tests.cli.test_cli import relay
 from tests.conftest import SettingsFactory
-from tests.workspaces.conftest import git
+from tests.workspaces.conftest import git, one_commit_repo
 
 
 @pytest.fixture
 def repo(make_settings: SettingsFactory, workdir: Path) -> Path:
     make_settings()
-    git(workdir, "init", "-q", "-b", "main")
-    (workdir / "app.txt").write_text("one\n")
-    git(workdir, "add", ".")
-    git(workdir, "commit", "-q", "-m", "first")
+    one_commit_repo(workdir)
     return workdir
 
 

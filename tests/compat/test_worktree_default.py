@@ -9,17 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.compat.conftest import ProfileClient, call, data, wait_done
-from tests.workspaces.conftest import git
+from tests.workspaces.conftest import git, one_commit_repo
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 def repo(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    git(workdir, "init", "-q", "-b", "main")
-    (workdir / "app.txt").write_text("one\n")
-    git(workdir, "add", ".")
-    git(workdir, "commit", "-q", "-m", "first")
+    one_commit_repo(workdir)
     monkeypatch.chdir(workdir)  # powerspawn's tools run in relay's own folder
     return workdir
 

@@ -170,12 +170,9 @@ def test_a_worktree_job_page_shows_its_branch_diffstat_and_the_diff_coloured_and
 ) -> None:
     from playwright.sync_api import expect
 
-    from tests.workspaces.conftest import git
+    from tests.workspaces.conftest import one_commit_repo
 
-    git(workdir, "init", "-q", "-b", "main")
-    (workdir / "app.txt").write_text("one\n")
-    git(workdir, "add", ".")
-    git(workdir, "commit", "-q", "-m", "first")
+    one_commit_repo(workdir)
     done = subprocess.run(
         [RELAY, "run", "claude", "edit [[fake:write=app.txt~<script>window.hit=1</script>\\n]]", "--worktree"],
         env={**os.environ, "RELAY_HOME": str(relay_home)},

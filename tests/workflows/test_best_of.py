@@ -10,17 +10,14 @@ import pytest
 from relay.workflows.best_of import candidates_of, parse_ranking
 from tests.api.mock_servers import Reply
 from tests.workflows.conftest import SettingsFactory, SlowMock, call, request_text, zen_client
-from tests.workspaces.conftest import git
+from tests.workspaces.conftest import git, one_commit_repo
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 def repo(workdir: Path) -> Path:
-    git(workdir, "init", "-q", "-b", "main")
-    (workdir / "app.txt").write_text("one\n")
-    git(workdir, "add", ".")
-    git(workdir, "commit", "-q", "-m", "first")
+    one_commit_repo(workdir)
     return workdir
 
 

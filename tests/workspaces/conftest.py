@@ -19,6 +19,15 @@ def git(cwd: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+def one_commit_repo(folder: Path) -> Path:
+    """`folder` made a checkout on branch main with one commit: app.txt saying "one"."""
+    git(folder, "init", "-q", "-b", "main")
+    (folder / "app.txt").write_text("one\n")
+    git(folder, "add", ".")
+    git(folder, "commit", "-q", "-m", "first")
+    return folder
+
+
 @pytest.fixture
 def repo(workdir: Path) -> Path:
     """A checkout on branch main with two commits: app.txt, and src/lib.txt in a sub-folder."""
