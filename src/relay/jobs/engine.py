@@ -31,6 +31,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from relay.config import Settings
 from relay.errors import RelayError, invalid
 from relay.events import Event
+from relay.jobs import grants
 from relay.jobs.admission import Admission
 from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
@@ -196,12 +197,27 @@ class Engine:
                 "depth": self.settings.depth,
             }
         )
+        if prepared.permit is not None:
+            stored["grant"] = prepared.permit.record()  # the grant used, or the person's yes: on record with the job
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id, req.agent)
         self._lifecycle.pump()
         return job_id
+
+    async def submit_confirmed(self, req: JobRequest) -> str:
+        """`submit`, asking the person first when the job's permission is above its grant (relay.jobs.grants).
+
+        Without a way to ask, or when the person declines, the job is refused (`PERMISSION_NOT_GRANTED`)
+        and the refusal is on record in the audit log; nothing was created or started.
+        """
+        try:
+            return self.submit(req)
+        except grants.GrantExceeded as exceeded:
+            consent = await grants.confirm(self.settings, exceeded, self.store.audit.record)
+        with grants.consented(consent):
+            return self.submit(req)
 
     def submit_task(
         self,

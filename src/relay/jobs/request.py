@@ -14,6 +14,7 @@ from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
 from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.jobs.grants import Permit, permit
 from relay.principal import current
 from relay.runtime import choice, procinfo
 from relay.store import JobRecord, SessionRecord, Store
@@ -85,6 +86,7 @@ class Prepared:
     timeout_s: float
     idle_timeout_s: float
     in_worktree: bool = False  # the job runs in a worktree of relay's (workspace "worktree" or "job:<id>")
+    permit: Permit | None = None  # why the job may run at its permission (the grant, or the person's yes)
 
 
 def request_from(rec: JobRecord) -> JobRequest:
@@ -295,6 +297,8 @@ def prepare(
             f"{req.agent} is not installed ({command!r} not found)",
             adapter.install_hint,
         )
+    # The permission decision point: above the grant, only with the person's consent (relay.jobs.grants).
+    allowed = permit(settings, permission, agent=req.agent, cwd=cwd, prompt=req.prompt, via=req.via)
     agent_request = AgentRequest(
         prompt=prompt,
         cwd=cwd,
@@ -325,4 +329,5 @@ def prepare(
         timeout_s=req.timeout_s or cfg.timeout_s or settings.job_timeout_s,
         idle_timeout_s=req.idle_timeout_s or cfg.idle_timeout_s or settings.idle_timeout_s,
         in_worktree=req.workspace not in (None, "cwd"),
+        permit=allowed,
     )

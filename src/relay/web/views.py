@@ -156,6 +156,7 @@ def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
         "workspace": env.get("workspace"),
         "diff": diff_lines(engine, rec.id) if env.get("workspace") and rec.is_final else [],
         "best_of": best_of_result(engine, rec.id) if rec.agent == "best_of" and rec.is_final else None,
+        "permission": permission_fact(rec.request),
     }
 
 
@@ -198,6 +199,29 @@ def diff_lines(engine: Engine, job_id: str) -> list[tuple[str, str]]:
     if page["next_offset"] is not None:
         found.append(("meta", f"… the diff goes on: relay diff {job_id}"))
     return found
+
+
+# What allowed a job's permission (relay.jobs.grants), as the job page says it.
+ALLOWED_BY = {
+    "grant": "within the grant",
+    "confirmation": "the person confirmed it",
+    "session": "the person allowed it for the session",
+    "person": "the person chose it (relay run)",
+}
+
+
+def permission_fact(request: dict[str, Any]) -> str | None:
+    """A job's permission and what allowed it: "full: the person confirmed it (grant edit, default; local)"."""
+    level = request.get("permission")
+    if not isinstance(level, str):
+        return None
+    grant: Any = request.get("grant")
+    if not isinstance(grant, dict):
+        return level
+    record: dict[str, Any] = grant  # pyright: ignore[reportUnknownVariableType]
+    by = ALLOWED_BY.get(str(record.get("by")), str(record.get("by")))
+    who = f"; {record['principal']}" if record.get("principal") else ""
+    return f"{level}: {by} (grant {record.get('grant')}, {record.get('grant_source')}{who})"
 
 
 def transcript_page(engine: Engine, job_id: str, offset: int, limit: int) -> dict[str, Any]:
