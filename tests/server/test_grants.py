@@ -288,3 +288,43 @@ async def test_clink_with_a_configured_permission_above_the_grant_asks_the_perso
     [argv] = runs(argv_log)
     assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
     assert [e["data"]["grant"]["by"] for e in audit(relay_home, "queued")] == ["confirmation"]
+
+
+async def test_a_delegate_started_as_an_mcp_task_asks_in_its_result_and_runs_on_accept(
+    make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path
+) -> None:
+    from mcp.types import InputRequiredResult
+
+    from tests.server.test_mcp_tasks import CreatedTask, Tasks, poll_until_final
+
+    person = Person("accept")  # declares elicitation; the test answers the task's input round itself
+    server = build_server(settings_with(make_settings, argv_log))
+    async with Client(server, elicitation_callback=person, extensions=[Tasks()]) as c:
+        with anyio.fail_after(60):  # the input round comes first (no task yet), then the retry creates the task
+            asked = await c.session.call_tool("delegate", full(workdir), allow_claimed=True, allow_input_required=True)
+            assert isinstance(asked, InputRequiredResult) and asked.input_requests is not None
+            [(key, request)] = asked.input_requests.items()
+            assert "'full'" in request.params.message and runs(argv_log) == []  # pyright: ignore[reportAttributeAccessIssue]
+            answer = ElicitResult(action="accept", content={"for_session": False})
+            created = await c.session.call_tool(
+                "delegate", full(workdir), allow_claimed=True, input_responses={key: answer}
+            )
+        assert isinstance(created, CreatedTask)
+        done = await poll_until_final(c, created.task_id)
+    assert done["status"] == "completed", done
+    [argv] = runs(argv_log)
+    assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
+    [queued] = audit(relay_home, "queued")
+    assert queued["data"]["grant"]["by"] == "confirmation" and queued["data"]["grant"]["permission"] == "full"
+
+
+async def test_a_delegate_started_as_an_mcp_task_without_elicitation_is_refused(
+    make_settings: SettingsFactory, argv_log: Path, workdir: Path
+) -> None:
+    from tests.server.test_mcp_tasks import Tasks
+
+    async with Client(build_server(settings_with(make_settings, argv_log)), extensions=[Tasks()]) as c:
+        with anyio.fail_after(60):
+            result = await c.call_tool("delegate", full(workdir))
+    assert result.is_error and result.structured_content is not None
+    assert result.structured_content["error"]["code"] == "PERMISSION_NOT_GRANTED" and runs(argv_log) == []

@@ -192,7 +192,8 @@ class GrantExceeded(RelayError):
             None: "no person has confirmed it",
             "unavailable": "this client cannot ask the person (no MCP elicitation, or a headless run)",
             "decline": "the client declined the confirmation (the person said no, or a headless run declines unasked)",
-            "cancel": "the person dismissed the confirmation",
+            "cancel": "the client cancelled the confirmation (the person dismissed it, or a headless run such as "
+            "`claude -p` cancels unasked)",
             "accept": "",
         }[answer.action if answer is not None else None]
         message = (

@@ -73,6 +73,12 @@ class NeedsConfirmation(Exception):
         self.request = request
 
 
+def _form_request(message: str) -> ElicitRequest:
+    return ElicitRequest(
+        params=ElicitRequestFormParams(message=message, requested_schema=render_elicitation_schema(ConfirmForm))
+    )
+
+
 def _answer_of(result: ElicitResult) -> Answer:
     if result.action != "accept":
         return Answer(result.action)
@@ -119,41 +125,45 @@ class Elicitor:
             return None
         try:
             return self.ctx.request_context.session
-        except (ValueError, AttributeError):  # no live request: an MCP Task's run
+        except (ValueError, AttributeError):  # no live request: an MCP Task's run (it asks in its result)
+            return None
+
+    def _capabilities(self) -> Any | None:
+        try:
+            return self.ctx.client_capabilities if self.ctx is not None else None
+        except (ValueError, AttributeError):  # a Context made outside any request
             return None
 
     async def __call__(self, ask: Ask) -> Answer:
-        session = self._session()
-        if session is None:
-            return Answer("unavailable")
-        if self.remembered.allows(session, ask.permission):
+        ctx, session = self.ctx, self._session()
+        if session is not None and self.remembered.allows(session, ask.permission):
             return Answer("accept", for_session=True, remembered=True)
-        ctx = self.ctx
-        caps = session.client_capabilities
-        if caps is None or caps.elicitation is None or ctx is None:
+        caps = self._capabilities()
+        if ctx is None or caps is None or caps.elicitation is None:
             return Answer("unavailable")
         async with self._lock:
             if ask.permission in self._given:  # the same call asked for this level already
                 return self._given[ask.permission]
-            answer = await self._ask(ctx, ask)
-            if answer.action == "accept" and answer.for_session:
+            answer = await self._ask(ctx, session, ask)
+            if session is not None and answer.action == "accept" and answer.for_session:
                 self.remembered.remember(session, ask.permission)
             self._given[ask.permission] = answer
             return answer
 
-    async def _ask(self, ctx: Context[Any, Any], ask: Ask) -> Answer:
+    async def _ask(self, ctx: Context[Any, Any], session: Any | None, ask: Ask) -> Answer:
         key = input_key(ask.permission)
         given = (ctx.input_responses or {}).get(key)
         if isinstance(given, ElicitResult):  # the retry of a call that asked in its result
             return _answer_of(given)
         message = form_message(ask)
+        if session is None:  # an MCP Task's round: it asks in its result (input_required)
+            raise NeedsConfirmation(key, _form_request(message))
         try:
             result = await ctx.session.elicit_form(
                 message, render_elicitation_schema(ConfirmForm), related_request_id=ctx.request_id
             )
         except NoBackChannelError:
-            params = ElicitRequestFormParams(message=message, requested_schema=render_elicitation_schema(ConfirmForm))
-            raise NeedsConfirmation(key, ElicitRequest(params=params)) from None
+            raise NeedsConfirmation(key, _form_request(message)) from None
         except Exception:  # the client failed to answer: nobody said yes
             return Answer("unavailable")
         return _answer_of(result)
