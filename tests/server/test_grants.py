@@ -7,7 +7,10 @@ logs its argv, so a refused job is seen never to start and an accepted one to ru
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,8 @@ from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
 from relay.server.app import build_server
 from tests.conftest import SettingsFactory
+from tests.reliability.conftest import RELAY, free_port, relay_env, wait_for
+from tests.reliability.test_http_guardrails import listening
 
 pytestmark = pytest.mark.anyio
 
@@ -328,3 +333,51 @@ async def test_a_delegate_started_as_an_mcp_task_without_elicitation_is_refused(
             result = await c.call_tool("delegate", full(workdir))
     assert result.is_error and result.structured_content is not None
     assert result.structured_content["error"]["code"] == "PERMISSION_NOT_GRANTED" and runs(argv_log) == []
+
+
+@contextlib.asynccontextmanager
+async def serving_http(relay_home: Path, workdir: Path, *args: str) -> AsyncIterator[tuple[int, subprocess.Popen[str]]]:
+    """`relay serve --http` on a free 127.0.0.1 port, once it listens; stopped (by its pid) at the end."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [RELAY, "serve", "--http", "--port", str(port), *args],
+        env=relay_env(relay_home),
+        cwd=str(workdir),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await wait_for(lambda: proc.poll() is not None or listening(port), 30)
+        assert proc.poll() is None, "relay serve --http did not start"
+        yield port, proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_over_http_a_person_confirms_through_the_session_and_the_principal_is_the_http_caller(
+    make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path
+) -> None:
+    settings_with(make_settings, argv_log)  # writes config.toml: the fake claude logging its argv
+    person = Person("decline")
+    async with serving_http(relay_home, workdir) as (port, _):
+        over_http = Client(f"http://127.0.0.1:{port}/mcp", elicitation_callback=person, mode="legacy")
+        async with over_http as c:
+            failed, body = await call(c, "delegate", full(workdir))
+    assert failed and body["error"]["code"] == "PERMISSION_NOT_GRANTED" and len(person.asked) == 1
+    assert runs(argv_log) == []
+    [refused] = audit(relay_home, "permission.refused")
+    assert refused["data"]["answer"] == "decline" and refused["data"]["principal"] == "http (mcp)"
+
+
+async def test_relay_serve_with_a_full_access_profile_says_so_as_it_starts(
+    make_settings: SettingsFactory, workdir: Path, relay_home: Path
+) -> None:
+    make_settings()
+    async with serving_http(relay_home, workdir, "--profile", "powerspawn") as (_, proc):
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+    assert "profile powerspawn runs its agents with full access" in first
+    assert "choosing the profile is the grant" in first
