@@ -87,22 +87,26 @@ def delegate_args(world: World) -> dict[str, Any]:
     return {"prompt": INNER_TASK, "agent": "claude", "cwd": str(world.workdir), "mode": "sync"}
 
 
+def claude_env(world: World, model: ClientModel) -> dict[str, str]:
+    """Claude Code as the outer client: its own config folder, its model the mock `model`."""
+    return {
+        **world.relay_environ(),
+        "CLAUDE_CONFIG_DIR": str(world.home / ".claude-outer"),
+        "ANTHROPIC_BASE_URL": model.url,
+        "ANTHROPIC_API_KEY": MOCK_KEYS["claude"],
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+    }
+
+
 def test_claude_code_after_relay_install_calls_delegate_headless(world: World) -> None:
     world.settings()  # relay's config.toml: the inner claude runs against the shared mock
     world.mock.always(Reply(text=INNER_ANSWER))
     calls = [ToolCall("mcp__relay__delegate", delegate_args(world))]
     with ClientModel(brain_for(calls)) as model:
-        outer_dir = world.home / ".claude-outer"
-        env = {
-            **world.relay_environ(),
-            "CLAUDE_CONFIG_DIR": str(outer_dir),
-            "ANTHROPIC_BASE_URL": model.url,
-            "ANTHROPIC_API_KEY": MOCK_KEYS["claude"],
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_MAX_RETRIES": "0",
-        }
+        env = claude_env(world, model)
         install(world, "claude-code", env)
         out = run(
             [str(world.bin / "claude"), "-p", "OUTER: ask another agent", "--output-format", "json"], env, world.workdir
@@ -226,17 +230,7 @@ def test_headless_claude_code_asking_for_full_gets_the_refusal_and_its_next_call
         ToolCall("mcp__relay__delegate", delegate_args(world) | {"permission": "edit"}),
     ]
     with ClientModel(brain_for(calls)) as model:
-        outer_dir = world.home / ".claude-outer"
-        env = {
-            **world.relay_environ(),
-            "CLAUDE_CONFIG_DIR": str(outer_dir),
-            "ANTHROPIC_BASE_URL": model.url,
-            "ANTHROPIC_API_KEY": MOCK_KEYS["claude"],
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_MAX_RETRIES": "0",
-        }
+        env = claude_env(world, model)
         install(world, "claude-code", env)
         out = run(
             [str(world.bin / "claude"), "-p", "OUTER: ask another agent", "--output-format", "json"], env, world.workdir

@@ -82,6 +82,12 @@ def full(workdir: Path, **more: Any) -> dict[str, Any]:
     return {"prompt": "rewrite the build", "cwd": str(workdir), "mode": "sync", "permission": "full"} | more
 
 
+async def delegate_full(settings: Any, person: Person, era: Any, workdir: Path) -> tuple[bool, dict[str, Any]]:
+    """One delegate at full through a client whose person answers the confirmation."""
+    async with Client(build_server(settings), elicitation_callback=person, mode=era) as c:
+        return await call(c, "delegate", full(workdir))
+
+
 @ERAS
 async def test_a_client_without_elicitation_asking_for_full_is_refused_and_nothing_runs(
     make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path, era: Any
@@ -113,9 +119,7 @@ async def test_a_person_who_accepts_gets_the_job_run_with_full_access(
     make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path, era: Any
 ) -> None:
     person = Person("accept")
-    server = build_server(settings_with(make_settings, argv_log))
-    async with Client(server, elicitation_callback=person, mode=era) as c:
-        failed, env = await call(c, "delegate", full(workdir))
+    failed, env = await delegate_full(settings_with(make_settings, argv_log), person, era, workdir)
     assert not failed and env["status"] == "completed"
     [asked] = person.asked
     assert "claude" in asked.message and str(workdir) in asked.message and "'full'" in asked.message
@@ -140,9 +144,7 @@ async def test_a_person_who_declines_gets_a_refusal_and_nothing_runs(
     make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path, era: Any
 ) -> None:
     person = Person("decline")
-    server = build_server(settings_with(make_settings, argv_log))
-    async with Client(server, elicitation_callback=person, mode=era) as c:
-        failed, body = await call(c, "delegate", full(workdir))
+    failed, body = await delegate_full(settings_with(make_settings, argv_log), person, era, workdir)
     assert failed and body["error"]["code"] == "PERMISSION_NOT_GRANTED"
     assert "declined the confirmation" in body["error"]["message"]
     assert len(person.asked) == 1 and runs(argv_log) == []
