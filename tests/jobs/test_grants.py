@@ -12,10 +12,12 @@ from relay.jobs import grants
 from relay.jobs.engine import Engine, JobRequest
 from relay.jobs.grants import Answer, Ask, asked_by, chosen_by_the_person, grant_for
 from relay.jobs.request import submitted_via
-from tests.conftest import SettingsFactory
+from tests.conftest import RECORDINGS, SettingsFactory
 from tests.jobs.fakeproc import Spawner
 
 pytestmark = pytest.mark.anyio
+
+TEXT_RUN = (RECORDINGS / "claude_stream_text.ndjson").read_text()
 
 
 def full(workdir: Path) -> JobRequest:
@@ -110,3 +112,25 @@ def test_a_refusal_names_the_grant_the_requested_level_and_how_to_change_it(make
     assert "'full'" in err.message and "grant 'edit' (default)" in err.message and "codex" in err.message
     assert f'[security] grant = "full" in {settings.home / "config.toml"}' in err.hint
     assert "relay install CLIENT --grant full" in err.hint and "permission 'edit' or lower" in err.hint
+
+
+async def test_a_confirmed_job_prepared_again_after_a_restart_keeps_what_allowed_it(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
+    """A queued job's validated request lives in memory; after a restart it is prepared again from the store,
+    outside the call that confirmed it: the stored decision holds, the job is not refused then."""
+    spawner = Spawner()
+    yes = Confirmer(Answer("accept"))
+    async with Engine(make_settings(RELAY_MAX_CONCURRENT="1"), spawn=spawner).running() as engine:
+        first = engine.submit(JobRequest(agent="claude", prompt="hold the slot", cwd=str(workdir)))
+        (holder,) = await spawner.wait_for(1)
+        with asked_by(None, yes):
+            queued = await engine.submit_confirmed(full(workdir))
+        assert engine.get(queued).status == "queued"
+        engine._lifecycle.prepared.pop(queued)  # pyright: ignore[reportPrivateUsage]  # as a restart leaves it
+        holder.write(TEXT_RUN)
+        holder.exit(0)
+        await engine.wait_one(first, 5)
+        procs = await spawner.wait_for(2)
+    argv = procs[1].invocation.argv
+    assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"

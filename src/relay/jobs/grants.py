@@ -149,6 +149,17 @@ def consented(consent: Consent) -> Any:
     return _set(_CONSENT, consent)
 
 
+def as_allowed(request: dict[str, Any]) -> Any:
+    """A stored job prepared again (after a restart) keeps what allowed its permission when it was submitted."""
+    record: Any = request.get("grant")
+    if not isinstance(record, dict) or record.get("permission") not in PERMISSIONS:  # pyright: ignore[reportUnknownMemberType]
+        return _set(_CONSENT, _CONSENT.get())
+    allowed: dict[str, Any] = record  # pyright: ignore[reportUnknownVariableType]
+    recorded = allowed.get("by")
+    by: By = recorded if recorded in ("grant", "confirmation", "session", "person") else "person"
+    return consented(Consent(str(allowed["permission"]), by, bool(allowed.get("for_session"))))
+
+
 def chosen_by_the_person(level: str) -> Any:
     """Submissions inside this block were chosen by the person themself (a command they typed), up to `level`."""
     return consented(Consent(level, "person"))
