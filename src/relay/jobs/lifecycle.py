@@ -18,9 +18,9 @@ from relay.events import AgentResult, Event
 from relay.jobs.admission import Admission
 from relay.jobs.finish import STORE_STOP, Finisher, storage_failure
 from relay.jobs.gitprobe import git_status
+from relay.jobs.grants import as_allowed
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
-from relay.jobs.grants import as_allowed
 from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
 from relay.jobs.state import JobState, Live
 from relay.runtime import procinfo, supervisor
