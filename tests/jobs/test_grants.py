@@ -134,3 +134,20 @@ async def test_a_confirmed_job_prepared_again_after_a_restart_keeps_what_allowed
         procs = await spawner.wait_for(2)
     argv = procs[1].invocation.argv
     assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
+
+
+async def test_relay_audit_show_names_the_refusals_and_the_confirmed_levels(
+    make_settings: SettingsFactory, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relay.cli.main import main
+
+    async with Engine(make_settings(), spawn=Spawner()).running() as engine:
+        with asked_by("local (test)", Confirmer(Answer("decline"))), pytest.raises(RelayError):
+            await engine.submit_confirmed(full(workdir))
+        with asked_by("local (test)", Confirmer(Answer("accept"))), submitted_via("core/delegate"):
+            await engine.submit_confirmed(full(workdir))
+    assert main(["audit", "show"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "claude at full above grant edit: decline (local (test), -)" in lines[0]
+    assert "permission.refused" in lines[0]
+    assert lines[1].endswith("[full above grant edit: by confirmation]") and " queued " in lines[1]
