@@ -197,8 +197,7 @@ class Engine:
                 "depth": self.settings.depth,
             }
         )
-        if prepared.permit is not None:
-            stored["grant"] = prepared.permit.record()  # the grant used, or the person's yes: on record with the job
+        stored["grant"] = prepared.permit.record() if prepared.permit else None  # the grant used, or the person's yes
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
@@ -207,17 +206,13 @@ class Engine:
         return job_id
 
     async def submit_confirmed(self, req: JobRequest) -> str:
-        """`submit`, asking the person first when the job's permission is above its grant (relay.jobs.grants).
+        """`submit`, asking the person first when the job is above its grant; else `PERMISSION_NOT_GRANTED`."""
+        return await grants.submit_confirmed(self.settings, lambda: self.submit(req), self.store.audit.record)
 
-        Without a way to ask, or when the person declines, the job is refused (`PERMISSION_NOT_GRANTED`)
-        and the refusal is on record in the audit log; nothing was created or started.
-        """
-        try:
-            return self.submit(req)
-        except grants.GrantExceeded as exceeded:
-            consent = await grants.confirm(self.settings, exceeded, self.store.audit.record)
-        with grants.consented(consent):
-            return self.submit(req)
+    async def consent_for(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
+        """The person's answer now, for jobs like `req` a task submits later (best_of): None within the grant."""
+        check = lambda: self._prepare(replace(req, via=req.via or SUBMITTED_VIA.get()), new_job_id())  # noqa: E731
+        return await grants.consent_for(self.settings, check, agents, self.store.audit.record)
 
     def submit_task(
         self,

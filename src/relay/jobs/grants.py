@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypeVar
 
 from relay.config import PERMISSIONS, Settings
@@ -238,3 +238,26 @@ async def confirm(settings: Settings, exceeded: GrantExceeded, audit: Audit) -> 
         audit("permission.refused", None, entry)
         raise GrantExceeded(settings, exceeded.ask, answer)
     return Consent(exceeded.ask.permission, "session" if answer.remembered else "confirmation", answer.for_session)
+
+
+async def submit_confirmed(settings: Settings, submit: Callable[[], str], audit: Audit) -> str:
+    """Submit; above the grant, ask the person and submit again within their yes. Without a way to ask, or
+    when the person says no, the refusal (on record in the audit log): nothing was created or started."""
+    try:
+        return submit()
+    except GrantExceeded as exceeded:
+        consent = await confirm(settings, exceeded, audit)
+    with consented(consent):
+        return submit()
+
+
+async def consent_for(settings: Settings, check: Callable[[], Any], agents: str | None, audit: Audit) -> Consent | None:
+    """For jobs a task will submit later (best_of's candidates): ask the person now, while the call that starts
+    the task can still ask. None when `check` (validating one such job) passes within the grant; raises the
+    refusal like `submit_confirmed`. `agents` names every agent in the form when there are several."""
+    try:
+        check()
+        return None
+    except GrantExceeded as exceeded:
+        ask = exceeded.ask if agents is None else replace(exceeded.ask, agent=agents)
+        return await confirm(settings, GrantExceeded(settings, ask), audit)
