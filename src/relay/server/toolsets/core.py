@@ -76,7 +76,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             float | None, Field(gt=0, description="stop if the agent prints nothing this long")
         ] = None,
         permission: Annotated[
-            Literal["read-only", "edit", "full"] | None, Field(description="default read-only")
+            Literal["read-only", "edit", "full"] | None,
+            Field(description="default read-only; above the person's grant they are asked, else refused"),
         ] = None,
         system_prompt: Annotated[str | None, Field(description="appended to the agent's system prompt")] = None,
         max_turns: Annotated[int | None, Field(ge=1, description="limit on agent turns")] = None,
