@@ -11,7 +11,7 @@ each one responsibility, dependencies pointing down:
     admission.py  the queue and the concurrency limits; bounds.py  what grows with use, and how far
     waiting.py    wait any/all, subscribe
     workspace.py  worktree jobs: placed in their worktree, sealed at the end, landed, discarded
-    request.py    JobRequest and its validation; gitprobe.py  files_changed from git
+    request.py    JobRequest and its validation (grants.py: the permission decision); gitprobe.py  files_changed
     state.py      what the rooms share (settings, store, jobs of this process, change notices)
 """
 
