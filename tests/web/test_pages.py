@@ -224,6 +224,14 @@ def test_the_audit_page_says_when_there_is_no_log_and_shows_the_log_when_there_i
     page = client.get("/audit", headers=HTML).text
     assert "Chain intact: 2 lines" in page
     assert 'href="/jobs/abcdef0123456789"' in page and "refactor it" in page and "running" in page
+    assert 'id="audit-refused"' not in page
+    refusal = {"agent": "codex", "permission": "full", "grant": "edit", "answer": "decline", "task": "rm -rf it"}
+    log.record("permission.refused", None, refusal | {"principal": "local (claude-code)", "via": "core/delegate"})
+    refused = client.get("/audit", headers=HTML).text
+    row = re.search(r'<table id="audit-refused">.*?<tbody>\s*<tr>(.*?)</tr>', refused, re.S)
+    assert row is not None
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+    assert cells[1:] == ["codex", "full", "edit", "decline", "local (claude-code)", "core/delegate", "rm -rf it"]
 
 
 def test_the_jobs_page_finalizes_a_job_whose_relay_died_as_relay_jobs_does(

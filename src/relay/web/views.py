@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -397,18 +398,26 @@ AUDIT_LIMIT = 200
 
 def audit_view(settings: Settings) -> dict[str, Any]:
     """The IAC view: the newest jobs folded from the audit log, newest first, and whether its chain holds."""
-    from relay.audit import LOG_FILE, iter_lines, verify
+    from relay.audit import LOG_FILE, iter_lines, parse_loose, verify
     from relay.audit.views import ViewState
 
     path = settings.home / LOG_FILE
     if not path.exists():
-        return {"available": False, "entries": [], "path": str(path), "report": None}
+        return {"available": False, "entries": [], "refused": [], "path": str(path), "report": None}
     state = ViewState(keep=AUDIT_LIMIT)
+    refused: deque[dict[str, Any]] = deque(maxlen=AUDIT_LIMIT)  # delegations refused above their grant (no job)
     for line in iter_lines(path):
         state.fold_line(line)
+        if (
+            b'"permission.refused"' in line
+            and (entry := parse_loose(line))
+            and entry.get("event") == "permission.refused"
+        ):
+            refused.appendleft({"ts": entry.get("ts")} | (entry.get("data") or {}))
     entries: list[dict[str, Any]] = []
     for e in reversed(list(state.entries.values())):
         begun = e.running_at or e.started
         duration = e.ended - begun if (e.ended is not None and begun is not None) else None
         entries.append(asdict(e) | {"final": e.final, "duration_s": duration})
-    return {"available": True, "entries": entries, "path": str(path), "report": verify(settings.home).to_dict()}
+    report = verify(settings.home).to_dict()
+    return {"available": True, "entries": entries, "refused": list(refused), "path": str(path), "report": report}
