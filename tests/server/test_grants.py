@@ -383,3 +383,27 @@ async def test_relay_serve_with_a_full_access_profile_says_so_as_it_starts(
         first = proc.stderr.readline()
     assert "profile powerspawn runs its agents with full access" in first
     assert "choosing the profile is the grant" in first
+
+
+async def test_clink_running_as_an_mcp_task_waits_input_required_for_the_persons_answer(
+    make_settings: SettingsFactory, argv_log: Path, relay_home: Path
+) -> None:
+    from tests.server.test_mcp_task_input import until_input_required, update
+    from tests.server.test_mcp_tasks import Tasks, poll_until_final, start_task
+
+    config = '[zen.clink.claude]\npermission = "full"\n'
+    settings = settings_with(make_settings, argv_log, config, RELAY_TOOLSETS="core,zen")
+    person = Person("accept")  # declares elicitation; the task's question is answered through tasks/update
+    async with Client(build_server(settings), elicitation_callback=person, extensions=[Tasks()]) as c:
+        created = await start_task(c, "clink", {"prompt": "review", "cli_name": "claude"})
+        waiting = await until_input_required(c, created.task_id)
+        assert runs(argv_log) == []  # nothing runs while the person has not answered
+        [(key, request)] = waiting["inputRequests"].items()
+        assert request["method"] == "elicitation/create" and "'full'" in request["params"]["message"]
+        await update(c, created.task_id, {key: {"action": "accept", "content": {"for_session": False}}})
+        done = await poll_until_final(c, created.task_id)
+    assert done["status"] == "completed", done
+    [argv] = runs(argv_log)
+    assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
+    [queued] = [e for e in audit(relay_home, "queued") if e["data"]["agent"] == "claude"]
+    assert queued["data"]["grant"]["by"] == "confirmation"
