@@ -359,7 +359,7 @@ async def serving_http(relay_home: Path, workdir: Path, *args: str) -> AsyncIter
         proc.wait(10)
 
 
-async def test_over_http_a_person_confirms_through_the_session_and_the_principal_is_the_http_caller(
+async def test_over_http_a_person_confirms_through_the_session_and_the_audit_names_the_caller(
     make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path
 ) -> None:
     settings_with(make_settings, argv_log)  # writes config.toml: the fake claude logging its argv
@@ -371,7 +371,7 @@ async def test_over_http_a_person_confirms_through_the_session_and_the_principal
     assert failed and body["error"]["code"] == "PERMISSION_NOT_GRANTED" and len(person.asked) == 1
     assert runs(argv_log) == []
     [refused] = audit(relay_home, "permission.refused")
-    assert refused["data"]["answer"] == "decline" and refused["data"]["principal"] == "http (mcp)"
+    assert refused["data"]["answer"] == "decline" and refused["data"]["principal"] == "local (mcp)"  # loopback: local
 
 
 async def test_relay_serve_with_a_full_access_profile_says_so_as_it_starts(

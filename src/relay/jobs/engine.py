@@ -185,19 +185,8 @@ class Engine:
         job_id = new_job_id()
         req, prepared, placed = self._place(req, job_id)
         ar = prepared.agent_request
-        stored = (
-            vars(req)
-            | placed
-            | {  # a flat dataclass of scalars: its fields as they are (asdict deep-copies each)
-                "cwd": ar.cwd,
-                "model": ar.model,
-                "permission": ar.permission,
-                "timeout_s": prepared.timeout_s,
-                "idle_timeout_s": prepared.idle_timeout_s,
-                "depth": self.settings.depth,
-            }
-        )
-        stored["grant"] = prepared.permit.record() if prepared.permit else None  # the grant used, or the person's yes
+        # vars: a flat dataclass of scalars, its fields as they are (asdict deep-copies each)
+        stored = vars(req) | placed | prepared.stored(self.settings.depth)
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from relay.agents import get_adapter
 from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
@@ -87,6 +88,20 @@ class Prepared:
     idle_timeout_s: float
     in_worktree: bool = False  # the job runs in a worktree of relay's (workspace "worktree" or "job:<id>")
     permit: Permit | None = None  # why the job may run at its permission (the grant, or the person's yes)
+
+    def stored(self, depth: int) -> dict[str, Any]:
+        """What a job's row keeps of its validation beside the request's own fields: where, what, its limits,
+        and what allowed its permission (relay.jobs.grants)."""
+        ar = self.agent_request
+        return {
+            "cwd": ar.cwd,
+            "model": ar.model,
+            "permission": ar.permission,
+            "timeout_s": self.timeout_s,
+            "idle_timeout_s": self.idle_timeout_s,
+            "depth": depth,
+            "grant": self.permit.record() if self.permit else None,
+        }
 
 
 def request_from(rec: JobRecord) -> JobRequest:

@@ -197,7 +197,7 @@ class Catalog:
         if refused is not None:
             return error_result(refused)
         remembered = self.deps.service("session_grants", SessionGrants)
-        who = principal_of(ctx, over_http=self.deps.port is not None)
+        who = principal_of(ctx)
         try:
             with submitted_via(via or registered.via), asked_by(who, Elicitor(ctx, remembered)):
                 value = await registered.tool.run(arguments, ctx if ctx is not None else Context())

@@ -23,6 +23,7 @@ from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult
 from pydantic import BaseModel, Field, ValidationError
 
 from relay.jobs.grants import Answer, Ask, rank
+from relay.principal import current
 from relay.server.clientinfo import client_name
 
 # What each permission lets the agent do, in the words the form shows the person.
@@ -169,8 +170,8 @@ class Elicitor:
         return _answer_of(result)
 
 
-def principal_of(ctx: Context[Any, Any] | None, over_http: bool) -> str:
-    """Who asks, for the audit log: the local user (stdio) or an HTTP caller, and the client's name."""
-    who = "http" if over_http else "local"
+def principal_of(ctx: Context[Any, Any] | None) -> str:
+    """Who asks, for the audit log: the acting principal (`local`, or a named HTTP token) and the client's name."""
+    who = current().name
     name = client_name(ctx)
     return f"{who} ({name})" if name else who
