@@ -41,6 +41,8 @@ DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opu
 PERMISSIONS = ("read-only", "edit", "full")
 # A bearer token shorter than this is guessable; config with one is refused.
 MIN_TOKEN_CHARS = 16
+# The highest permission a calling model may obtain without a person confirming it (`[security] grant`).
+DEFAULT_GRANT = "edit"
 # Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
 RUNTIMES = ("auto", "linux", "portable")
 
@@ -133,6 +135,12 @@ class Settings:
     use_client_roots: bool | None = None
     # Load the model SDKs in the background once a client has initialized (RELAY_WARMUP=0: off).
     warmup: bool = True
+    # The highest permission a calling model may obtain without asking the person (relay.jobs.grants),
+    # where that grant was set (config.toml, RELAY_GRANT, the default), and the grants a chosen profile
+    # gives its own toolset's jobs (toolset name -> level; `relay serve --profile powerspawn`).
+    grant: str = DEFAULT_GRANT
+    grant_source: str = "default"
+    toolset_grants: Mapping[str, str] = field(default_factory=lambda: {})
     # Spend caps in USD, enforced from the costs agents report (None: no cap).
     max_cost_usd: float | None = None
     max_session_cost_usd: float | None = None
@@ -335,6 +343,23 @@ def _tokens(raw: Any, env: Mapping[str, str]) -> tuple[NamedToken, ...]:
     return tuple(found)
 
 
+def _grant(env: Mapping[str, str], security: Any, config_path: Path) -> tuple[str, str]:
+    """`RELAY_GRANT` (what `relay install CLIENT --grant` writes into a client's entry), else `[security] grant`."""
+    if env.get("RELAY_GRANT"):
+        value, source = env["RELAY_GRANT"].strip(), "RELAY_GRANT"
+    elif isinstance(security, dict) and security.get("grant") is not None:  # pyright: ignore[reportUnknownMemberType]
+        value, source = str(security["grant"]), f"[security] grant in {config_path}"  # pyright: ignore[reportUnknownArgumentType]
+    else:
+        return DEFAULT_GRANT, "default"
+    if value not in PERMISSIONS:
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"{'RELAY_GRANT' if source == 'RELAY_GRANT' else 'security.grant'}={value!r} is not a permission",
+            "use read-only, edit or full",
+        )
+    return value, source
+
+
 def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
     """Build settings from config.toml in RELAY_HOME and the environment (which wins)."""
     env = dict(os.environ if environ is None else environ)
@@ -385,6 +410,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         raise RelayError(
             ErrorCode.CONFIG_INVALID, f"jobs.default_permission={permission!r}", "use read-only, edit or full"
         )
+    grant, grant_source = _grant(env, raw.get("security"), config_path)
     runtime = (env.get("RELAY_RUNTIME") or str(jobs.get("runtime") or "")).strip().lower() or "auto"
     if runtime not in RUNTIMES:
         raise RelayError(
@@ -408,6 +434,8 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         configured_roots_from=roots_from,
         use_client_roots=_flag(env.get("RELAY_CLIENT_ROOTS"), security.get("client_roots"), "client_roots"),
         warmup=_flag(env.get("RELAY_WARMUP"), server.get("warmup"), "warmup") is not False,
+        grant=grant,
+        grant_source=grant_source,
         max_cost_usd=cap("max_cost_usd", "RELAY_MAX_COST_USD"),
         max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,

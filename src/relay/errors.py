@@ -27,6 +27,7 @@ class ErrorCode(StrEnum):
     CANCELLED = "CANCELLED"
     INTERRUPTED = "INTERRUPTED"
     CWD_NOT_ALLOWED = "CWD_NOT_ALLOWED"
+    PERMISSION_NOT_GRANTED = "PERMISSION_NOT_GRANTED"  # above the person's grant, and no person confirmed it
     LIMIT_REACHED = "LIMIT_REACHED"
     CONFIG_INVALID = "CONFIG_INVALID"
     UNSUPPORTED_PLATFORM = "UNSUPPORTED_PLATFORM"  # a CLI job on a platform with no job runtime (Windows)

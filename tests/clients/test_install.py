@@ -200,3 +200,29 @@ def test_relay_doctor_json_holds_each_clients_entry_and_fails_on_a_bad_one(home:
     (codex,) = json.loads(out.stdout)["clients"]
     assert codex["status"] == "problems" and codex["problems"] == ["required is False, relay install writes True"]
     assert out.returncode == 1
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_install_with_a_grant_writes_it_into_the_clients_relay_entry(client: str, home: Path) -> None:
+    assert main(["install", client, "--grant", "read-only"]) == 0
+    written = "\n".join(p.read_text() for p in home.rglob("*") if p.is_file())
+    assert "RELAY_GRANT" in written and "read-only" in written
+    assert main(["install", client]) == 0  # installed again without --grant: the entry no longer sets one
+    assert "RELAY_GRANT" not in "\n".join(p.read_text() for p in home.rglob("*") if p.is_file())
+
+
+def test_the_grant_in_codexs_entry_is_the_grant_of_the_relay_it_starts(home: Path) -> None:
+    from relay.config import load_settings
+
+    assert main(["install", "codex", "--grant", "full"]) == 0
+    table = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]["relay"]
+    assert table["env"]["RELAY_GRANT"] == "full"
+    settings = load_settings({"RELAY_HOME": os.environ["RELAY_HOME"], **table["env"]})
+    assert (settings.grant, settings.grant_source) == ("full", "RELAY_GRANT")
+
+
+def test_install_refuses_a_grant_that_is_not_a_permission(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["install", "codex", "--grant", "root"])
+    assert "read-only" in capsys.readouterr().err
+    assert not (home / ".codex" / "config.toml").exists()

@@ -189,7 +189,8 @@ async def test_a_full_auto_conversation_keeps_its_sandbox_and_directory_on_every
 async def test_a_later_turn_that_names_a_sandbox_resumes_the_thread_with_it(
     profile_client: ProfileClient, argv_log: Path
 ) -> None:
-    async with profile_client("codex-mcp") as c:
+    # danger-full-access is above the default grant (edit): this person granted full (docs/security.md)
+    async with profile_client("codex-mcp", '[security]\ngrant = "full"\n') as c:
         await call(c, "codex", prompt="one", sessionId="s1", fullAuto=True)
         await call(c, "codex", prompt="two", sessionId="s1", sandbox="danger-full-access")
         await call(c, "codex", prompt="three", sessionId="s1")

@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.client_mock import ClientModel, ToolCall
 from tests.e2e.conftest import GEMINI_MODEL, MOCK_KEYS, World
-from tests.e2e.test_install_clients import brain_for, codex_env, install, run
+from tests.e2e.test_install_clients import brain_for, claude_env, codex_env, install, run
 
 pytestmark = pytest.mark.e2e
 
@@ -41,16 +41,7 @@ def configure(world: World) -> Path:
 def test_claude_code_declares_its_working_folder_as_an_mcp_root(world: World) -> None:
     configure(world)
     with ClientModel(brain_for([ToolCall("mcp__relay__status", {})])) as model:
-        env = {
-            **world.relay_environ(),
-            "CLAUDE_CONFIG_DIR": str(world.home / ".claude-outer"),
-            "ANTHROPIC_BASE_URL": model.url,
-            "ANTHROPIC_API_KEY": MOCK_KEYS["claude"],
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_MAX_RETRIES": "0",
-        }
+        env = claude_env(world, model)
         install(world, "claude-code", env)
         out = run(
             [str(world.bin / "claude"), "-p", "OUTER: relay status", "--output-format", "json"], env, world.workdir

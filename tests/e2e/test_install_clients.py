@@ -87,22 +87,26 @@ def delegate_args(world: World) -> dict[str, Any]:
     return {"prompt": INNER_TASK, "agent": "claude", "cwd": str(world.workdir), "mode": "sync"}
 
 
+def claude_env(world: World, model: ClientModel) -> dict[str, str]:
+    """Claude Code as the outer client: its own config folder, its model the mock `model`."""
+    return {
+        **world.relay_environ(),
+        "CLAUDE_CONFIG_DIR": str(world.home / ".claude-outer"),
+        "ANTHROPIC_BASE_URL": model.url,
+        "ANTHROPIC_API_KEY": MOCK_KEYS["claude"],
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+    }
+
+
 def test_claude_code_after_relay_install_calls_delegate_headless(world: World) -> None:
     world.settings()  # relay's config.toml: the inner claude runs against the shared mock
     world.mock.always(Reply(text=INNER_ANSWER))
     calls = [ToolCall("mcp__relay__delegate", delegate_args(world))]
     with ClientModel(brain_for(calls)) as model:
-        outer_dir = world.home / ".claude-outer"
-        env = {
-            **world.relay_environ(),
-            "CLAUDE_CONFIG_DIR": str(outer_dir),
-            "ANTHROPIC_BASE_URL": model.url,
-            "ANTHROPIC_API_KEY": MOCK_KEYS["claude"],
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_MAX_RETRIES": "0",
-        }
+        env = claude_env(world, model)
         install(world, "claude-code", env)
         out = run(
             [str(world.bin / "claude"), "-p", "OUTER: ask another agent", "--output-format", "json"], env, world.workdir
@@ -211,3 +215,36 @@ def test_gemini_after_relay_install_calls_delegate_headless(world: World) -> Non
     assert "relay answered:" in result["response"] and "blue-7f3a" in result["response"], (
         out.stdout + out.stderr[-3000:]
     )
+
+
+def test_headless_claude_code_asking_for_full_gets_the_refusal_and_its_next_call_at_edit_runs(world: World) -> None:
+    """The default grant (edit) against the real Claude Code as the client: `claude -p` cancels relay's
+    confirmation form without asking anyone, the refusal's text reaches its model, and its retry at edit runs."""
+    from relay.audit import LOG_FILE, iter_lines, parse_loose
+    from relay.store import Store
+
+    world.settings()
+    world.mock.always(Reply(text=INNER_ANSWER))
+    calls = [
+        ToolCall("mcp__relay__delegate", delegate_args(world) | {"permission": "full"}),
+        ToolCall("mcp__relay__delegate", delegate_args(world) | {"permission": "edit"}),
+    ]
+    with ClientModel(brain_for(calls)) as model:
+        env = claude_env(world, model)
+        install(world, "claude-code", env)
+        out = run(
+            [str(world.bin / "claude"), "-p", "OUTER: ask another agent", "--output-format", "json"], env, world.workdir
+        )
+        seen = [json.dumps(r) for _, body in model.requests for r in _tool_results("anthropic", body)]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["is_error"] is False, out.stdout + out.stderr
+    refusal = next((text for text in seen if "PERMISSION_NOT_GRANTED" in text), None)
+    assert refusal is not None, seen
+    assert "grant 'edit'" in refusal and "permission 'edit' or lower" in refusal and "claude -p" in refusal
+    assert "blue-7f3a" in result["result"], result["result"]
+    jobs = Store(world.relay_home / "relay.db").list_jobs(limit=10)
+    assert [(j.status, j.request["permission"]) for j in jobs] == [("completed", "edit")]  # the full one never ran
+    entries = [e for e in map(parse_loose, iter_lines(world.relay_home / LOG_FILE)) if e is not None]
+    [refused] = [e for e in entries if e["event"] == "permission.refused"]
+    assert refused["data"]["permission"] == "full" and refused["data"]["answer"] == "cancel"  # asked, cancelled unasked
+    assert refused["data"]["principal"].startswith("local (claude-code")

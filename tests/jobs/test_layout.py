@@ -19,6 +19,7 @@ LAYERS = [
     "waiting",
     "workspace",
     "request",
+    "grants",
     "gitprobe",
     "state",
     "envelope",

@@ -53,7 +53,8 @@ async def test_a_delegate_records_core_delegate_and_job_status_and_job_list_show
 async def test_a_profile_tool_and_a_tool_reached_through_call_tool_record_their_own_tool(
     make_settings: SettingsFactory, workdir: Path, relay_home: Path
 ) -> None:
-    settings = make_settings(RELAY_TOOLSETS="core,call-cc,gateway")
+    # spawn_claude runs claude with full access; reached through call_tool it needs a full grant.
+    settings = make_settings('[security]\ngrant = "full"\n', RELAY_TOOLSETS="core,call-cc,gateway")
     async with Client(build_server(settings)) as c:
         direct = await call(c, "call_cc", {"prompt": "say hello", "working_directory": str(workdir)})
         routed = await call(

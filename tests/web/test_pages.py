@@ -70,6 +70,8 @@ def test_a_job_page_shows_the_envelope_transcript_stderr_and_files_changed(
     assert stderr is not None and "warning from the cli" in stderr.group(1)
     assert "&#34;status&#34;: &#34;completed&#34;" in page.text  # the envelope, escaped JSON
     assert '<dt>Via</dt><dd id="f-via">cli/run</dd>' in page.text  # started by `relay run`
+    # its permission and what allowed it (relay.jobs.grants): read-only is within the default grant
+    assert '<dd id="f-permission">read-only: within the grant (grant edit, default)</dd>' in page.text
     assert '<ul id="files"><li class="empty">none</li></ul>' in page.text
     assert 'id="cancel-form"' not in page.text  # a finished job has nothing to cancel
 
@@ -85,6 +87,17 @@ def test_a_long_transcript_opens_at_its_tail_and_pages_back_on_demand(
     assert 0 < start < total
     earlier = client.get(f"/jobs/{job.id}/transcript?offset=0&limit=100").json()
     assert earlier["offset"] == 0 and len(earlier["text"]) == 100 and earlier["next_offset"] == 100
+
+
+def test_a_job_page_says_when_the_person_confirmed_its_permission() -> None:
+    from relay.web.views import permission_fact
+
+    grant = {"grant": "edit", "grant_source": "default", "by": "confirmation", "principal": "local (claude-code)"}
+    assert permission_fact({"permission": "full", "grant": grant}) == (
+        "full: the person confirmed it (grant edit, default; local (claude-code))"
+    )
+    assert permission_fact({"permission": "edit"}) == "edit"  # a job stored before grants were recorded
+    assert permission_fact({"prompt": "an API job has no permission"}) is None
 
 
 def test_an_unknown_job_is_a_404_page_with_the_hint(dashboard: DashboardFactory) -> None:
@@ -211,6 +224,14 @@ def test_the_audit_page_says_when_there_is_no_log_and_shows_the_log_when_there_i
     page = client.get("/audit", headers=HTML).text
     assert "Chain intact: 2 lines" in page
     assert 'href="/jobs/abcdef0123456789"' in page and "refactor it" in page and "running" in page
+    assert 'id="audit-refused"' not in page
+    refusal = {"agent": "codex", "permission": "full", "grant": "edit", "answer": "decline", "task": "rm -rf it"}
+    log.record("permission.refused", None, refusal | {"principal": "local (claude-code)", "via": "core/delegate"})
+    refused = client.get("/audit", headers=HTML).text
+    row = re.search(r'<table id="audit-refused">.*?<tbody>\s*<tr>(.*?)</tr>', refused, re.S)
+    assert row is not None
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+    assert cells[1:] == ["codex", "full", "edit", "decline", "local (claude-code)", "core/delegate", "rm -rf it"]
 
 
 def test_the_jobs_page_finalizes_a_job_whose_relay_died_as_relay_jobs_does(

@@ -108,3 +108,46 @@ def test_candidates_and_the_reviewers_ranking_are_read_as_a_person_would_mean_th
         candidates_of(["codex"], None)
     assert parse_ranking('text {"a": 1}\n{"ranking": ["x"], "reasons": {}}') == {"ranking": ["x"], "reasons": {}}
     assert parse_ranking("no json here") == {}
+
+
+async def test_best_of_at_full_asks_the_person_once_for_every_agent_before_any_candidate_starts(
+    zen_settings: SettingsFactory, anthropic_mock: SlowMock, repo: Path, relay_home: Path
+) -> None:
+    from mcp import Client
+    from mcp.client.context import ClientRequestContext
+    from mcp.types import ElicitRequestParams, ElicitResult, ErrorData
+
+    from relay.server.app import build_server
+
+    asked: list[str] = []
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+        asked.append(params.message)
+        return ElicitResult(action="accept" if len(asked) > 1 else "decline", content={"for_session": False})
+
+    anthropic_mock.script(Reply(text=json.dumps({"ranking": [1, 2], "reasons": {}})))
+    settings = zen_settings(RELAY_PROFILE="", RELAY_TOOLSETS="core,gateway,workspaces")
+    args = {
+        "prompt": "Write it [[fake:write=answer.txt~42\\n]]",
+        "agents": ["claude", "codex"],
+        "cwd": str(repo),
+        "review_model": "anthropic:claude-sonnet-4-5",
+        "permission": "full",
+        "mode": "sync",
+    }
+    async with Client(build_server(settings), elicitation_callback=person, mode="legacy") as client:
+        refused, body = await call(client, "best_of", args)
+        _, listed = await call(client, "job_list", {})
+        assert refused and body["error"]["code"] == "PERMISSION_NOT_GRANTED" and listed["jobs"] == []
+        failed, env = await call(client, "best_of", args, timeout=90)
+    assert not failed, env
+    assert len(asked) == 2 and "run claude, codex with permission 'full'" in asked[1]
+    cands = json.loads(env["output"])["candidates"]
+    assert sorted(c["agent"] for c in cands) == ["claude", "codex"] and all(c["status"] == "completed" for c in cands)
+    from relay.audit import LOG_FILE, iter_lines, parse_loose
+
+    entries = [e for e in map(parse_loose, iter_lines(relay_home / LOG_FILE)) if e is not None]
+    grants = {e["job_id"]: e["data"].get("grant") for e in entries if e["event"] == "queued"}
+    assert {grants[c["job_id"]]["permission"] for c in cands} == {"full"}
+    assert {grants[c["job_id"]]["by"] for c in cands} == {"confirmation"}
+    assert [e["data"]["answer"] for e in entries if e["event"] == "permission.refused"] == ["decline"]

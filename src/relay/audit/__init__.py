@@ -78,9 +78,10 @@ def bounded(text: str) -> str:
 
 
 def queued_data(agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None) -> dict[str, Any]:
-    """A new job's entry: who runs it, where, and its input (bounded)."""
+    """A new job's entry: who runs it, where, its input (bounded), and for an agent CLI the permission it runs
+    with and what allowed it (the grant, or the person's confirmation; relay.jobs.grants)."""
     prompt = str(request.get("prompt") or "")
-    return {
+    data = {
         "agent": agent,
         "kind": kind,
         "model": model,
@@ -89,6 +90,9 @@ def queued_data(agent: str, kind: str, request: dict[str, Any], model: str | Non
         "prompt": bounded(prompt),
         "prompt_chars": len(prompt),
     }
+    if request.get("grant") is not None:
+        data["grant"] = request["grant"]
+    return data
 
 
 def finished_data(

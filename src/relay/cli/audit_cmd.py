@@ -89,6 +89,14 @@ def _line(entry: dict[str, Any]) -> str:
         detail = (
             f"{data.get('agent')} ({data.get('model') or 'default'}): {' '.join(str(data.get('prompt')).split())[:60]}"
         )
+        grant: Any = data.get("grant")
+        if isinstance(grant, dict) and grant.get("by") != "grant":  # pyright: ignore[reportUnknownMemberType]
+            detail += f" [{grant.get('permission')} above grant {grant.get('grant')}: by {grant.get('by')}]"  # pyright: ignore[reportUnknownMemberType]
+    elif entry.get("event") == "permission.refused":
+        detail = (
+            f"{data.get('agent')} at {data.get('permission')} above grant {data.get('grant')}: "
+            f"{data.get('answer')} ({data.get('principal') or 'unknown caller'}, {data.get('via') or '-'})"
+        )
     elif isinstance(data.get("error"), dict):
         detail = str(data["error"].get("message") or "")
     elif data.get("cost_usd") is not None:

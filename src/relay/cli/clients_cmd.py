@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from relay.config import PERMISSIONS
+
 CLIENT_HELP = "claude-code, codex, gemini, cursor or vscode"
 
 
@@ -22,21 +24,30 @@ def add_parsers(sub: Any) -> None:
             help="user: the client's own config in your home (default); project: files in the current folder",
         )
         p.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
+        if name == "install":
+            p.add_argument(
+                "--grant",
+                choices=list(PERMISSIONS),
+                help="the highest permission this client's model may give a delegation without asking you "
+                "(written as RELAY_GRANT in the client's relay entry; default: [security] grant, else edit)",
+            )
 
 
-def _context() -> Any:
+def _context(grant: str | None = None) -> Any:
+    from dataclasses import replace
+
     from relay.clients import make_context
     from relay.config import load_settings
 
     settings = load_settings()
-    return make_context(dict(os.environ), Path.cwd(), settings.auto_threshold_s)
+    return replace(make_context(dict(os.environ), Path.cwd(), settings.auto_threshold_s), grant=grant)
 
 
 def install_command(args: argparse.Namespace, remove: bool) -> int:
     from relay.clients import client_spec, plan_changes, write_changes
 
     spec = client_spec(args.client)
-    changes = plan_changes(spec, _context(), args.scope, remove=remove)
+    changes = plan_changes(spec, _context(getattr(args, "grant", None)), args.scope, remove=remove)
     verb = "uninstall" if remove else "install"
     changed = [c for c in changes if c.changed]
     if args.dry_run:

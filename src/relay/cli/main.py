@@ -212,9 +212,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def go() -> dict[str, Any]:
         from relay.cli._status import for_job
+        from relay.jobs.grants import chosen_by_the_person
 
         async with Engine(settings).running() as engine:
-            job_id = engine.submit(req)
+            with chosen_by_the_person(req.permission or settings.default_permission):  # typed by the person
+                job_id = engine.submit(req)
             status = for_job(engine, job_id, sys.stderr)  # a live line on a terminal, None otherwise
             try:
                 async with anyio.create_task_group() as tg:

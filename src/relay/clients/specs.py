@@ -78,15 +78,21 @@ class Context:
     environ: Mapping[str, str]
     command: tuple[str, ...]  # argv that serves relay over stdio, e.g. ("/usr/bin/relay", "serve")
     auto_threshold_s: float = 45.0
+    # `relay install CLIENT --grant LEVEL`: the highest permission this client's model gets without asking.
+    grant: str | None = None
 
     def env_path(self, var: str, default: Path) -> Path:
         value = self.environ.get(var)
         return Path(value).expanduser() if value else default
 
     def server_env(self) -> dict[str, str]:
-        """Fixed variables for the entry: only RELAY_HOME, when it is set (a path, never a secret)."""
+        """Fixed variables for the entry: RELAY_HOME when it is set (a path, never a secret), and RELAY_GRANT
+        when install was given --grant (relay.jobs.grants: this client's grant, over config.toml's)."""
         home = self.environ.get("RELAY_HOME")
-        return {"RELAY_HOME": home} if home else {}
+        env = {"RELAY_HOME": home} if home else {}
+        if self.grant is not None:
+            env["RELAY_GRANT"] = self.grant
+        return env
 
 
 def _always(_: Any) -> bool:

@@ -11,7 +11,7 @@ each one responsibility, dependencies pointing down:
     admission.py  the queue and the concurrency limits; bounds.py  what grows with use, and how far
     waiting.py    wait any/all, subscribe
     workspace.py  worktree jobs: placed in their worktree, sealed at the end, landed, discarded
-    request.py    JobRequest and its validation; gitprobe.py  files_changed from git
+    request.py    JobRequest and its validation (grants.py: the permission decision); gitprobe.py  files_changed
     state.py      what the rooms share (settings, store, jobs of this process, change notices)
 """
 
@@ -31,6 +31,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from relay.config import Settings
 from relay.errors import RelayError, invalid
 from relay.events import Event
+from relay.jobs import grants
 from relay.jobs.admission import Admission
 from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
@@ -184,24 +185,23 @@ class Engine:
         job_id = new_job_id()
         req, prepared, placed = self._place(req, job_id)
         ar = prepared.agent_request
-        stored = (
-            vars(req)
-            | placed
-            | {  # a flat dataclass of scalars: its fields as they are (asdict deep-copies each)
-                "cwd": ar.cwd,
-                "model": ar.model,
-                "permission": ar.permission,
-                "timeout_s": prepared.timeout_s,
-                "idle_timeout_s": prepared.idle_timeout_s,
-                "depth": self.settings.depth,
-            }
-        )
+        # vars: a flat dataclass of scalars, its fields as they are (asdict deep-copies each)
+        stored = vars(req) | placed | prepared.stored(self.settings.depth)
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id, req.agent)
         self._lifecycle.pump()
         return job_id
+
+    async def submit_confirmed(self, req: JobRequest) -> str:
+        """`submit`, asking the person first when the job is above its grant; else `PERMISSION_NOT_GRANTED`."""
+        return await grants.submit_confirmed(self.settings, lambda: self.submit(req), self.store.audit.record)
+
+    async def consent_for(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
+        """The person's answer now, for jobs like `req` a task submits later (best_of): None within the grant."""
+        check = lambda: self._prepare(replace(req, via=req.via or SUBMITTED_VIA.get()), new_job_id())  # noqa: E731
+        return await grants.consent_for(self.settings, check, agents, self.store.audit.record)
 
     def submit_task(
         self,

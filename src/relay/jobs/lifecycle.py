@@ -18,6 +18,7 @@ from relay.events import AgentResult, Event
 from relay.jobs.admission import Admission
 from relay.jobs.finish import STORE_STOP, Finisher, storage_failure
 from relay.jobs.gitprobe import git_status
+from relay.jobs.grants import as_allowed
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
@@ -138,7 +139,8 @@ class Lifecycle:
         prepared = self.prepared.pop(job_id, None)
         try:
             if prepared is None:
-                prepared = prepare(state.settings, state.store, self.which, request_from(rec), job_id)
+                with as_allowed(rec.request):  # prepared again after a restart: what allowed it still holds
+                    prepared = prepare(state.settings, state.store, self.which, request_from(rec), job_id)
             # Creating a process takes milliseconds (more on a loaded machine). A job starting alone
             # spawns right here: no thread hop on its way, and its process is recorded before anything
             # else runs. Jobs starting together spawn in worker threads: in parallel, and without

@@ -8,12 +8,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from relay.agents import get_adapter
 from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
 from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.jobs.grants import Permit, permit
 from relay.principal import current
 from relay.runtime import choice, procinfo
 from relay.store import JobRecord, SessionRecord, Store
@@ -85,6 +87,21 @@ class Prepared:
     timeout_s: float
     idle_timeout_s: float
     in_worktree: bool = False  # the job runs in a worktree of relay's (workspace "worktree" or "job:<id>")
+    permit: Permit | None = None  # why the job may run at its permission (the grant, or the person's yes)
+
+    def stored(self, depth: int) -> dict[str, Any]:
+        """What a job's row keeps of its validation beside the request's own fields: where, what, its limits,
+        and what allowed its permission (relay.jobs.grants)."""
+        ar = self.agent_request
+        return {
+            "cwd": ar.cwd,
+            "model": ar.model,
+            "permission": ar.permission,
+            "timeout_s": self.timeout_s,
+            "idle_timeout_s": self.idle_timeout_s,
+            "depth": depth,
+            "grant": self.permit.record() if self.permit else None,
+        }
 
 
 def request_from(rec: JobRecord) -> JobRequest:
@@ -295,6 +312,8 @@ def prepare(
             f"{req.agent} is not installed ({command!r} not found)",
             adapter.install_hint,
         )
+    # The permission decision point: above the grant, only with the person's consent (relay.jobs.grants).
+    allowed = permit(settings, permission, agent=req.agent, cwd=cwd, prompt=req.prompt, via=req.via)
     agent_request = AgentRequest(
         prompt=prompt,
         cwd=cwd,
@@ -325,4 +344,5 @@ def prepare(
         timeout_s=req.timeout_s or cfg.timeout_s or settings.job_timeout_s,
         idle_timeout_s=req.idle_timeout_s or cfg.idle_timeout_s or settings.idle_timeout_s,
         in_worktree=req.workspace not in (None, "cwd"),
+        permit=allowed,
     )

@@ -21,7 +21,7 @@ from relay.jobs.engine import Engine
 from relay.server import roots
 from relay.server.catalog import Catalog
 from relay.server.tasks_ext import TasksExtension
-from relay.server.toolsets import load_toolset, resolve_exposure
+from relay.server.toolsets import load_toolset, profile_grants, resolve_exposure
 from relay.server.toolsets._registry import Deps
 from relay.server.warmup import Warmup
 
@@ -87,6 +87,8 @@ def build_server(
     settings: Settings, engine_factory: Callable[[Settings], Engine] = Engine, *, port: int | None = None
 ) -> RelayServer:
     """The MCP server exposing the configured toolsets (default: core + discovery); the engine starts in its lifespan."""
+    # A full-access profile the person chose grants `full` to its own tools' jobs (relay.jobs.grants).
+    settings = settings.with_(toolset_grants=profile_grants(settings.profile, settings.toolsets))
     holder = EngineHolder()
     deps = Deps(settings, holder.get, time.time())
     deps.port = port

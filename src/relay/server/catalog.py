@@ -16,7 +16,9 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import BaseModel, ValidationError
 
 from relay.errors import ErrorCode, RelayError
+from relay.jobs.grants import asked_by
 from relay.jobs.request import submitted_via
+from relay.server.confirm import Elicitor, NeedsConfirmation, SessionGrants, principal_of
 from relay.server.results import error_result, json_result, model_result
 from relay.server.toolsets import BUILTIN, PROFILES, Exposure, load_toolset, reserved_names, toolset_aliases
 from relay.server.toolsets._registry import (
@@ -183,7 +185,8 @@ class Catalog:
     ) -> CallToolResult | InputRequiredResult:
         """Run a tool; an `InputRequiredResult` (the tool asks the client for input, SEP-2322) passes through.
 
-        The jobs the tool submits record `via` (default the tool's `toolset/tool`) as where they came from.
+        The jobs the tool submits record `via` (default the tool's `toolset/tool`) as where they came from,
+        and who asked; a job above its grant asks the person through this call's MCP session (relay.server.confirm).
         """
         valid = registered.valid_arguments()
         unknown = [k for k in arguments if k not in valid]
@@ -193,10 +196,15 @@ class Catalog:
         refused = registered.schema_error(arguments) if registered.schema_first else None
         if refused is not None:
             return error_result(refused)
+        remembered = self.deps.service("session_grants", SessionGrants)
+        who = principal_of(ctx)
         try:
-            with submitted_via(via or registered.via):
+            with submitted_via(via or registered.via), asked_by(who, Elicitor(ctx, remembered)):
                 value = await registered.tool.run(arguments, ctx if ctx is not None else Context())
         except ToolError as exc:
+            asking = _needs_confirmation(exc.__cause__)
+            if asking is not None:  # the person is asked in the result; the client's retry brings the answer
+                return InputRequiredResult(input_requests={asking.key: asking.request})
             return error_result(self._translate(registered, exc))
         return value if isinstance(value, InputRequiredResult) else as_result(value)
 
@@ -218,6 +226,19 @@ class Catalog:
                 "report this as a relay bug",
             )
         return RelayError(ErrorCode.INTERNAL, f"{registered.name} failed: {exc}", "report this as a relay bug")
+
+
+def _needs_confirmation(cause: BaseException | None) -> NeedsConfirmation | None:
+    """The confirmation a tool's job is waiting on (also from inside a task group's exception group)."""
+    if isinstance(cause, NeedsConfirmation):
+        return cause
+    if isinstance(cause, BaseExceptionGroup):
+        group: BaseExceptionGroup[BaseException] = cause  # pyright: ignore[reportUnknownVariableType]
+        for exc in group.exceptions:
+            found = _needs_confirmation(exc)
+            if found is not None:
+                return found
+    return None
 
 
 def _first_relay_error(group: BaseExceptionGroup[Any]) -> RelayError | None:

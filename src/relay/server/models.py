@@ -119,6 +119,14 @@ class AllowedRoot(BaseModel):
     )
 
 
+class GrantInfo(BaseModel):
+    """The highest permission a calling model gets without the person confirming (relay.jobs.grants)."""
+
+    level: str = Field(description="read-only, edit or full")
+    source: str = Field(description="where it is set")
+    profile_grants: dict[str, str] = Field(default={}, description="toolset -> level its chosen profile grants")
+
+
 class StatusInfo(BaseModel):
     status: str = "running"
     version: str
@@ -136,6 +144,7 @@ class StatusInfo(BaseModel):
     allowed_roots: list[AllowedRoot] = Field(default=[], description="folders a job's cwd may be under")
     mcp_servers: list[McpServerState] = []
     mcp_server_count: int = 0
+    grant: GrantInfo | None = None
     formatted_message: str = ""
 
 

@@ -85,10 +85,10 @@ async def wait_with_progress(engine: Engine, job_id: str, timeout: float, ctx: C
 
 
 async def run_job(
-    engine: Engine, submit: Callable[[], str], mode: str, ctx: Context[Any, Any] | None
+    engine: Engine, submit: Callable[[], Awaitable[str]], mode: str, ctx: Context[Any, Any] | None
 ) -> CallToolResult:
     """Submit, then wait as the mode says; a caller that goes away during a sync/auto wait cancels its job."""
-    job_id = submit()
+    job_id = await submit()
     await wait_for_mode(engine, job_id, mode, ctx)
     return envelope_result(engine.envelope(job_id))
 

@@ -32,7 +32,11 @@ def serve(
         chosen = tuple(t.strip() for t in (toolsets or "").split(",") if t.strip())
         settings = settings.with_(toolsets=chosen, profile=profile or None)
     from relay.server.app import build_server
+    from relay.server.toolsets import full_access_notice
 
+    notice = full_access_notice(settings.profile, settings.toolsets)
+    if notice:
+        print(f"relay {os.getpid()}: {notice}", file=sys.stderr)
     server = build_server(settings, port=port if http else None)
     if not http:
         from relay.server.stdio import run_stdio

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -156,6 +157,7 @@ def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
         "workspace": env.get("workspace"),
         "diff": diff_lines(engine, rec.id) if env.get("workspace") and rec.is_final else [],
         "best_of": best_of_result(engine, rec.id) if rec.agent == "best_of" and rec.is_final else None,
+        "permission": permission_fact(rec.request),
     }
 
 
@@ -198,6 +200,29 @@ def diff_lines(engine: Engine, job_id: str) -> list[tuple[str, str]]:
     if page["next_offset"] is not None:
         found.append(("meta", f"… the diff goes on: relay diff {job_id}"))
     return found
+
+
+# What allowed a job's permission (relay.jobs.grants), as the job page says it.
+ALLOWED_BY = {
+    "grant": "within the grant",
+    "confirmation": "the person confirmed it",
+    "session": "the person allowed it for the session",
+    "person": "the person chose it (relay run)",
+}
+
+
+def permission_fact(request: dict[str, Any]) -> str | None:
+    """A job's permission and what allowed it: "full: the person confirmed it (grant edit, default; local)"."""
+    level = request.get("permission")
+    if not isinstance(level, str):
+        return None
+    grant: Any = request.get("grant")
+    if not isinstance(grant, dict):
+        return level
+    record: dict[str, Any] = grant  # pyright: ignore[reportUnknownVariableType]
+    by = ALLOWED_BY.get(str(record.get("by")), str(record.get("by")))
+    who = f"; {record['principal']}" if record.get("principal") else ""
+    return f"{level}: {by} (grant {record.get('grant')}, {record.get('grant_source')}{who})"
 
 
 def transcript_page(engine: Engine, job_id: str, offset: int, limit: int) -> dict[str, Any]:
@@ -373,18 +398,26 @@ AUDIT_LIMIT = 200
 
 def audit_view(settings: Settings) -> dict[str, Any]:
     """The IAC view: the newest jobs folded from the audit log, newest first, and whether its chain holds."""
-    from relay.audit import LOG_FILE, iter_lines, verify
+    from relay.audit import LOG_FILE, iter_lines, parse_loose, verify
     from relay.audit.views import ViewState
 
     path = settings.home / LOG_FILE
     if not path.exists():
-        return {"available": False, "entries": [], "path": str(path), "report": None}
+        return {"available": False, "entries": [], "refused": [], "path": str(path), "report": None}
     state = ViewState(keep=AUDIT_LIMIT)
+    refused: deque[dict[str, Any]] = deque(maxlen=AUDIT_LIMIT)  # delegations refused above their grant (no job)
     for line in iter_lines(path):
         state.fold_line(line)
+        if (
+            b'"permission.refused"' in line
+            and (entry := parse_loose(line))
+            and entry.get("event") == "permission.refused"
+        ):
+            refused.appendleft({"ts": entry.get("ts")} | (entry.get("data") or {}))
     entries: list[dict[str, Any]] = []
     for e in reversed(list(state.entries.values())):
         begun = e.running_at or e.started
         duration = e.ended - begun if (e.ended is not None and begun is not None) else None
         entries.append(asdict(e) | {"final": e.final, "duration_s": duration})
-    return {"available": True, "entries": entries, "path": str(path), "report": verify(settings.home).to_dict()}
+    report = verify(settings.home).to_dict()
+    return {"available": True, "entries": entries, "refused": list(refused), "path": str(path), "report": report}

@@ -6,6 +6,7 @@ worktree job of its own, so its branch can be inspected, followed up and landed 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from relay.ask import AskArgs
 from relay.errors import RelayError, invalid
 from relay.events import AgentResult, Event
 from relay.jobs.engine import Engine, JobRequest
+from relay.jobs.grants import consented
 from relay.workflows.models import run_model
 
 # At most this many candidates in one run (each is an agent CLI in its own worktree).
@@ -122,16 +124,7 @@ async def run_best_of(engine: Engine, req: BestOf, emit: Any = None) -> dict[str
     jobs: list[str] = []
     try:
         for agent in req.agents:
-            request = JobRequest(
-                agent=agent,
-                prompt=req.prompt,
-                cwd=req.cwd,
-                permission=req.permission,
-                workspace="worktree",
-                base=req.base,
-                timeout_s=req.timeout_s,
-            )
-            jobs.append(engine.submit(request))
+            jobs.append(engine.submit(_candidate(req, agent)))
     except RelayError:
         for job_id in jobs:  # one candidate could not start (an agent not installed): none runs
             await engine.cancel(job_id)
@@ -207,11 +200,29 @@ async def run_best_of(engine: Engine, req: BestOf, emit: Any = None) -> dict[str
     }
 
 
-def submit_best_of(engine: Engine, req: BestOf) -> str:
-    """best_of as a job of its own (waitable, cancellable); its answer is run_best_of's JSON."""
+def _candidate(req: BestOf, agent: str) -> JobRequest:
+    return JobRequest(
+        agent=agent,
+        prompt=req.prompt,
+        cwd=req.cwd,
+        permission=req.permission,
+        workspace="worktree",
+        base=req.base,
+        timeout_s=req.timeout_s,
+    )
+
+
+async def submit_best_of(engine: Engine, req: BestOf) -> str:
+    """best_of as a job of its own (waitable, cancellable); its answer is run_best_of's JSON.
+
+    Its candidates start in that job, after the call returned: a permission above the grant is put
+    to the person now, once for every agent, and the candidates run within that answer.
+    """
+    consent = await engine.consent_for(_candidate(req, req.agents[0]), ", ".join(dict.fromkeys(req.agents)))
 
     async def task(emit: Any) -> AgentResult:
-        found = await run_best_of(engine, req, emit)
+        with consented(consent) if consent is not None else contextlib.nullcontext():
+            found = await run_best_of(engine, req, emit)
         ok = found["best"] is not None
         return AgentResult(ok=ok, text=json.dumps(found, indent=1))
 

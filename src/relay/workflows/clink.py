@@ -22,7 +22,7 @@ from relay.errors import invalid
 from relay.jobs.engine import Engine
 from relay.threads import NewTurn, select_history
 from relay.workflows import messages as msg
-from relay.workflows.models import Answer, CliTarget, answer, cli_model, start_cli_job, wait_job
+from relay.workflows.models import Answer, CliTarget, answer, cli_job_request, cli_model, wait_job
 from relay.workflows.steps import Reply, check_absolute, embeddable, load_thread, offer, thread_id_for, thread_store
 
 TOOL = "clink"
@@ -146,7 +146,9 @@ async def clink(engine: Engine, req: ClinkRequest) -> Reply:
         history = "\n\n".join(
             f"[{t.role} via {t.tool}{' / ' + t.model if t.model else ''}]\n{t.content}" for t in chosen.turns
         )
-    job_id = start_cli_job(engine, CliTarget(cli, model), _prompt(req, history), role_prompts[req.role], permission)
+    target = CliTarget(cli, model)
+    job = cli_job_request(settings, target, _prompt(req, history), role_prompts[req.role], permission)
+    job_id = await engine.submit_confirmed(job)  # a configured permission above the grant asks the person
     await wait_job(engine, job_id)
     ans = answer(engine, job_id)
     metadata = _metadata(req, cli, ans, permission or settings.default_permission)

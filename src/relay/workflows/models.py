@@ -164,20 +164,23 @@ def default_cwd(settings: Settings) -> str | None:
     return str(settings.allowed_roots[0]) if settings.allowed_roots else None
 
 
-def start_cli_job(
-    engine: Engine, target: CliTarget, prompt: str, system_prompt: str | None, permission: str | None = None
-) -> str:
-    """Start an agent CLI as a job (read-only unless config says otherwise) in relay's directory."""
-    return engine.submit(
-        JobRequest(
-            agent=target.agent,
-            prompt=prompt,
-            cwd=default_cwd(engine.settings),
-            model=target.model,
-            system_prompt=system_prompt,
-            permission=permission,
-        )
+def cli_job_request(
+    settings: Settings, target: CliTarget, prompt: str, system_prompt: str | None, permission: str | None = None
+) -> JobRequest:
+    """An agent CLI's job (read-only unless config says otherwise) in relay's directory."""
+    return JobRequest(
+        agent=target.agent,
+        prompt=prompt,
+        cwd=default_cwd(settings),
+        model=target.model,
+        system_prompt=system_prompt,
+        permission=permission,
     )
+
+
+def start_cli_job(engine: Engine, target: CliTarget, prompt: str, system_prompt: str | None) -> str:
+    """Start an agent CLI as a job at the default permission (always within the grant: relay.jobs.grants)."""
+    return engine.submit(cli_job_request(engine.settings, target, prompt, system_prompt))
 
 
 async def wait_job(engine: Engine, job_id: str) -> None:

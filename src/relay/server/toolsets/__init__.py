@@ -90,6 +90,33 @@ PROFILES: dict[str, Exposure] = {
 }
 
 
+# Profiles whose seed runs its agents with every approval and sandbox off: serving one (`relay serve
+# --profile NAME`, or naming it in --toolsets) is the person's grant of `full` to that profile's own
+# tools (relay.jobs.grants). Reached through call_tool, the calling model chose it: the grant applies.
+FULL_ACCESS_PROFILES = ("claude-code-mcp", "powerspawn", "surreal")
+
+
+def _chosen_full_access(profile: str | None, toolsets: tuple[str, ...]) -> list[str]:
+    return [name for name in FULL_ACCESS_PROFILES if name == profile or name in toolsets]
+
+
+def profile_grants(profile: str | None, toolsets: tuple[str, ...] = ()) -> dict[str, str]:
+    """Toolset -> the permission a chosen full-access profile grants its own jobs."""
+    return {name: "full" for name in _chosen_full_access(profile, toolsets)}
+
+
+def full_access_notice(profile: str | None, toolsets: tuple[str, ...] = ()) -> str | None:
+    """What relay says at start-up and in `status` when a chosen profile runs its agents with full access."""
+    chosen = _chosen_full_access(profile, toolsets)
+    if not chosen:
+        return None
+    names = ", ".join(chosen)
+    return (
+        f"profile {names} runs its agents with full access (every approval and sandbox off), as its seed does: "
+        "choosing the profile is the grant"
+    )
+
+
 def load_toolset(name: str) -> Toolset:
     """The toolset called `name` (or one of its aliases)."""
     module_path = BUILTIN.get(name)

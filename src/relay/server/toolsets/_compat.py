@@ -57,9 +57,9 @@ class Origin:
     fields: dict[str, Any]
 
 
-def start(engine: Engine, req: JobRequest, *, profile: str, tool: str, **fields: Any) -> str:
-    """Submit the job and record which profile tool started it; returns the job id."""
-    job_id = engine.submit(req)
+async def start(engine: Engine, req: JobRequest, *, profile: str, tool: str, **fields: Any) -> str:
+    """Submit the job (asking the person when it is above the grant) and record which profile tool started it."""
+    job_id = await engine.submit_confirmed(req)
     remember(engine, job_id, profile=profile, tool=tool, **fields)
     return job_id
 

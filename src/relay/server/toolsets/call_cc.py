@@ -82,7 +82,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         )
         engine = deps.engine()
         try:
-            job_id = compat.start(
+            job_id = await compat.start(
                 engine, req, profile=PROFILE, tool="call_cc", prompt=prompt, timeout_ms=timeout, mode=mode
             )
         except RelayError as err:

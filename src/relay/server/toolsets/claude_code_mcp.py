@@ -58,7 +58,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             timeout_s=compat.ms_to_s(TIMEOUT_MS),
         )
         try:
-            job_id = compat.start(engine, req, profile=PROFILE, tool="claude_code")
+            job_id = await compat.start(engine, req, profile=PROFILE, tool="claude_code")
         except RelayError as err:
             return _error(
                 err.code, TEXTS["failed"].format(details=err.message), _start_hint(err, workFolder, cwd, home)

@@ -239,7 +239,7 @@ async def _run(
     """Run the job to its end: (answer text, codex thread id), or the original's error for a failure."""
     engine = deps.engine()
     try:
-        job_id = compat.start(engine, req, profile=PROFILE, tool=tool, **fields)
+        job_id = await compat.start(engine, req, profile=PROFILE, tool=tool, **fields)
     except RelayError as err:
         return error_result(RelayError(err.code, failed.format(error=err.message), err.hint))
     rec = await compat.wait_sync(engine, job_id, ctx)

@@ -20,6 +20,7 @@ from relay.server.models import (
     AllowedRoot,
     AskEnvelope,
     Envelope,
+    GrantInfo,
     JobList,
     JobSummary,
     McpServerState,
@@ -35,6 +36,7 @@ from relay.server.models import (
     WaitResult,
 )
 from relay.server.results import envelope_result, json_result, model_result, run_guarded, run_job, wait_for_mode
+from relay.server.toolsets import full_access_notice
 from relay.server.toolsets._registry import (
     DESTROYS_STATE,
     READ_ONLY,
@@ -74,7 +76,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             float | None, Field(gt=0, description="stop if the agent prints nothing this long")
         ] = None,
         permission: Annotated[
-            Literal["read-only", "edit", "full"] | None, Field(description="default read-only")
+            Literal["read-only", "edit", "full"] | None,
+            Field(description="default read-only; above the person's grant they are asked, else refused"),
         ] = None,
         system_prompt: Annotated[str | None, Field(description="appended to the agent's system prompt")] = None,
         max_turns: Annotated[int | None, Field(ge=1, description="limit on agent turns")] = None,
@@ -108,7 +111,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 timeout_s=timeout_s,
                 idle_timeout_s=idle_timeout_s,
             )
-            return await run_job(engine, lambda: engine.submit(req), mode, ctx)
+            return await run_job(engine, lambda: engine.submit_confirmed(req), mode, ctx)
 
         return await run_guarded(go)
 
@@ -372,6 +375,7 @@ def status_info(deps: Deps) -> StatusInfo:
     servers = mcp_server_states(deps)
     running = engine.running_count()
     found = sum(1 for a in agents if a.found)
+    notice = full_access_notice(settings.profile, settings.toolsets)
     return StatusInfo(
         version=__version__,
         pid=os.getpid(),
@@ -388,10 +392,14 @@ def status_info(deps: Deps) -> StatusInfo:
         allowed_roots=[AllowedRoot(path=str(root), source=source) for root, source in settings.root_sources()],
         mcp_servers=servers,
         mcp_server_count=len(servers),
+        grant=GrantInfo(
+            level=settings.grant, source=settings.grant_source, profile_grants=dict(settings.toolset_grants)
+        ),
         formatted_message=(
             f"relay {__version__} running for {format_uptime(uptime)} (pid {os.getpid()}): "
             f"{running} running / {queued} queued jobs, {found} of {len(agents)} agent CLIs installed, "
-            f"{len(servers)} MCP servers"
+            f"{len(servers)} MCP servers; calling models get up to '{settings.grant}' without asking"
+            + (f"; {notice}" if notice else "")
         ),
     )
 

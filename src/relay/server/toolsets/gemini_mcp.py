@@ -287,7 +287,7 @@ async def _run_once(
         cli_args=SANDBOX_ARGS if sandbox else (),
     )
     try:
-        job_id = compat.start(engine, req, profile=PROFILE, tool=tool)
+        job_id = await compat.start(engine, req, profile=PROFILE, tool=tool)
     except RelayError as err:
         return err
     rec = await compat.wait_sync(engine, job_id, ctx, keepalive_s=KEEPALIVE_S, keepalive_message=TEXTS["keepalive"])

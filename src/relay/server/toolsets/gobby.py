@@ -393,7 +393,7 @@ def _codex_tools(reg: ToolRegistry, deps: Deps) -> None:
             permission=SANDBOXES[sandbox] if sandbox else None,
         )
         try:
-            job_id = engine.submit(req)
+            job_id = await engine.submit_confirmed(req)
         except RelayError as err:
             return failure(err, thread_id=thread_id)
         await wait_for_mode(engine, job_id, "sync", ctx)

@@ -144,7 +144,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         timeout: Annotated[int, Field(ge=1, description="Timeout in seconds (default: 300)")] = CLAUDE_TIMEOUT_S,
     ) -> CallToolResult:
         req = JobRequest(agent="claude", prompt=prompt, model=model, permission="full", timeout_s=float(timeout))
-        return _spawn_cli(deps, "spawn_claude", "claude", req, model)
+        return await _spawn_cli(deps, "spawn_claude", "claude", req, model)
 
     @reg.tool(
         description=(
@@ -155,7 +155,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     )
     async def spawn_codex(prompt: Prompt) -> CallToolResult:
         req = JobRequest(agent="codex", prompt=prompt, permission="full", timeout_s=float(CODEX_TIMEOUT_S))
-        return _spawn_cli(deps, "spawn_codex", "codex", req, None)
+        return await _spawn_cli(deps, "spawn_codex", "codex", req, None)
 
     @reg.tool(
         description=(
@@ -176,7 +176,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         req = JobRequest(
             agent="copilot", prompt=prompt, model=cli_model, permission="full", timeout_s=float(COPILOT_TIMEOUT_S)
         )
-        return _spawn_cli(deps, "spawn_copilot", "copilot", req, model)
+        return await _spawn_cli(deps, "spawn_copilot", "copilot", req, model)
 
     @reg.tool(
         description=f"Spawn a Grok sub-agent via X.ai API. {TEXTS['api_note']} Use for analysis, research, "
@@ -297,11 +297,11 @@ def workspace(settings: Settings) -> str:
     return str(roots[0])
 
 
-def _spawn_cli(deps: Deps, tool: str, agent_type: str, req: JobRequest, model: str | None) -> CallToolResult:
+async def _spawn_cli(deps: Deps, tool: str, agent_type: str, req: JobRequest, model: str | None) -> CallToolResult:
     engine = deps.engine()
     req = replace(req, cwd=workspace(deps.settings), cli_args=CLI_ARGS[agent_type])
     try:
-        job_id = compat.start(engine, req, profile=PROFILE, tool=tool, agent_type=agent_type, model=model)
+        job_id = await compat.start(engine, req, profile=PROFILE, tool=tool, agent_type=agent_type, model=model)
     except RelayError as err:
         return _failure(err)
     return _spawned(job_id, agent_type, model)

@@ -358,7 +358,7 @@ async def _run(
     engine = deps.engine()
     task_name = call.task_name or backend.tool
     try:
-        job_id = compat.start(
+        job_id = await compat.start(
             engine,
             req,
             profile=PROFILE,

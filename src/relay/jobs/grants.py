@@ -1,0 +1,263 @@
+"""Permission grants: a delegation never gets more power than the person gave.
+
+The person sets the highest permission a calling model may obtain (`[security] grant`, `RELAY_GRANT`
+in one client's relay entry, or a full-access compat profile they chose). A job whose permission is
+above its grant starts only with the person's consent: a surface that can ask the person (MCP
+elicitation) sets a `Confirmer` for its calls, and `confirm` asks through it; without one, or when the
+person declines, the job is refused with `PERMISSION_NOT_GRANTED`, naming the grant, the requested
+level and how to change the grant. Nothing here knows MCP: surfaces plug in through the context
+variables below, the way `SUBMITTED_VIA` records where a job came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol, TypeVar
+
+from relay.config import PERMISSIONS, Settings
+from relay.errors import ErrorCode, RelayError
+
+# How much of the task a confirmation form and a refusal's audit entry quote.
+TASK_PREVIEW_CHARS = 400
+
+Action = Literal["accept", "decline", "cancel", "unavailable"]
+"""The person's answer; `unavailable`: nobody could be asked (no elicitation, a headless client)."""
+
+
+def rank(level: str) -> int:
+    return PERMISSIONS.index(level)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a person is asked to confirm: which agent runs what, where, with which permission, above which grant."""
+
+    agent: str
+    cwd: str
+    permission: str
+    grant: str
+    grant_source: str
+    prompt: str
+    via: str | None
+    principal: str | None
+
+    @property
+    def task(self) -> str:
+        text = " ".join(self.prompt.split())
+        return text if len(text) <= TASK_PREVIEW_CHARS else text[:TASK_PREVIEW_CHARS] + "…"
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "cwd": self.cwd,
+            "permission": self.permission,
+            "grant": self.grant,
+            "grant_source": self.grant_source,
+            "via": self.via,
+            "principal": self.principal,
+            "task": self.task,
+        }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A person's answer to an `Ask`; `remembered`: given earlier in this session ("for this session")."""
+
+    action: Action
+    for_session: bool = False
+    remembered: bool = False
+
+
+class Confirmer(Protocol):
+    """Asks the person behind the current call (a surface's, e.g. MCP elicitation)."""
+
+    def __call__(self, ask: Ask) -> Awaitable[Answer]: ...
+
+
+By = Literal["grant", "confirmation", "session", "person"]
+"""What allowed a job's permission: its grant; the person's yes to a form now, or earlier "for this
+session"; or the person themself choosing it (`relay run --permission full` at a terminal)."""
+
+
+@dataclass(frozen=True)
+class Consent:
+    """The person's yes for this submission: up to `level`, and how it was given."""
+
+    level: str
+    by: By
+    for_session: bool = False
+
+
+@dataclass(frozen=True)
+class Permit:
+    """Why a job may run at its permission: within the grant, or by the person's consent. Recorded with the job."""
+
+    permission: str
+    grant: str
+    grant_source: str
+    by: By
+    principal: str | None
+    for_session: bool = False
+
+    def record(self) -> dict[str, Any]:
+        """What the job's request and its `queued` audit entry keep: the level, the grant, who allowed it."""
+        return {
+            "permission": self.permission,
+            "grant": self.grant,
+            "grant_source": self.grant_source,
+            "by": self.by,
+            "for_session": self.for_session,
+            "principal": self.principal,
+        }
+
+
+PRINCIPAL: ContextVar[str | None] = ContextVar("relay_principal", default=None)
+"""Who asks for the jobs submitted in this context ("local" on stdio, "http" ...), for the audit log."""
+CONFIRMER: ContextVar[Confirmer | None] = ContextVar("relay_confirmer", default=None)
+"""How to ask the person behind the current call; None: nobody can be asked (the job is refused)."""
+_CONSENT: ContextVar[Consent | None] = ContextVar("relay_consent", default=None)
+
+
+_T = TypeVar("_T")
+
+
+@contextmanager
+def _set(var: ContextVar[_T], value: _T) -> Generator[None]:
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+def asked_by(principal: str | None, confirmer: Confirmer | None) -> Any:
+    """Jobs submitted inside this block record `principal` and ask the person through `confirmer`."""
+
+    @contextmanager
+    def both() -> Generator[None]:
+        with _set(PRINCIPAL, principal), _set(CONFIRMER, confirmer):
+            yield
+
+    return both()
+
+
+def consented(consent: Consent) -> Any:
+    """Submissions inside this block run up to `consent.level`: the person said yes."""
+    return _set(_CONSENT, consent)
+
+
+def as_allowed(request: dict[str, Any]) -> Any:
+    """A stored job prepared again (after a restart) keeps what allowed its permission when it was submitted."""
+    record: Any = request.get("grant")
+    if not isinstance(record, dict) or record.get("permission") not in PERMISSIONS:  # pyright: ignore[reportUnknownMemberType]
+        return _set(_CONSENT, _CONSENT.get())
+    allowed: dict[str, Any] = record  # pyright: ignore[reportUnknownVariableType]
+    recorded = allowed.get("by")
+    by: By = recorded if recorded in ("grant", "confirmation", "session", "person") else "person"
+    return consented(Consent(str(allowed["permission"]), by, bool(allowed.get("for_session"))))
+
+
+def chosen_by_the_person(level: str) -> Any:
+    """Submissions inside this block were chosen by the person themself (a command they typed), up to `level`."""
+    return consented(Consent(level, "person"))
+
+
+def grant_for(settings: Settings, via: str | None) -> tuple[str, str]:
+    """The grant of a job and where it comes from: the configured one, raised by what the person chose.
+
+    `[jobs] default_permission` is the person's own choice for every job, so it grants that much; a
+    full-access profile the person serves grants its level to its own toolset's jobs.
+    """
+    level, source = settings.grant, settings.grant_source
+    if rank(settings.default_permission) > rank(level):
+        level, source = settings.default_permission, "[jobs] default_permission"
+    toolset = (via or "").split("/", 1)[0]
+    chosen = settings.toolset_grants.get(toolset)
+    if chosen is not None and rank(chosen) > rank(level):
+        level, source = chosen, f"profile {toolset} (chosen with relay serve --profile {toolset})"
+    return level, source
+
+
+def permit(settings: Settings, permission: str, *, agent: str, cwd: str, prompt: str, via: str | None) -> Permit:
+    """The decision point: may a job run at `permission`? Raises `GrantExceeded` when the person must say so."""
+    grant, source = grant_for(settings, via)
+    principal = PRINCIPAL.get()
+    if rank(permission) <= rank(grant):
+        return Permit(permission, grant, source, "grant", principal)
+    consent = _CONSENT.get()
+    if consent is not None and rank(permission) <= rank(consent.level):
+        return Permit(permission, grant, source, consent.by, principal, consent.for_session)
+    raise GrantExceeded(settings, Ask(agent, cwd, permission, grant, source, prompt, via, principal))
+
+
+class GrantExceeded(RelayError):
+    """A job above its grant that no person confirmed: relay did not start it."""
+
+    def __init__(self, settings: Settings, ask: Ask, answer: Answer | None = None) -> None:
+        self.ask = ask
+        self.answer = answer
+        why = {
+            None: "no person has confirmed it",
+            "unavailable": "this client cannot ask the person (no MCP elicitation, or a headless run)",
+            "decline": "the client declined the confirmation (the person said no, or a headless run declines unasked)",
+            "cancel": "the client cancelled the confirmation (the person dismissed it, or a headless run such as "
+            "`claude -p` cancels unasked)",
+            "accept": "",
+        }[answer.action if answer is not None else None]
+        message = (
+            f"permission '{ask.permission}' is above the grant '{ask.grant}' ({ask.grant_source}) and {why}: "
+            f"relay did not start {ask.agent}"
+        )
+        config = settings.home / "config.toml"
+        hint = (
+            f"retry with permission '{ask.grant}' or lower; only the person can allow '{ask.permission}': "
+            f'[security] grant = "{ask.permission}" in {config}, or `relay install CLIENT --grant {ask.permission}` '
+            "for one client, or confirm when a client that supports MCP elicitation asks"
+        )
+        super().__init__(ErrorCode.PERMISSION_NOT_GRANTED, message, hint)
+
+
+Audit = Callable[[str, str | None, dict[str, Any]], Any]
+"""Appends an audit entry: (event, job id, data)."""
+
+
+async def confirm(settings: Settings, exceeded: GrantExceeded, audit: Audit) -> Consent:
+    """Ask the person (through the current call's `Confirmer`): their yes, or the refusal (on record as
+    `permission.refused`; a yes is recorded with the job it starts, in its `queued` entry)."""
+    confirmer = CONFIRMER.get()
+    answer = Answer("unavailable") if confirmer is None else await confirmer(exceeded.ask)
+    entry = exceeded.ask.record() | {
+        "answer": answer.action,
+        "for_session": answer.for_session,
+        "remembered": answer.remembered,
+    }
+    if answer.action != "accept":
+        audit("permission.refused", None, entry)
+        raise GrantExceeded(settings, exceeded.ask, answer)
+    return Consent(exceeded.ask.permission, "session" if answer.remembered else "confirmation", answer.for_session)
+
+
+async def submit_confirmed(settings: Settings, submit: Callable[[], str], audit: Audit) -> str:
+    """Submit; above the grant, ask the person and submit again within their yes. Without a way to ask, or
+    when the person says no, the refusal (on record in the audit log): nothing was created or started."""
+    try:
+        return submit()
+    except GrantExceeded as exceeded:
+        consent = await confirm(settings, exceeded, audit)
+    with consented(consent):
+        return submit()
+
+
+async def consent_for(settings: Settings, check: Callable[[], Any], agents: str | None, audit: Audit) -> Consent | None:
+    """For jobs a task will submit later (best_of's candidates): ask the person now, while the call that starts
+    the task can still ask. None when `check` (validating one such job) passes within the grant; raises the
+    refusal like `submit_confirmed`. `agents` names every agent in the form when there are several."""
+    try:
+        check()
+        return None
+    except GrantExceeded as exceeded:
+        ask = exceeded.ask if agents is None else replace(exceeded.ask, agent=agents)
+        return await confirm(settings, GrantExceeded(settings, ask), audit)
