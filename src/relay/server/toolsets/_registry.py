@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
@@ -192,6 +193,19 @@ class _AsPublished(FuncMetadata):
         return data
 
 
+class _AsTyped(_AsPublished):
+    """Validation that takes each argument as the JSON type the published schema names (a compat profile's tools).
+
+    A profile's tools keep their seed system's own checks and messages, so no schema check runs first;
+    instead nothing is coerced: "5" is not an integer, true is not 1, 0 is not false, and JSON text
+    inside a string stays a string, as the published schema says.
+    """
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        parsed = self.arg_model.model_validate_json(json.dumps(arguments_to_validate), strict=True)
+        return parsed.model_dump_one_level()
+
+
 class ToolRegistry:
     """Collects one toolset's tools: `@reg.tool(...)` on an async function, like `MCPServer.tool`."""
 
@@ -221,8 +235,8 @@ class ToolRegistry:
             )
             if tool.name in self.tools:
                 raise ValueError(f"toolset {self.toolset} defines {tool.name} twice")
-            if self.schema_first:
-                tool.fn_metadata = _AsPublished.model_construct(**dict(tool.fn_metadata))
+            metadata = _AsPublished if self.schema_first else _AsTyped
+            tool.fn_metadata = metadata.model_construct(**dict(tool.fn_metadata))
             output = tool.output_schema
             self.tools[tool.name] = RegisteredTool(
                 tool=tool,
