@@ -150,9 +150,8 @@ class Engine:
         follow = spaces.follow_up_target(req.workspace, req.session_id, req.agent)
         if follow is not None:  # an earlier job's worktree: made again if it was removed, never shared at once
             ws = spaces.reopen(follow)
-            req = replace(
-                req, cwd=ws.cwd, workspace=f"job:{ws.job_id}"
-            )  # a resumed session that started elsewhere is refused by prepare
+            # A resumed session that started elsewhere is refused by prepare (its cwd is not the worktree's).
+            req = replace(req, cwd=ws.cwd, workspace=f"job:{ws.job_id}")
             return req, self._prepare(req, job_id), spaces.stored(ws)
         prepared = self._prepare(req, job_id)  # everything checked before a worktree is made
         if req.workspace is None and spaces.worktree_by_default(prepared):
@@ -342,8 +341,9 @@ class Engine:
         return await anyio.to_thread.run_sync(self._workspaces.test, self.get(job_id).id, command)
 
     def prune_worktrees(self) -> list[str]:
-        """Remove worktrees of jobs unlanded past the retention time (and landed ones still on disk)."""
-        return self._workspaces.prune()
+        """Remove worktrees of jobs unlanded past the retention time (and landed ones still on disk), after
+        emptying the trash of removed ones; relay runs it as it starts."""
+        return self._workspaces.sweep()
 
     def worktree_usage(self) -> dict[str, Any]:
         return self._state.workspaces.usage()

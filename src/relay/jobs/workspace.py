@@ -49,16 +49,12 @@ class JobWorkspaces:
 
     def reopen(self, rec: WorkspaceRecord) -> WorkspaceRecord:
         """The workspace, made again if it was removed; refused while another job runs in it."""
-        busy = [
-            r.id
-            for r in self._state.store.list_jobs(statuses=("queued", "running"), limit=10_000)
-            if owner_of(r.request) == rec.job_id
-        ]
-        if busy:
+        busy = self.running_in().get(rec.job_id)
+        if busy is not None:
             raise RelayError(
                 ErrorCode.LIMIT_REACHED,
-                f"job {busy[0]} is still running in job {rec.job_id}'s worktree",
-                f"job_wait(job_ids=['{busy[0]}']) first, then follow up",
+                f"job {busy} is still running in job {rec.job_id}'s worktree",
+                f"job_wait(job_ids=['{busy}']) first, then follow up",
             )
         return self.spaces.reopen(rec)
 
@@ -135,17 +131,18 @@ class JobWorkspaces:
             )
         return ws
 
-    def running_owners(self) -> set[str]:
-        """Workspaces a queued or running job is in (never pruned, landed or discarded under it)."""
+    def running_in(self) -> dict[str, str]:
+        """Workspace (its owner job) -> a queued or running job in it; these are never pruned, landed or discarded."""
         jobs = self._state.store.list_jobs(statuses=("queued", "running"), limit=10_000)
-        return {owner for r in jobs if (owner := owner_of(r.request))}
+        return {owner: r.id for r in jobs if (owner := owner_of(r.request))}
 
     def check_idle(self, ws: WorkspaceRecord, what: str) -> None:
-        if ws.job_id in self.running_owners():
+        busy = self.running_in().get(ws.job_id)
+        if busy is not None:
             raise RelayError(
                 ErrorCode.INVALID_ARGUMENT,
                 f"a job is still running in job {ws.job_id}'s worktree: it cannot be {what} now",
-                f"job_wait(job_ids=['{ws.job_id}']) until it ends (or job_cancel it), then try again",
+                f"job_wait(job_ids=['{busy}']) until it ends (or job_cancel it), then try again",
             )
 
     def land(self, job_id: str, into: str | None, strategy: str, test_command: str | None) -> dict[str, Any]:
@@ -174,7 +171,13 @@ class JobWorkspaces:
         return {"job_id": job_id, "branch": ws.branch, "discarded": True, "path": ws.path}
 
     def prune(self) -> list[str]:
-        return self.spaces.prune(self.running_owners())
+        """Remove old unlanded worktrees (their files deleted in the background), never one a job runs in."""
+        return self.spaces.prune(set(self.running_in()))
+
+    def sweep(self) -> list[str]:
+        """`prune`, after deleting what removed worktrees left in the trash (at start-up: nobody waits on it)."""
+        self.spaces.empty_trash()
+        return self.prune()
 
     def diff_file(self, job_id: str, fresh: bool) -> Path:
         """The job's diff against its base in a file of its folder, for paging (written again when `fresh`)."""

@@ -136,8 +136,10 @@ class Workspaces:
         cleanup.discard(self.store, rec)
 
     def prune(self, running: set[str]) -> list[str]:
-        cleanup.empty_trash(self.settings.worktrees_dir)
         return cleanup.prune(self.store, self.settings.worktree_keep_s, running)
+
+    def empty_trash(self) -> None:
+        cleanup.empty_trash(self.settings.worktrees_dir)
 
     def usage(self) -> dict[str, Any]:
         return cleanup.usage(self.store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -17,13 +18,17 @@ TRASH = ".trash"
 
 
 def remove_worktree(rec: WorkspaceRecord, *, later: bool = False) -> None:
-    """The worktree's folder and git's record of it (the branch stays).
+    """The worktree's folder and git's record of it (the branch stays); see `remove_at`."""
+    remove_at(rec.common_dir, Path(rec.path), later=later)
+
+
+def remove_at(common_dir: str, path: Path, *, later: bool = False) -> None:
+    """The worktree at `path` of the repository whose git folder is `common_dir`: its folder and git's record.
 
     The folder is renamed into the trash at once, so the path is free and git forgets the worktree
     in milliseconds; its files are deleted then, or (`later`) in a background thread. What a process
-    leaves in the trash when it exits is deleted by the next prune.
+    leaves in the trash when it exits is deleted when relay next starts (`empty_trash`).
     """
-    path = Path(rec.path)
     trash: Path | None = None
     if path.is_dir():
         trash = path.parent / TRASH / f"{path.name}-{time.time_ns()}"
@@ -32,16 +37,23 @@ def remove_worktree(rec: WorkspaceRecord, *, later: bool = False) -> None:
             os.rename(path, trash)
         except OSError:
             trash = None
-            if Path(rec.common_dir).is_dir():
-                _git.run(["worktree", "remove", "--force", rec.path], rec.common_dir, check=False)
+            if Path(common_dir).is_dir():
+                _git.run(["worktree", "remove", "--force", str(path)], common_dir, check=False)
             shutil.rmtree(path, ignore_errors=True)
-    if Path(rec.common_dir).is_dir():
-        _git.run(["worktree", "prune"], rec.common_dir, check=False)
+    if Path(common_dir).is_dir():
+        _git.run(["worktree", "prune"], common_dir, check=False)
     if trash is not None:
         if later:
-            threading.Thread(target=shutil.rmtree, args=(trash, True), name="relay-worktree-trash", daemon=True).start()
+            threading.Thread(target=_delete, args=(trash,), name="relay-worktree-trash", daemon=True).start()
         else:
-            shutil.rmtree(trash, ignore_errors=True)
+            _delete(trash)
+
+
+def _delete(trash: Path) -> None:
+    """A removed worktree's files, and the trash folder too once nothing else is in it."""
+    shutil.rmtree(trash, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        trash.parent.rmdir()
 
 
 def empty_trash(worktrees_dir: Path) -> None:
@@ -69,7 +81,7 @@ def prune(store: WorkspaceStore, keep_s: float, running: set[str], now: float | 
             continue
         old = rec.state == "active" and rec.ended_at is not None and now - rec.ended_at > keep_s
         if old or (rec.state == "landed" and rec.removed_at is None):
-            remove_worktree(rec)
+            remove_worktree(rec, later=True)
             store.update(rec.job_id, state="pruned" if old else "landed", removed_at=now)
             pruned.append(rec.job_id)
     return pruned

@@ -150,6 +150,16 @@ def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, 
     }
 
 
+def _moved(rec: WorkspaceRecord, target: str) -> LandError:
+    """The target's ref no longer holds what the land started from (someone committed or landed meanwhile)."""
+    return LandError(
+        ErrorCode.LAND_CONFLICT,
+        f"{target} moved while job {rec.job_id} was being landed",
+        "nothing was changed; land again to go onto its new tip",
+        conflicts=[],
+    )
+
+
 def _move_target(rec: WorkspaceRecord, target: str, old: str, new: str) -> None:
     """Move refs/heads/<target> from `old` to `new`; a checkout of it is updated as `git merge --ff-only` would."""
     trees = checked_out_in(rec, target)
@@ -160,21 +170,11 @@ def _move_target(rec: WorkspaceRecord, target: str, old: str, new: str) -> None:
             check=False,
         )
         if moved.returncode != 0:
-            raise LandError(
-                ErrorCode.LAND_CONFLICT,
-                f"{target} moved while job {rec.job_id} was being landed",
-                "nothing was changed; land again to go onto its new tip",
-                conflicts=[],
-            )
+            raise _moved(rec, target)
         return
     tree = trees[0]
     if _git.out(["rev-parse", "HEAD"], tree) != old:
-        raise LandError(
-            ErrorCode.LAND_CONFLICT,
-            f"{target} moved while job {rec.job_id} was being landed",
-            "nothing was changed; land again",
-            conflicts=[],
-        )
+        raise _moved(rec, target)
     touched = set(filter(None, _git.run(["diff", "--name-only", "-z", old, new], tree).stdout.split("\0")))
     status = _git.run(["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"], tree).stdout
     dirty = {item[3:] for item in status.split("\0") if len(item) > 3}

@@ -11,6 +11,7 @@ from pathlib import Path
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.workspaces import _git
 from relay.workspaces._git import AUTHOR, GitError
+from relay.workspaces.cleanup import remove_at
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
 CARRY_MESSAGE = "relay: the caller's uncommitted changes, carried into the worktree"
@@ -93,9 +94,7 @@ def _carry(origin: Origin, head_sha: str) -> str:
 
 def _undo(origin: Origin, path: Path, branch: str) -> None:
     """Take back a half-made worktree: its folder, git's record of it, its branch."""
-    _git.run(["worktree", "remove", "--force", str(path)], origin.repo, check=False)
-    shutil.rmtree(path, ignore_errors=True)
-    _git.run(["worktree", "prune"], origin.repo, check=False)
+    remove_at(origin.common_dir, path)
     _git.run(["branch", "-D", branch], origin.repo, check=False)
 
 
