@@ -52,11 +52,8 @@ def candidates_of(agents: list[str] | None, n: int | None, default_agent: str = 
     """`agents` as given, or `n` runs of one agent (agents=[x], n=3 runs x three times)."""
     if agents and n is not None and len(agents) not in (1, n):
         raise invalid(f"agents has {len(agents)} entries but n={n}", "pass agents alone, or one agent with n")
-    found = (
-        tuple(agents or [default_agent])
-        if not n or (agents and len(agents) == n)
-        else tuple((agents or [default_agent]) * n)
-    )
+    pool = tuple(agents or (default_agent,))
+    found = pool * n if n and len(pool) == 1 else pool
     if len(found) < 2 or len(found) > MAX_CANDIDATES:
         raise invalid(
             f"best_of needs 2 to {MAX_CANDIDATES} candidates, got {len(found)}",
