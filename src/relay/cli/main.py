@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay import __version__
+from relay.cli._engine import reading_engine
 from relay.cli._errors import error_line, report
 from relay.cli.worktree_cmd import COMMANDS as WORKTREE_COMMANDS
 from relay.errors import RelayError
@@ -132,15 +133,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _engine() -> Any:
-    from relay.config import load_settings
-    from relay.jobs.engine import Engine
-
-    engine = Engine(load_settings())
-    engine.reconcile()
-    return engine
-
-
 def _ago(ts: float) -> str:
     delta = max(0.0, time.time() - ts)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
@@ -258,7 +250,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    engine = _engine()
+    engine = reading_engine()
     if args.watch and not args.json and sys.stdout.isatty():
         from relay.cli._watch import watch
 
@@ -304,7 +296,7 @@ def _branch(request: dict[str, Any]) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    engine = _engine()
+    engine = reading_engine()
     env = engine.envelope(args.job)
     if args.json:
         print(json.dumps(env, indent=2))
@@ -334,7 +326,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    engine = _engine()
+    engine = reading_engine()
     view = "events" if args.raw else "transcript"
     offset = 0
     while True:
@@ -354,7 +346,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     import anyio
 
-    engine = _engine()
+    engine = reading_engine()
 
     async def go() -> dict[str, Any]:
         rec = await engine.cancel(args.job)

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from relay.cli._engine import reading_engine
 from relay.cli._errors import error_line
 
 # How much of the diff is read per page on its way to the terminal.
@@ -26,17 +27,8 @@ def add_parsers(sub: Any) -> None:
     discard.add_argument("job")
 
 
-def _engine() -> Any:
-    from relay.config import load_settings
-    from relay.jobs.engine import Engine
-
-    engine = Engine(load_settings())
-    engine.reconcile()
-    return engine
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
-    engine = _engine()
+    engine = reading_engine()
     offset = 0
     while True:
         page = engine.read_output(args.job, "diff", offset, DIFF_PAGE_CHARS)
@@ -52,7 +44,7 @@ def cmd_land(args: argparse.Namespace) -> int:
 
     from relay.workspaces import LandError
 
-    engine = _engine()
+    engine = reading_engine()
 
     async def go() -> dict[str, Any]:
         return await engine.land(args.job, into=args.into, strategy=args.strategy, test_command=args.test_command)
@@ -81,7 +73,7 @@ def cmd_land(args: argparse.Namespace) -> int:
 def cmd_discard(args: argparse.Namespace) -> int:
     import anyio
 
-    engine = _engine()
+    engine = reading_engine()
 
     async def go() -> dict[str, Any]:
         return await engine.discard(args.job)
