@@ -22,7 +22,6 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.osfiles import private_home
-from relay.principal import current
 from relay.store.migrations import migrate
 from relay.tracker.graph import Edge, dependency_tree, find_cycles, find_path
 from relay.tracker.model import (
@@ -47,6 +46,7 @@ from relay.tracker.model import (
     now_iso,
     parse_ts,
 )
+from relay.tracker.principals import record_principals
 from relay.tracker.project import Project
 from relay.tracker.tombstones import load_tombstones, record_tombstones
 
@@ -107,22 +107,6 @@ def _translated() -> Generator[None]:
         ) from err
 
 
-def _record_principals(db: sqlite3.Connection) -> None:
-    """Every write to a task through this connection records who made it (relay/principal.py): `created_by`
-    on insert, `changed_by` on every insert and update, whichever path writes (tools, dashboard, JSONL import)."""
-    db.create_function("relay_principal", 0, lambda: current().name)
-    db.executescript(
-        """
-        CREATE TEMP TRIGGER IF NOT EXISTS tasks_created_by AFTER INSERT ON main.tasks BEGIN
-            UPDATE tasks SET created_by = relay_principal(), changed_by = relay_principal() WHERE rowid = NEW.rowid;
-        END;
-        CREATE TEMP TRIGGER IF NOT EXISTS tasks_changed_by AFTER UPDATE ON main.tasks BEGIN
-            UPDATE tasks SET changed_by = relay_principal() WHERE rowid = NEW.rowid;
-        END;
-        """
-    )
-
-
 class TaskStore:
     """Task storage; safe to share between the event loop and worker threads (one lock, one connection)."""
 
@@ -147,7 +131,7 @@ class TaskStore:
         self.on_change: ChangeHook | None = None
         with self._lock:
             migrate(self._db)
-            _record_principals(self._db)
+            record_principals(self._db)
 
     @classmethod
     def open(cls, settings: Settings) -> TaskStore:
