@@ -36,6 +36,8 @@ DEFAULT_MAX_DEPTH = 2
 DEFAULT_WORKTREE_KEEP_S = 7 * 86400.0
 # A land's test command gets ten minutes before it is stopped and the land refused.
 DEFAULT_LAND_TEST_TIMEOUT_S = 600.0
+# A worker's claim on a job lasts this long without a heartbeat (renewed every third of it).
+DEFAULT_LEASE_S = 15.0
 DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5")
 
 PERMISSIONS = ("read-only", "edit", "full")
@@ -165,6 +167,16 @@ class Settings:
     land_test_timeout_s: float = DEFAULT_LAND_TEST_TIMEOUT_S
     # HTTP bearer tokens, each a principal with a role (`[server.tokens.NAME]`); empty: the one local user.
     tokens: tuple[NamedToken, ...] = ()
+    # The queue (store/claims.py): how long a worker's claim on a job lasts without a heartbeat
+    # (`[queue] lease_s` / RELAY_LEASE_S), and whether this process runs jobs (a front with --no-worker does not).
+    lease_s: float = DEFAULT_LEASE_S
+    runs_jobs: bool = True
+    # This process as a worker (`relay worker --name --agents --labels --slots`): None/empty: the host and pid,
+    # every agent, no labels, max_concurrent slots.
+    worker_name: str | None = None
+    worker_agents: tuple[str, ...] | None = None
+    worker_labels: tuple[str, ...] = ()
+    worker_slots: int | None = None
 
     @property
     def allowed_roots(self) -> tuple[Path, ...]:
@@ -376,6 +388,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     jobs: dict[str, Any] = raw.get("jobs", {}) if isinstance(raw.get("jobs"), dict) else {}
     spaces: dict[str, Any] = raw.get("workspaces", {}) if isinstance(raw.get("workspaces"), dict) else {}
     server: dict[str, Any] = raw.get("server", {}) if isinstance(raw.get("server"), dict) else {}
+    queue: dict[str, Any] = raw.get("queue", {}) if isinstance(raw.get("queue"), dict) else {}
     agents_raw: dict[str, Any] = raw.get("agents", {}) if isinstance(raw.get("agents"), dict) else {}
     agents = {name: _agent_config(name, table) for name, table in agents_raw.items()}
 
@@ -452,4 +465,6 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
             env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
         ),
         tokens=_tokens(server.get("tokens"), env),
+        lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
+        runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,
     )

@@ -11,6 +11,8 @@ JOBS = Path(relay.jobs.__file__).parent
 # Top to bottom: a module may import only modules after it in this list.
 LAYERS = [
     "engine",
+    "tending",
+    "paging",
     "recovery",
     "lifecycle",
     "publish",

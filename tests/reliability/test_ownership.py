@@ -1,5 +1,5 @@
-"""Ownership: every job row, queued ones too, belongs to a live relay; another relay on the same home adopts
-a job only when that owner is provably dead, atomically, once. A job never runs twice."""
+"""Ownership: a job runs only under a claim of a live worker; another relay on the same home takes a claim
+over only when its worker is provably dead, atomically, once. A job never runs twice."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mcp import Client, StdioServerParameters
 
 from relay.jobs.engine import Engine
 from relay.runtime import procinfo
-from relay.store import Store
+from relay.store import Store, WorkerInfo
 from tests.reliability.conftest import RELAY, AdvSettings, record, relay_env
 
 pytestmark = pytest.mark.anyio
@@ -94,16 +94,15 @@ async def test_two_relays_and_a_relay_run_on_one_home_during_a_burst_run_every_j
     assert statuses == Counter({"completed": BURST + 1})
 
 
-async def test_a_queued_job_records_its_owner_and_is_adopted_only_once_its_owner_is_dead(
+async def test_a_claimed_job_is_taken_over_only_once_its_worker_is_dead_and_runs_once(
     adv_settings: AdvSettings, relay_home: Path, workdir: Path, tmp_path: Path
 ) -> None:
     runlog = tmp_path / "runs.log"
     settings = adv_settings(command=counting_agent(tmp_path / "bin", runlog))
-    # A relay in another process records a queued job, then dies before starting it.
+    # A worker in another process of this host claims a queued job, then dies before starting it.
     owner = subprocess.Popen(["sleep", "60"])
     try:
         store = Store(settings.db_path)
-        ticks = procinfo.start_ticks(owner.pid)
         store.insert_job(
             "00000000000000aa",
             "claude",
@@ -111,26 +110,41 @@ async def test_a_queued_job_records_its_owner_and_is_adopted_only_once_its_owner
             {"agent": "claude", "prompt": "job-a", "cwd": str(workdir)},
             None,
             str(workdir),
-            owner=(owner.pid, ticks),
         )
-        rec = store.get_job("00000000000000aa")
-        assert rec is not None and (rec.owner_pid, rec.owner_start_ticks) == (owner.pid, ticks)
+        other = WorkerInfo(
+            "other/1",
+            "other",
+            "here",
+            owner.pid,
+            procinfo.start_ticks(owner.pid),
+            procinfo.boot_id(),
+            None,
+            (),
+            1,
+            60.0,
+        )
+        store.register_worker(other)
+        won = store.claim(other, free=1, max_total=8, per_agent=lambda _: 4)
+        assert [(job_id, epoch) for job_id, _, epoch in won] == [("00000000000000aa", 1)]
         async with Engine(settings).running():
-            pass  # its owner lives: not ours to run
+            pass  # its worker lives: not ours to run
         kept = store.get_job("00000000000000aa")
-        assert kept is not None and (kept.status, kept.owner_pid) == ("queued", owner.pid)
+        assert kept is not None and (kept.status, kept.worker, kept.owner_pid) == ("queued", "other/1", owner.pid)
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-        # Two relays find the owner dead: exactly one claim wins.
-        dead = store.get_job("00000000000000aa")
-        assert dead is not None
-        claims = [store.claim_job(dead, os.getpid(), 1), store.claim_job(dead, os.getpid() + 1, 2)]
-        assert claims == [True, False]
+        # Two relays find the worker dead: exactly one take-over wins, and the loser's epoch is stale.
+        gone = [
+            WorkerInfo(f"gone/{n}", "gone", "here", os.getpid(), n, procinfo.boot_id(), None, (), 1, 60.0)
+            for n in (1, 2)
+        ]
+        assert [store.take_over("00000000000000aa", 1, w) for w in gone] == [2, None]
     finally:
         owner.kill()
         owner.wait()
-    # The winner (this process, start ticks 1: not a live relay) is dead in turn; the next engine adopts and runs it once.
+    # The winner (this process, start ticks 1: not a live relay) is dead in turn; the next engine hands the
+    # job back to the queue, claims it and runs it once.
     async with Engine(settings).running() as engine:
         rec = await engine.wait_one("00000000000000aa", 30)
     assert rec.status == "completed"
+    assert rec.epoch == 5  # claimed (1), taken over twice (2, 3), handed back (4), claimed again (5)
     assert runs(runlog) == Counter({"job-a": 1})

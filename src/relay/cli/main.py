@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from typing import Any
 from relay import __version__
 from relay.cli._engine import reading_engine
 from relay.cli._errors import error_line, report
+from relay.cli.worker_cmd import COMMANDS as WORKER_COMMANDS
 from relay.cli.worktree_cmd import COMMANDS as WORKTREE_COMMANDS
 from relay.errors import RelayError
 
@@ -57,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
         "--toolsets", default=None, help="comma-separated toolsets to expose, e.g. core,zen (env RELAY_TOOLSETS)"
     )
     serve.add_argument("--profile", default=None, help="expose exactly one seed system's tools (env RELAY_PROFILE)")
+    serve.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="run no jobs here: only queue them for `relay worker`s (env RELAY_RUN_JOBS=0, [queue] run_jobs)",
+    )
 
     toolsets = sub.add_parser("toolsets", help="list every toolset and profile with its tools and tools/list cost")
     toolsets.add_argument("--json", action="store_true", help="print as JSON")
@@ -110,6 +117,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_worktree_parsers(sub)
 
+    from relay.cli.worker_cmd import add_parsers as add_worker_parsers
+
+    add_worker_parsers(sub)  # relay worker / relay workers
+
     dashboard = sub.add_parser("dashboard", help="serve the web dashboard (live jobs, costs, threads, tasks)")
     dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     dashboard.add_argument("--port", type=int, default=8766, help="port (default 8766)")
@@ -149,6 +160,8 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.no_worker:
+        os.environ["RELAY_RUN_JOBS"] = "0"
     if not args.http and sys.stdin.isatty():
         from relay.cli._serve_banner import stdio_banner
 
@@ -482,6 +495,7 @@ COMMANDS = {
     "uninstall": cmd_uninstall,
     "audit": cmd_audit,
     **WORKTREE_COMMANDS,
+    **WORKER_COMMANDS,
 }
 
 

@@ -1,50 +1,49 @@
-"""Admission: the queue of submitted jobs and the global and per-agent concurrency limits."""
+"""Admission: a queued job starts only under a claim won in the store (store/claims.py).
+
+The queue is the store's: every process that uses it (relays serving clients, `relay worker`s) claims
+from one list, and the global and per-agent limits are counted over all of them. This process runs
+what it claims, up to its own slots.
+"""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 
 from relay.jobs.state import JobState, Live
 
 
 class Admission:
-    """Decides which queued job starts next; a job holds a slot from its start to its end."""
+    """Claims queued jobs for this process's free slots; a job holds its slot from its claim to its end."""
 
     def __init__(self, state: JobState) -> None:
         self._state = state
-        self.queue: deque[str] = deque()
-        self._agents: dict[str, str] = {}
 
-    def enqueue(self, job_id: str, agent: str) -> None:
+    def enqueue(self, job_id: str) -> None:
+        """A job queued by this process: its waiters and listeners find it here until it is claimed and ends."""
         self._state.live.setdefault(job_id, Live())
-        self.queue.append(job_id)
-        self._agents[job_id] = agent
 
     def dequeue(self, job_id: str) -> bool:
-        """Take a job out of the queue before it started; False when it was not queued."""
-        if job_id not in self.queue:
-            return False
-        self.queue.remove(job_id)
-        del self._agents[job_id]
-        return True
+        """Whether `job_id` is queued and no worker has claimed it (a cancel then ends it without a process)."""
+        rec = self._state.store.get_job(job_id)
+        return rec is not None and rec.kind == "cli" and rec.status == "queued" and rec.worker is None
 
     def agent_limit(self, agent: str) -> int:
         settings = self._state.settings
         return settings.agent(agent).max_concurrent or settings.max_concurrent_per_agent
 
     def pump(self, start: Callable[[str], None]) -> None:
-        """Give free slots to queued jobs, in order; `start(job_id)` runs each one admitted."""
+        """Claim queued jobs for this process's free slots, oldest first; `start(job_id)` runs each one won."""
         state = self._state
         state.task_group()
-        for job_id in list(self.queue):
-            if len(state.running) >= state.settings.max_concurrent:
-                return
-            agent = self._agents[job_id]
-            busy = sum(1 for a in state.running.values() if a == agent)
-            if busy >= self.agent_limit(agent):
-                continue
-            # A job finished meanwhile (cancelled by another relay process) is let go by `start`.
-            self.dequeue(job_id)
+        worker = state.worker
+        if not state.settings.runs_jobs or state.draining:
+            return
+        free = worker.slots - len(state.running)
+        if free <= 0:
+            return
+        won = state.store.claim(worker, free=free, max_total=state.settings.max_concurrent, per_agent=self.agent_limit)
+        for job_id, agent, epoch in won:
             state.running[job_id] = agent
+            state.epochs[job_id] = epoch
+            state.live.setdefault(job_id, Live())
             start(job_id)

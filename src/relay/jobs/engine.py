@@ -5,10 +5,12 @@ each one responsibility, dependencies pointing down:
 
     engine.py     the public API: submit, wait, cancel, queries; wires the rooms together
     recovery.py   re-attach or finalize jobs after a restart
+    paging.py     pages of a job's output, its diff and its land's test
+    tending.py    heartbeat, lost workers, other processes' cancels and queued work
     lifecycle.py  spawn, monitor, end of job (CLI jobs and in-process tasks)
     publish.py    output lines -> events: store, transcript, cost cap, progress listeners
     finish.py     final status, error and result, recorded once
-    admission.py  the queue and the concurrency limits; bounds.py  what grows with use, and how far
+    admission.py  claims from the store's queue within the limits; bounds.py  what grows with use, and how far
     waiting.py    wait any/all, subscribe
     workspace.py  worktree jobs: placed in their worktree, sealed at the end, landed, discarded
     request.py    JobRequest and its validation (grants.py: the permission decision); gitprobe.py  files_changed
@@ -35,17 +37,18 @@ from relay.jobs import grants
 from relay.jobs.admission import Admission
 from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
-from relay.jobs.output import read_bytes_page, read_text_page
+from relay.jobs.output import read_bytes_page
+from relay.jobs.paging import read_page
 from relay.jobs.recovery import Recovery
 from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, check_depth, prepare, with_inherited_depth
 from relay.jobs.state import JobState, new_job_id
+from relay.jobs.tending import Tending
 from relay.jobs.waiting import Waiting
 from relay.jobs.workspace import JobWorkspaces, next_for
 from relay.principal import visible_to
-from relay.runtime import choice, procinfo, supervisor
+from relay.runtime import choice, supervisor
 from relay.runtime.supervisor import JobFiles
-from relay.secrets import redact
-from relay.store import JobRecord, SessionRecord, Store
+from relay.store import JobRecord, SessionRecord, Store, WorkerInfo
 from relay.store.health import os_error
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
@@ -87,7 +90,8 @@ class Engine:
         self._state = JobState(settings, self.store)
         self._admission = Admission(self._state)
         self._lifecycle = Lifecycle(self._state, self._admission, spawn=spawn, which=which)
-        self._recovery = Recovery(self._state, self._admission, self._lifecycle)
+        self._recovery = Recovery(self._state, self._lifecycle)
+        self._tending = Tending(self._state, self._lifecycle, self._recovery)
         self._waiting = Waiting(self._state)
         self._workspaces = JobWorkspaces(self._state)
         self.started_at = time.time()
@@ -98,12 +102,18 @@ class Engine:
     async def running(self) -> AsyncGenerator[Engine]:
         async with anyio.create_task_group() as tg:
             self._state.open(tg)
+            if self.settings.runs_jobs:  # a store busy now: registered at the first heartbeat
+                with contextlib.suppress(RelayError):
+                    self.store.register_worker(self._state.worker)
             self.recover()
+            tg.start_soon(self._tending.run)
             try:
                 yield self
             finally:
-                # Leaving: monitors stop, processes keep running; the next relay re-attaches.
+                # Leaving: monitors stop, processes keep running; the next relay of this host re-attaches.
                 tg.cancel_scope.cancel()
+                with contextlib.suppress(RelayError):
+                    self.store.stop_worker(self._state.worker.id, "stopped")
                 self._state.close()
 
     def make_ready(self) -> None:
@@ -137,6 +147,24 @@ class Engine:
 
     def running_count(self) -> int:
         return len(self._state.running)
+
+    @property
+    def worker(self) -> WorkerInfo:
+        """This process as a worker of the store's queue."""
+        return self._state.worker
+
+    def drain(self) -> int:
+        """Claim nothing more (a worker stopping cleanly); returns how many jobs it still runs."""
+        self._state.draining = True
+        self.store.stop_worker(self._state.worker.id, "stopping")
+        return len(self._state.running)
+
+    async def drained(self) -> None:
+        """Wait until the jobs this process runs have ended."""
+        while self._state.running:
+            changed = self._state.changed
+            with anyio.move_on_after(1.0):
+                await changed.wait()
 
     # submitting ---------------------------------------------------------------------------
 
@@ -189,7 +217,7 @@ class Engine:
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
-        self._admission.enqueue(job_id, req.agent)
+        self._admission.enqueue(job_id)
         self._lifecycle.pump()
         return job_id
 
@@ -270,43 +298,8 @@ class Engine:
         )
 
     def read_output(self, job_id: str, view: str, offset: int, limit: int) -> dict[str, Any]:
-        """A page of a job's full output: final text, transcript, raw stdout events, or stderr."""
-        rec = self.get(job_id)
-        files = self.files(rec.id)
-        paths = {
-            "final": files.result,
-            "transcript": files.dir / "transcript.txt",
-            "events": files.stdout,
-            "stderr": files.stderr,
-            "test": files.dir / "land-test.log",
-        }
-        if view == "diff":  # a worktree job's branch against its base
-            paths["diff"] = self._workspaces.diff_file(rec.id, fresh=offset == 0)
-        if view not in paths:
-            raise invalid(
-                f"view {view!r} is not one of {', '.join([*paths, 'diff'])}",
-                "use final, transcript, events, stderr, diff or test",
-            )
-        if offset < 0 or limit < 1:
-            raise invalid("offset must be >= 0 and limit >= 1", "page with offset=0, then offset += len(text)")
-        if view in ("final", "diff") and not rec.is_final:
-            text, total = "", 0
-        else:
-            text, total = read_text_page(paths[view], offset, limit)
-        end = offset + len(text)
-        if view in ("events", "stderr"):
-            # The agent's own output, kept as printed: what relay hands back is redacted (offsets stay raw).
-            text = redact(text, self._state.secrets)
-        return {
-            "job_id": rec.id,
-            "status": rec.status,
-            "view": view,
-            "offset": offset,
-            "text": text,
-            "total_chars": total,
-            "next_offset": end if end < total else None,
-            "complete": rec.is_final and end >= total,
-        }
+        """A page of a job's full output: final text, transcript, raw stdout events, stderr, diff or test."""
+        return read_page(self._state, self._workspaces, self.get(job_id), view, offset, limit)
 
     def read_raw(self, job_id: str, offset: int, limit: int) -> tuple[bytes, int]:
         rec = self.get(job_id)
@@ -371,30 +364,20 @@ class Engine:
         self.store.set_stop_reason(rec.id, "cancelled")
         self.store.request_cancel(rec.id)
         live = state.live.get(rec.id)
-        if live is not None:
+        if self._admission.dequeue(rec.id):  # queued, claimed by no worker: it ends here, without a process
+            self._lifecycle.finisher.finish_without_process(rec)
+            self._lifecycle.job_ended(rec.id)
+            return self.get(rec.id)
+        if live is not None and state.runs_here(rec.id):
             live.stop_reason = "cancelled"
             live.stop.set()
-            if self._admission.dequeue(rec.id):
-                self._lifecycle.finisher.finish_without_process(rec)
-                self._lifecycle.job_ended(rec.id)
             with (
                 anyio.CancelScope(shield=True),
                 anyio.move_on_after(self.settings.kill_grace_s + supervisor.KILL_CONFIRM_S + 2),
             ):
                 await live.done.wait()
             return self.get(rec.id)
-        # Run by another relay process (or by none): kill the group ourselves if it is still ours to kill.
-        if rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id):
-            proc = supervisor.attach(rec.pid, rec.pid_start_ticks, self.files(rec.id))
-            with anyio.CancelScope(shield=True):
-                await proc.kill_group(self.settings.kill_grace_s)
-            proc.close()
-        if rec.status == "queued" or not state.owner_alive(rec):
-            if rec.status == "queued":
-                self._lifecycle.finisher.finish_without_process(rec)
-            else:
-                self._recovery.reattach_or_finalize(self.get(rec.id))
-            state.notify()
-        else:
-            await self.wait([rec.id], "all", self.settings.kill_grace_s + supervisor.KILL_CONFIRM_S)
+        # Run by another process (or by none): its worker sees the cancel in the store; on this host it is
+        # also killed from here.
+        await self._tending.cancel_elsewhere(rec, self._waiting)
         return self.get(rec.id)

@@ -159,4 +159,5 @@ class Finisher:
             model=result.model if result.model else None,
             output=text,
             session=session,
+            epoch=state.epochs.get(rec.id),
         )

@@ -22,7 +22,7 @@ from relay.jobs.grants import as_allowed
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
-from relay.jobs.state import JobState, Live
+from relay.jobs.state import LEASE_LOST, JobState, Live
 from relay.runtime import procinfo, supervisor
 from relay.runtime.folders import MARKER, mark_spawning
 from relay.runtime.supervisor import JobFiles, JobProcess
@@ -74,7 +74,10 @@ class Lifecycle:
         self._starting.add(job_id)
 
     def pump(self) -> None:
-        self._admission.pump(self.start)
+        """Claim queued jobs for the free slots. A store that cannot take the claim now (lock held, disk full)
+        leaves them queued: the next look at the queue (tending.py) claims them."""
+        with contextlib.suppress(RelayError):
+            self._admission.pump(self.start)
 
     async def _run_job(self, job_id: str) -> None:
         try:
@@ -87,6 +90,8 @@ class Lifecycle:
         """Free the job's slot, wake its waiters and listeners, and start what was queued behind it."""
         state = self._state
         state.running.pop(job_id, None)
+        state.epochs.pop(job_id, None)
+        state.tasks.discard(job_id)
         # Forgotten once ended (its waiters hold it): what this process keeps per job lasts as long as the job.
         live = state.live.pop(job_id, None)
         if live is not None:
@@ -189,7 +194,7 @@ class Lifecycle:
         # Recorded at once (not after a hop back to the event loop), so a relay killed now still
         # knows the process it started.
         deadline = time.time() + prepared.timeout_s
-        state.store.mark_running(
+        recorded = state.store.mark_running(
             job_id,
             pid=proc.pid,
             pid_start_ticks=proc.start_ticks,
@@ -198,7 +203,11 @@ class Lifecycle:
             owner_start_ticks=state.my_start,
             deadline_at=deadline,
             idle_timeout_s=prepared.idle_timeout_s,
+            epoch=state.epochs.get(job_id),
         )
+        if not recorded:  # its claim was taken over meanwhile: the process is stopped, the job is not ours
+            live.stop_reason = LEASE_LOST
+            live.stop.set()
         self._starting.discard(job_id)
         return proc, deadline
 
@@ -271,12 +280,15 @@ class Lifecycle:
                         stop_reason = "timed_out:wall"
                     elif now - last_output >= idle_timeout_s:
                         stop_reason = "timed_out:idle"
-                    if stop_reason is not None:
+                    if stop_reason is not None and stop_reason != LEASE_LOST:
                         with contextlib.suppress(RelayError):  # the store may be what failed: kill anyway
                             state.store.set_stop_reason(job_id, stop_reason)
+                    if stop_reason is not None:
                         with anyio.CancelScope(shield=True):
                             await proc.kill_group(state.settings.kill_grace_s)
             proc.reap_group()
+            if stop_reason == LEASE_LOST:
+                return  # the job is another worker's now: its end is not this one's to record
             args = (job_id, parser, proc.exit_code(), stop_reason or store_stop)
             if len(state.running) >= FINALIZE_IN_THREAD_WHEN_RUNNING:
                 # Other jobs run too, and many may end together: this one's end (the parser's result, a
@@ -293,6 +305,7 @@ class Lifecycle:
 
     def start_task(self, job_id: str, task: TaskFn, timeout_s: float) -> None:
         live = self._state.live[job_id] = Live()
+        self._state.tasks.add(job_id)
         self._state.task_group().start_soon(self._run_task, job_id, live, task, timeout_s)
 
     async def _run_task(self, job_id: str, live: Live, task: TaskFn, timeout_s: float) -> None:

@@ -8,7 +8,7 @@ from relay.agents.base import Parser
 from relay.events import Event
 from relay.jobs.envelope import clip_event, render_event
 from relay.jobs.output import LineReader, write_bytes
-from relay.jobs.state import JobState, Live
+from relay.jobs.state import LEASE_LOST, JobState, Live
 
 # Events are stored and forwarded in batches bounded in count and in text, so a flood of output
 # never sits in memory at once.
@@ -58,7 +58,14 @@ class Publisher:
             if event.type == "session.started" and event.data.get("session_id"):
                 session_id = str(event.data["session_id"])
         # The events and the session id they announce: one transaction, one commit.
-        state.store.add_events(job_id, events[0][0], [clip_event(e) for _, e in events], session_id=session_id)
+        clipped = [clip_event(e) for _, e in events]
+        if not state.store.add_events(
+            job_id, events[0][0], clipped, session_id=session_id, epoch=state.epochs.get(job_id)
+        ):
+            # Another worker holds the job's claim now (this one's lease ran out): nothing of it is ours to write.
+            live.stop_reason = LEASE_LOST
+            live.stop.set()
+            return
         transcript = "".join(render_event(event) + "\n" for _, event in events)
         write_bytes(state.files(job_id).dir / "transcript.txt", transcript.encode("utf-8"), append=True)
         cap = state.settings.max_cost_usd

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from relay.agents import get_adapter
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult
-from relay.jobs.admission import Admission
 from relay.jobs.lifecycle import SPAWN_MARKER, Lifecycle
 from relay.jobs.output import LineReader
 from relay.jobs.state import JobState, Live, mtime
@@ -24,37 +24,49 @@ PID_FILE_SLACK_S = 2.0
 class Recovery:
     """Adopts jobs whose relay died; also finalizes ended jobs for readers (the CLI) without adopting any."""
 
-    def __init__(self, state: JobState, admission: Admission, lifecycle: Lifecycle) -> None:
+    def __init__(self, state: JobState, lifecycle: Lifecycle) -> None:
         self._state = state
-        self._admission = admission
         self._lifecycle = lifecycle
 
     def recover(self) -> list[str]:
-        """Adopt jobs whose relay died: re-attach live processes, finalize ended ones, re-queue queued ones."""
+        """Adopt the claimed jobs of a worker of this host that died: re-attach live processes, finalize ended
+        ones, hand back the ones it never started. (A worker of another host is judged by its lease: tending.py.)"""
         state = self._state
         adopted: list[str] = []
+        if not state.settings.runs_jobs:
+            return adopted  # a front that runs no jobs adopts none: this host's workers do
+        here = state.worker.boot_id
+        hosts = {w.id: w.boot_id for w in state.store.list_workers()}
         for rec in state.store.list_jobs(statuses=("queued", "running"), limit=100_000):
-            if rec.id in state.live or state.owner_alive(rec):
+            if rec.id in state.live or (rec.status == "queued" and rec.worker is None):
+                continue  # ours, or waiting in the queue for any worker's claim
+            if rec.worker is not None and hosts.get(rec.worker, here) != here:
+                continue  # another host's: its lease says whether it lives
+            if state.owner_alive(rec):
                 continue
-            # Its owner is provably dead; another relay may have seen that too: only one claim wins.
-            if not state.store.claim_job(rec, state.my_pid, state.my_start):
+            # Its owner is provably dead; another relay may have seen that too: only one take-over wins.
+            epoch = state.store.take_over(rec.id, rec.epoch, state.worker)
+            if epoch is None:
                 continue
             adopted.append(rec.id)
+            state.epochs[rec.id] = epoch
+            rec = replace(rec, epoch=epoch, worker=state.worker.id)
             if rec.kind != "cli":
                 err = RelayError(
                     ErrorCode.INTERRUPTED, "relay stopped while this job ran in its process", "run it again"
                 )
                 self._lifecycle.finisher.store_result(rec, "interrupted", AgentResult(ok=False, error=err), err, None)
+                state.epochs.pop(rec.id, None)
                 continue
             if rec.status == "queued":
                 started = self._started_before_recorded(rec)
                 if started is None:
-                    self._admission.enqueue(rec.id, rec.agent)
+                    state.epochs.pop(rec.id, None)
+                    state.store.unclaim(rec.id, epoch)  # never started: back in the queue for any worker
                     continue
                 rec = started
             self.reattach_or_finalize(rec)
-        if self._admission.queue:
-            self._lifecycle.pump()
+        self._lifecycle.pump()
         return adopted
 
     def _started_before_recorded(self, rec: JobRecord) -> JobRecord | None:
@@ -89,6 +101,7 @@ class Recovery:
             owner_start_ticks=state.my_start,
             deadline_at=rec.created_at + float(rec.request.get("timeout_s") or state.settings.job_timeout_s),
             idle_timeout_s=float(rec.request.get("idle_timeout_s") or state.settings.idle_timeout_s),
+            epoch=rec.epoch,
         )
         return state.get(rec.id)
 
@@ -128,3 +141,4 @@ class Recovery:
         stored_seq = state.store.max_event_seq(rec.id)
         lifecycle.publisher.consume(rec.id, Live(), LineReader(files.stdout), parser, -1, stored_seq, final=True)
         lifecycle.finisher.finalize(rec.id, parser, files.read_exit_code(), None)
+        state.epochs.pop(rec.id, None)

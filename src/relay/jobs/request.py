@@ -70,6 +70,10 @@ class JobRequest:
     workspace: str | None = None
     base: str | None = None  # the ref a new worktree starts from (default: HEAD of cwd's repository)
     carry_changes: bool = False  # start a new worktree from the checkout's uncommitted state
+    # What the job asks of the worker that claims it (store/claims.py): labels it must have, and whether the job
+    # runs again on another worker when its worker is lost ("on_lost_worker"; by default it ends interrupted).
+    labels: tuple[str, ...] = ()
+    retry: str | None = None
     # Set by compat profiles only, never from a caller's arguments: flags the seed names for the CLI,
     # added after relay's own, and the model passed in the CLI's environment as the seed does (claude).
     cli_args: tuple[str, ...] = ()
@@ -232,6 +236,21 @@ def check_reasoning_effort(agent: str, effort: str | None) -> None:
         )
 
 
+RETRY_CHOICES = ("on_lost_worker",)
+
+
+def check_claim_needs(labels: tuple[str, ...], retry: str | None) -> None:
+    """Labels are short names (a worker's `--labels`); retry is None or one of RETRY_CHOICES."""
+    if retry is not None and retry not in RETRY_CHOICES:
+        raise invalid(f"retry={retry!r} is not one of {', '.join(RETRY_CHOICES)}", "omit retry, or pass on_lost_worker")
+    for label in labels:
+        if not (0 < len(label) <= 64) or not all(c.isalnum() or c in "-_.:" for c in label):
+            raise invalid(
+                f"label {label!r} is not a worker label",
+                "labels are 1-64 letters, digits, '-', '_', '.' or ':' (as `relay worker --labels` takes them)",
+            )
+
+
 def prepare(
     settings: Settings, store: Store, which: Callable[[str], str | None], req: JobRequest, job_id: str
 ) -> Prepared:
@@ -245,6 +264,7 @@ def prepare(
             raise invalid(f"{name} contains a NUL byte", f"remove the \\x00 character from {name}")
         if isinstance(value, str) and not value.isascii():
             _check_utf8(name, value)
+    check_claim_needs(req.labels, req.retry)
     adapter = get_adapter(req.agent, settings)
     choice.active().runtime.check_spawn()  # no CLI jobs where there is no job runtime (Windows): say so now
     cfg = settings.agent(req.agent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,13 @@ from relay.runtime import procinfo
 from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
-from relay.store import JobRecord, Store
+from relay.store import JobRecord, Store, WorkerInfo
 from relay.store.health import make_reserve
 from relay.workspaces import Workspaces
+
+# A job's stop reason when this process lost its claim (another worker took it over): the process is
+# stopped and nothing more of the job is written by this one.
+LEASE_LOST = "lease_lost"
 
 
 @dataclass
@@ -70,6 +75,12 @@ class JobState:
         self.spares = SparePool(settings.jobs_dir, spare_folders(settings))
         # Git worktrees of `workspace="worktree"` jobs (opened on first use).
         self.workspaces = Workspaces(settings)
+        # This process as a worker of the store's queue, and the fencing epoch of each claim it holds.
+        self.worker = worker_info(settings, self.my_pid, self.my_start)
+        self.epochs: dict[str, int] = {}
+        self.draining = False  # a worker stopping: it claims nothing more
+        # In-process jobs (model calls) this process runs: they hold no slot, and no other process can run them.
+        self.tasks: set[str] = set()
 
     def open(self, tg: TaskGroup) -> None:
         limit_worker_threads()  # every pool that grows has a bound (jobs/bounds.py)
@@ -95,6 +106,10 @@ class JobState:
         if self.tg is not None and self.spares.wants_fill():
             self.tg.start_soon(anyio.to_thread.run_sync, self.spares.fill)
 
+    def runs_here(self, job_id: str) -> bool:
+        """Whether this process runs the job (holds its claim, or runs it as an in-process task)."""
+        return job_id in self.running or job_id in self.tasks
+
     @property
     def changed(self) -> anyio.Event:
         """Set at the next change of any job of this process (take it before checking, then wait)."""
@@ -107,9 +122,20 @@ class JobState:
     def insert_job(
         self, job_id: str, agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None
     ) -> None:
-        """Record a queued job: its request redacted, owned by this process, of the principal acting now."""
+        """Record a queued job of the principal acting now, its request redacted: a CLI job waits in the store's
+        queue for a worker's claim; an in-process task is this process's from the start."""
+        labels = request.get("labels") or ()
         self.store.insert_job(
-            job_id, agent, kind, self.redacted(request), model, cwd, owner=self.owner, principal=current().name
+            job_id,
+            agent,
+            kind,
+            self.redacted(request),
+            model,
+            cwd,
+            owner=self.owner if kind == "task" else None,
+            principal=current().name,
+            labels=[str(label) for label in labels],
+            retry=request.get("retry"),
         )
 
     def redacted(self, value: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +165,24 @@ class JobState:
         if rec.owner_pid == self.my_pid and rec.owner_start_ticks == self.my_start:
             return any(s.tg is not None and rec.id in s.live for s in list(_ACTIVE))
         return procinfo.is_alive(rec.owner_pid, rec.owner_start_ticks)
+
+
+def worker_info(settings: Settings, pid: int, start: int | None) -> WorkerInfo:
+    """This process as a worker: named by `relay worker --name` or by its host and pid, with a unique id."""
+    host = socket.gethostname()
+    name = settings.worker_name or f"{host}:{pid}"
+    return WorkerInfo(
+        id=f"{name}/{secrets.token_hex(4)}",
+        name=name,
+        host=host,
+        pid=pid,
+        start_ticks=start,
+        boot_id=procinfo.boot_id(),
+        agents=settings.worker_agents,
+        labels=settings.worker_labels,
+        slots=settings.worker_slots or settings.max_concurrent,
+        lease_s=settings.lease_s,
+    )
 
 
 def _api_key_values(home: Path) -> list[str]:

@@ -49,7 +49,7 @@ class Waiting:
                 changed = state.changed
                 if self._satisfied(ids, mode, final):
                     break
-                remote = any(j not in state.live and j not in final for j in ids)
+                remote = any(not state.runs_here(j) and j not in final for j in ids)
                 with anyio.move_on_after(REMOTE_POLL_S if remote else MAX_WAIT_S):
                     await changed.wait()
         return [state.get(j) for j in ids]
@@ -57,14 +57,14 @@ class Waiting:
     def _satisfied(self, ids: list[str], mode: Literal["any", "all"], final: set[str]) -> bool:
         """Whether any/all of the jobs are final; `final` collects those found so (they stay final).
 
-        A job this process runs cannot be final before its `done` is set, so it is read from the store
-        only once it is done: many jobs ending one after another do not each cost a read of every record.
+        A job this process runs (holds a claim on) cannot be final before its `done` is set, so it is read
+        from the store only once it is done: many jobs ending one after another do not each cost a read of every record.
         """
         live = self._state.live
         for job_id in ids:
             if job_id not in final:
                 entry = live.get(job_id)
-                running_here = entry is not None and not entry.done.is_set()
+                running_here = entry is not None and not entry.done.is_set() and self._state.runs_here(job_id)
                 if not running_here and self._state.get(job_id).is_final:
                     final.add(job_id)
                 elif mode == "all":
@@ -75,7 +75,7 @@ class Waiting:
 
     async def wait_one(self, job_id: str, timeout: float) -> JobRecord:
         live = self._state.live.get(job_id)
-        if live is not None:
+        if live is not None and self._state.runs_here(job_id):
             with anyio.move_on_after(timeout):
                 await live.done.wait()
             return self._state.get(job_id)

@@ -17,6 +17,7 @@ from relay.audit import AuditLog, finished_data, open_audit, queued_data
 from relay.errors import ErrorCode
 from relay.events import Event
 from relay.osfiles import private, private_home
+from relay.store.claims import Claims
 from relay.store.health import damage, damaged, move_aside, os_error, sqlite_error
 from relay.store.migrations import migrate
 from relay.store.release import large, unbind
@@ -57,6 +58,9 @@ class JobRecord:
     error_json: str | None
     # Who started it (relay/principal.py): the local user for stdio, the CLI and rows from before principals.
     principal: str = "local"
+    # The claim it runs under (store/claims.py): the worker holding it and the fencing epoch of that claim.
+    worker: str | None = None
+    epoch: int = 0
 
     @property
     def is_final(self) -> bool:
@@ -136,12 +140,12 @@ _UPSERT_SESSION = (
 JOB_COLUMNS = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
     " idle_timeout_s, pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, cancel_requested, stop_reason,"
-    " exit_code, result, error, principal"
+    " exit_code, result, error, principal, worker, epoch"
 )
 
 
 def _job(r: tuple[Any, ...]) -> JobRecord:
-    # r holds the 24 columns of JOB_COLUMNS, in JobRecord's field order (cancel_requested, 19th, is 0/1).
+    # r holds the 26 columns of JOB_COLUMNS, in JobRecord's field order (cancel_requested, 19th, is 0/1).
     return JobRecord(*r[:18], bool(r[18]), *r[19:])  # pyright: ignore[reportCallIssue]
 
 
@@ -194,7 +198,7 @@ def _open(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
         raise err from None
 
 
-class Store:
+class Store(Claims):
     """Typed access to relay.db. Safe to share between the event loop and worker threads."""
 
     def __init__(self, path: Path, audit: AuditLog | None = None) -> None:
@@ -253,12 +257,16 @@ class Store:
         *,
         owner: tuple[int, int | None] | None = None,
         principal: str = "local",
+        labels: Sequence[str] = (),
+        retry: str | None = None,
     ) -> None:
-        """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given."""
+        """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given
+        (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker."""
         owner_pid, owner_ticks = owner if owner is not None else (None, None)
         self._exec(
             "INSERT INTO jobs (id, agent, kind, status, request, model, cwd, session_id, created_at,"
-            " owner_pid, owner_start_ticks, principal) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+            " owner_pid, owner_start_ticks, principal, labels, retry)"
+            " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 job_id,
                 agent,
@@ -271,6 +279,8 @@ class Store:
                 owner_pid,
                 owner_ticks,
                 principal,
+                json.dumps(sorted(labels)) if labels else None,
+                retry,
             ),
         )
         self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
@@ -286,10 +296,13 @@ class Store:
         owner_start_ticks: int | None,
         deadline_at: float | None,
         idle_timeout_s: float | None,
-    ) -> None:
-        self._exec(
+        epoch: int | None = None,
+    ) -> bool:
+        """The job's process runs; with `epoch`, only while the job's claim is still that one (else False)."""
+        fence, fenced = _fence(epoch)
+        cur = self._exec(
             "UPDATE jobs SET status='running', started_at=?, pid=?, pid_start_ticks=?, boot_id=?, owner_pid=?,"
-            " owner_start_ticks=?, deadline_at=?, idle_timeout_s=? WHERE id=?",
+            f" owner_start_ticks=?, deadline_at=?, idle_timeout_s=? WHERE id=?{fence}",
             (
                 time.time(),
                 pid,
@@ -300,28 +313,13 @@ class Store:
                 deadline_at,
                 idle_timeout_s,
                 job_id,
+                *fenced,
             ),
         )
+        if cur.rowcount != 1:
+            return False
         self.audit.record("running", job_id, {"pid": pid})
-
-    def set_owner(self, job_id: str, owner_pid: int, owner_start_ticks: int | None) -> None:
-        self._exec(
-            "UPDATE jobs SET owner_pid=?, owner_start_ticks=? WHERE id=?",
-            (owner_pid, owner_start_ticks, job_id),
-        )
-
-    def claim_job(self, rec: JobRecord, owner_pid: int, owner_start_ticks: int | None) -> bool:
-        """Take an unfinished job over from its dead owner, atomically: True for exactly one claimant.
-
-        The row changes only if it still names the owner `rec` was read with, so two relays that
-        both found the owner dead cannot both adopt the job.
-        """
-        cur = self._exec(
-            "UPDATE jobs SET owner_pid=?, owner_start_ticks=? WHERE id=? AND status IN ('queued', 'running')"
-            " AND owner_pid IS ? AND owner_start_ticks IS ?",
-            (owner_pid, owner_start_ticks, rec.id, rec.owner_pid, rec.owner_start_ticks),
-        )
-        return cur.rowcount == 1
+        return True
 
     def request_cancel(self, job_id: str) -> None:
         self._exec("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
@@ -345,15 +343,20 @@ class Store:
         model: str | None,
         output: str | None = None,
         session: SessionTurn | None = None,
+        epoch: int | None = None,
+        fence: bool = False,
     ) -> bool:
         """Write the final state once (and its audit entry, with `output`); False if another process finished it first.
 
         `session`: the agent session's turn, counted in the same transaction as the final state (one commit).
+        `epoch`: only while the job's claim is still that one (a worker whose lease was taken over is refused);
+        `fence`: and end that claim (a lost worker's job: nothing it writes later is taken).
         """
+        guard, fenced = _fence(epoch)
         sql = (
             "UPDATE jobs SET status=?, finished_at=?, exit_code=?, result=?, error=?,"
-            " session_id=COALESCE(?, session_id), model=COALESCE(?, model)"
-            " WHERE id=? AND status IN ('queued', 'running')"
+            " session_id=COALESCE(?, session_id), model=COALESCE(?, model), epoch=epoch+?"
+            f" WHERE id=? AND status IN ('queued', 'running'){guard}"
         )
         params = (
             status,
@@ -363,7 +366,9 @@ class Store:
             json.dumps(error) if error is not None else None,
             session_id,
             model,
+            int(fence),
             job_id,
+            *fenced,
         )
         with self._running(sql, params) as db, self._transaction():
             changed = db.execute(sql, params).rowcount == 1
@@ -449,24 +454,38 @@ class Store:
     # events -----------------------------------------------------------------------------
 
     def add_events(
-        self, job_id: str, first_seq: int, events: Sequence[Event], *, session_id: str | None = None
-    ) -> None:
-        """Store events (one transaction: one commit for the batch), and the job's session id when it is new."""
+        self,
+        job_id: str,
+        first_seq: int,
+        events: Sequence[Event],
+        *,
+        session_id: str | None = None,
+        epoch: int | None = None,
+    ) -> bool:
+        """Store events (one transaction: one commit for the batch), and the job's session id when it is new;
+        with `epoch`, only while the job's claim is still that one (else nothing is stored: False)."""
         if not events and session_id is None:
-            return
+            return True
         now = time.time()
         rows = [(job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str)) for i, e in enumerate(events)]
         sql = "INSERT OR IGNORE INTO events (job_id, seq, ts, type, data) VALUES (?,?,?,?,?)"
-        with self._running(sql, rows[-1] if rows else ()) as db, self._transaction():
+        with self._running(sql, rows[-1] if rows else ()) as db, self._transaction(immediate=epoch is not None):
+            if epoch is not None:
+                row = db.execute("SELECT epoch FROM jobs WHERE id=?", (job_id,)).fetchone()
+                if row is None or row[0] != epoch:
+                    return False
             if rows:
                 db.executemany(sql, rows)
             if session_id is not None:
                 db.execute("UPDATE jobs SET session_id=? WHERE id=?", (session_id, job_id))
+        return True
 
     @contextmanager
-    def _transaction(self) -> Generator[None]:
-        """One explicit transaction (the connection autocommits each statement otherwise, each a commit)."""
-        self._db.execute("BEGIN")
+    def _transaction(self, *, immediate: bool = False) -> Generator[None]:
+        """One explicit transaction (the connection autocommits each statement otherwise, each a commit).
+        `immediate`: it reads before it writes, so it takes the write lock at its start (a read transaction that
+        turns into a write one after another process wrote fails at once instead of waiting its turn)."""
+        self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
         try:
             yield
             self._db.execute("COMMIT")
@@ -553,6 +572,11 @@ def audit_expectation(path: Path) -> AuditExpectation:
         return AuditExpectation(None, 0)
     finally:
         db.close()
+
+
+def _fence(epoch: int | None) -> tuple[str, tuple[Any, ...]]:
+    """The condition (after a WHERE) that holds only under the claim of `epoch`; nothing for None."""
+    return (" AND epoch=?", (epoch,)) if epoch is not None else ("", ())
 
 
 def _of(principal: str | None) -> tuple[str, tuple[Any, ...]]:

@@ -368,6 +368,39 @@ def m014_principals(db: sqlite3.Connection) -> None:
     )
 
 
+def m015_claims(db: sqlite3.Connection) -> None:
+    """Admission through the store (store/claims.py): a job runs only under a claim, a lease held by one
+    worker (`worker`, `lease_until`) with a fencing `epoch` that every later write of the job must match;
+    `labels` a job needs of its worker, `retry` what happens when its worker is lost; the workers table."""
+    db.executescript(
+        """
+        ALTER TABLE jobs ADD COLUMN worker TEXT;
+        ALTER TABLE jobs ADD COLUMN lease_until REAL;
+        ALTER TABLE jobs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN labels TEXT;
+        ALTER TABLE jobs ADD COLUMN retry TEXT;
+        CREATE INDEX jobs_active_worker ON jobs(status, worker) WHERE status IN ('queued', 'running');
+        CREATE TABLE workers (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            start_ticks INTEGER,
+            boot_id TEXT,
+            agents TEXT,
+            labels TEXT NOT NULL DEFAULT '[]',
+            slots INTEGER NOT NULL,
+            lease_s REAL NOT NULL,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL,
+            stopped_at REAL,
+            state TEXT NOT NULL DEFAULT 'running',
+            ran INTEGER NOT NULL DEFAULT 0
+        );
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -383,6 +416,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m012_audit_mark", m012_audit_mark),
     ("m013_mcp_server_state", m013_mcp_server_state),
     ("m014_principals", m014_principals),
+    ("m015_claims", m015_claims),
 ]
 
 

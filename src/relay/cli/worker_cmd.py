@@ -1,0 +1,115 @@
+"""`relay worker`: run the jobs this process claims from the store's queue; `relay workers`: list the workers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+from relay.errors import invalid
+
+
+def add_parsers(sub: Any) -> None:
+    worker = sub.add_parser("worker", help="run queued jobs from the store (no MCP server): one worker of the queue")
+    worker.add_argument("--name", help="the worker's name in `relay workers` (default: HOST:PID)")
+    worker.add_argument("--agents", help="comma-separated agents it runs (default: every agent)")
+    worker.add_argument("--slots", type=int, help="jobs it runs at once (default: jobs.max_concurrent)")
+    worker.add_argument("--labels", help="comma-separated labels it has; a job that asks for labels needs them all")
+    worker.add_argument("--roots", help="comma-separated folders a job's cwd may be in (default: as relay serve)")
+    workers = sub.add_parser("workers", help="list the queue's workers: heartbeat, slots, running jobs, jobs run")
+    workers.add_argument("--all", action="store_true", help="also the stopped and lost ones")
+    workers.add_argument("--json", action="store_true", help="print as JSON")
+
+
+def _names(raw: str | None, what: str) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    if not names:
+        raise invalid(f"--{what} is empty", f"pass comma-separated {what}, e.g. --{what} a,b")
+    return names
+
+
+def worker_settings(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from relay.config import load_settings
+    from relay.jobs.request import check_claim_needs
+
+    settings = load_settings()
+    labels = _names(args.labels, "labels") or ()
+    check_claim_needs(labels, None)
+    if args.slots is not None and args.slots < 1:
+        raise invalid(f"--slots {args.slots} is below 1", "pass how many jobs the worker runs at once, e.g. --slots 4")
+    changes: dict[str, Any] = {
+        "worker_name": args.name,
+        "worker_agents": _names(args.agents, "agents"),
+        "worker_labels": labels,
+        "worker_slots": args.slots,
+    }
+    roots = _names(args.roots, "roots")
+    if roots is not None:
+        changes |= {
+            "configured_roots": tuple(Path(r).expanduser().resolve() for r in roots),
+            "configured_roots_from": "--roots",
+        }
+    return settings.with_(**changes)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import anyio
+
+    from relay.jobs.engine import Engine
+
+    settings = worker_settings(args)
+
+    async def run() -> None:
+        async with Engine(settings).running() as engine:
+            me = engine.worker
+            agents = ",".join(me.agents) if me.agents else "every agent"
+            print(
+                f"relay worker {me.name}: {me.slots} slots, {agents}, labels {','.join(me.labels) or '-'};"
+                f" store {settings.db_path} (SIGTERM: finish the jobs it runs, then stop)",
+                file=sys.stderr,
+                flush=True,
+            )
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    break
+            held = engine.drain()
+            print(f"relay worker {me.name}: stopping; finishing {held} running jobs", file=sys.stderr, flush=True)
+            await engine.drained()
+
+    anyio.run(run)
+    return 0
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    from relay.config import load_settings
+    from relay.store import Store
+
+    store = Store(load_settings().db_path)
+    now = time.time()
+    rows = [w for w in store.list_workers() if args.all or w.state in ("running", "stopping")]
+    if args.json:
+        print(json.dumps([vars(w) | {"heartbeat_age_s": round(now - w.heartbeat_at, 1)} for w in rows], indent=2))
+        return 0
+    if not rows:
+        print("no workers running (`relay workers --all` lists stopped ones too)")
+        return 0
+    print(
+        f"{'NAME':<24} {'HOST':<20} {'STATE':<9} {'HEARTBEAT':>9} {'SLOTS':>5} {'RUNNING':>7} {'RAN':>6}  AGENTS / LABELS"
+    )
+    for w in rows:
+        agents = ",".join(w.agents) if w.agents else "*"
+        print(
+            f"{w.name[:24]:<24} {w.host[:20]:<20} {w.state:<9} {now - w.heartbeat_at:>8.1f}s {w.slots:>5}"
+            f" {w.running:>7} {w.ran:>6}  {agents} / {','.join(w.labels) or '-'}"
+        )
+    return 0
+
+
+COMMANDS = {"worker": cmd_worker, "workers": cmd_workers}

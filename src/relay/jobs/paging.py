@@ -1,0 +1,53 @@
+"""Paging: a job's output, a page at a time (final text, transcript, raw events, stderr, a worktree's diff, a land's test)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay.errors import invalid
+from relay.jobs.output import read_text_page
+from relay.jobs.state import JobState
+from relay.jobs.workspace import JobWorkspaces
+from relay.secrets import redact
+from relay.store import JobRecord
+
+
+def read_page(
+    state: JobState, spaces: JobWorkspaces, rec: JobRecord, view: str, offset: int, limit: int
+) -> dict[str, Any]:
+    """A page of a job's full output: final text, transcript, raw stdout events, stderr, diff or test."""
+    files = state.files(rec.id)
+    paths = {
+        "final": files.result,
+        "transcript": files.dir / "transcript.txt",
+        "events": files.stdout,
+        "stderr": files.stderr,
+        "test": files.dir / "land-test.log",
+    }
+    if view == "diff":  # a worktree job's branch against its base
+        paths["diff"] = spaces.diff_file(rec.id, fresh=offset == 0)
+    if view not in paths:
+        raise invalid(
+            f"view {view!r} is not one of {', '.join([*paths, 'diff'])}",
+            "use final, transcript, events, stderr, diff or test",
+        )
+    if offset < 0 or limit < 1:
+        raise invalid("offset must be >= 0 and limit >= 1", "page with offset=0, then offset += len(text)")
+    if view in ("final", "diff") and not rec.is_final:
+        text, total = "", 0
+    else:
+        text, total = read_text_page(paths[view], offset, limit)
+    end = offset + len(text)
+    if view in ("events", "stderr"):
+        # The agent's own output, kept as printed: what relay hands back is redacted (offsets stay raw).
+        text = redact(text, state.secrets)
+    return {
+        "job_id": rec.id,
+        "status": rec.status,
+        "view": view,
+        "offset": offset,
+        "text": text,
+        "total_chars": total,
+        "next_offset": end if end < total else None,
+        "complete": rec.is_final and end >= total,
+    }

@@ -1,0 +1,155 @@
+"""Tending: this process's place in the store's queue while its engine runs.
+
+Every third of a lease it renews its claims (the heartbeat), ends the jobs of workers that were lost
+(another host's worker whose lease ran out: `interrupted`, naming it, or queued again when the job
+asked `retry: "on_lost_worker"`), adopts the jobs of a worker of this host that died (recovery.py),
+and stops the jobs whose claim another worker took over. In between it watches the store for what
+other processes did: a cancel of a job it runs, work queued while it has free slots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import anyio
+
+from relay.errors import ErrorCode, RelayError
+from relay.jobs.lifecycle import Lifecycle
+from relay.jobs.recovery import Recovery
+from relay.jobs.state import LEASE_LOST, JobState
+from relay.jobs.waiting import Waiting
+from relay.runtime import procinfo, supervisor
+from relay.store import JobRecord, WorkerRecord
+
+# How often the store is looked at for other processes' cancels and queued work (a cheap read that
+# does nothing unless another process committed since).
+WATCH_S = 0.25
+
+
+class Tending:
+    def __init__(self, state: JobState, lifecycle: Lifecycle, recovery: Recovery) -> None:
+        self._state = state
+        self._lifecycle = lifecycle
+        self._recovery = recovery
+        self._seen_version = -1
+
+    async def run(self) -> None:
+        """The loop; cancelled with the engine's task group."""
+        state = self._state
+        beat = max(state.settings.lease_s / 3, 0.1)
+        next_beat = time.monotonic() + beat
+        while True:
+            await anyio.sleep(WATCH_S)
+            # A store that cannot be written now (disk full, lock held) is tried again at the next turn.
+            with contextlib.suppress(RelayError):
+                self.watch()
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + beat
+                    self.beat()
+
+    def beat(self) -> None:
+        state = self._state
+        self.judge_lost()
+        if not state.settings.runs_jobs:
+            return  # a front that runs no jobs: no claims to renew, none to adopt
+        if not state.store.heartbeat(state.worker.id, state.settings.lease_s):
+            state.store.register_worker(state.worker)  # the store could not take it as the engine started
+        self._recovery.recover()
+
+    def watch(self) -> None:
+        """Act on what other processes wrote since the last look: cancels of our jobs, claims taken over, work."""
+        state = self._state
+        version = state.store.queue_version()
+        if version == self._seen_version:
+            return
+        self._seen_version = version
+        for job_id, (worker, epoch, status, cancel) in state.store.claim_states(list(state.live)).items():
+            live = state.live.get(job_id)
+            if live is None or live.stop.is_set():
+                continue
+            if not state.runs_here(job_id):
+                if status not in ("queued", "running") or worker is not None:
+                    self._lifecycle.job_ended(job_id)  # queued here, claimed (or ended) elsewhere: not ours to keep
+                continue
+            if status not in ("queued", "running"):
+                continue
+            # An in-process task holds no claim; a CLI job's claim may have been taken over by another worker.
+            taken = job_id not in state.tasks and (worker != state.worker.id or epoch != state.epochs.get(job_id))
+            if taken or cancel:
+                live.stop_reason = LEASE_LOST if taken else "cancelled"
+                live.stop.set()
+        if state.settings.runs_jobs and len(state.running) < state.worker.slots and state.store.has_queued():
+            self._lifecycle.pump()
+        state.notify()  # waiters on jobs of other processes look again
+
+    def judge_lost(self) -> None:
+        """End the claims of workers of other hosts whose lease ran out (this host's dead ones: recover())."""
+        state = self._state
+        expired = state.store.expired_leases()
+        if not expired:
+            return
+        workers = {w.id: w for w in state.store.list_workers()}
+        for job_id, worker_id, epoch, status, retry in expired:
+            worker = workers.get(worker_id)
+            if worker is not None and worker.boot_id == state.worker.boot_id:
+                continue  # this host's: alive (only late), or adopted by recover() once its pid is gone
+            if status == "queued" or retry == "on_lost_worker":
+                state.store.unclaim(job_id, epoch, requeue_running=True)
+            else:
+                err = lost_worker_error(worker, worker_id)
+                state.store.finish_job(
+                    job_id,
+                    "interrupted",
+                    exit_code=None,
+                    result=None,
+                    error=err.to_dict(),
+                    session_id=None,
+                    model=None,
+                    epoch=epoch,
+                    fence=True,
+                )
+            if worker is not None and worker.state == "running":
+                state.store.stop_worker(worker_id, "lost")
+        state.notify()
+
+    async def cancel_elsewhere(self, rec: JobRecord, waiting: Waiting) -> None:
+        """Cancel a job this process does not run (its cancel is already requested in the store)."""
+        state = self._state
+        grace = state.settings.kill_grace_s + supervisor.KILL_CONFIRM_S
+        worker = state.store.get_worker(rec.worker) if rec.worker else None
+        if worker is not None and worker.boot_id != state.worker.boot_id:
+            # Another host's worker: it sees the request at its next look at the store and kills the job there.
+            await waiting.wait([rec.id], "all", grace + 2 * WATCH_S + 1)
+            return
+        if rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id):
+            proc = supervisor.attach(rec.pid, rec.pid_start_ticks, state.files(rec.id))
+            with anyio.CancelScope(shield=True):
+                await proc.kill_group(state.settings.kill_grace_s)
+            proc.close()
+        if rec.status == "queued" or not state.owner_alive(rec):
+            if rec.status == "queued":
+                self._lifecycle.finisher.finish_without_process(rec)
+            else:
+                fresh = state.store.get_job(rec.id)
+                if fresh is not None:
+                    self._recovery.reattach_or_finalize(fresh)
+            state.notify()
+        else:
+            await waiting.wait([rec.id], "all", grace)
+
+
+def lost_worker_error(worker: WorkerRecord | None, worker_id: str) -> RelayError:
+    """The error of a job whose worker was lost: which worker, and since when it was not heard from."""
+    if worker is None:
+        who, since = f"worker {worker_id}", "it is not in the workers table"
+    else:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(worker.heartbeat_at))
+        who = f"worker {worker.name} (host {worker.host}, pid {worker.pid})"
+        since = f"its last heartbeat was at {when} and its lease of {worker.lease_s:g} s ran out"
+    return RelayError(
+        ErrorCode.INTERRUPTED,
+        f"{who} was lost while it ran this job: {since}",
+        "the job was not run again (an agent's work has side effects): run it again, or submit it with "
+        "retry='on_lost_worker' to have another worker run it",
+    )
