@@ -200,6 +200,14 @@ def test_an_unknown_ref_or_sub_folder_is_refused_and_leaves_no_worktree_or_branc
         assert git(remote.cache_of(worker.repos, url), "for-each-ref", "refs/heads/relay") == ""
 
 
+def test_a_repository_without_a_commit_is_refused_with_a_hint(daemon: GitDaemon, served: Path, worker: Worker) -> None:
+    git(served, "init", "-q", "--bare", "empty.git")
+    with pytest.raises(RelayError) as caught:
+        worker.place("job1", daemon.url("empty.git"))
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT and "no commit" in caught.value.message
+    assert worker.store.get("job1") is None and not (worker.worktrees / "job1").exists()
+
+
 @pytest.mark.parametrize(
     ("url", "ref", "subdir"),
     [
