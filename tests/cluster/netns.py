@@ -4,7 +4,8 @@ A `Host` is a namespace `relay-t<pid>-<n>` whose end of the pair has 10.77.X.2/3
 route to the root side, 10.77.X.1/30 (`Host.root_addr`): a process inside reaches anything that
 listens on a root-namespace address, and nothing inside is reachable except through that pair.
 `Cluster.cut` takes the root side of a host's link down (its packets vanish, as with a pulled
-cable) and `Cluster.restore` brings it back. `Cluster.close` ends the processes it started inside
+cable; a blackhole route on the root side drops what is sent to it) and `Cluster.restore` brings
+it back. `Cluster.close` ends the processes it started inside
 and removes every namespace and link it made; namespaces left by a run that was killed are removed
 by the next run (their owner's pid is in their name).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
+import itertools
 import json
 import os
 import re
@@ -34,6 +36,8 @@ LINKS = tuple(ipaddress.ip_network(f"10.77.{n}.0/30") for n in range(1, 255))
 COMMAND_TIMEOUT_S = 30.0
 # The harness's namespaces: relay-t<pid of the test process>-<n>.
 _NAME = re.compile(r"^relay-t(\d+)-(\d+)$")
+# The n of relay-t<pid>-<n>: unique in this process, whichever Cluster makes the host.
+_numbers = itertools.count(1)
 # Namespaces and addresses are handed out one run at a time (two test runs on one machine).
 _LOCK = Path(tempfile.gettempdir(), "relay-netns.lock")
 
@@ -155,10 +159,12 @@ class Cluster:
 
     def add_host(self) -> Host:
         """A new namespace with its veth link up, addressed, and a default route to the root side."""
-        n = len(self.hosts) + 1
+        n = next(_numbers)
         with _one_run_at_a_time():
             used = _used_networks()
-            net = next(net for net in LINKS if net not in used)
+            net = next((net for net in LINKS if net not in used), None)
+            if net is None:
+                raise AssertionError(f"every link of {SUBNET} is in use: `ip -4 addr` lists them")
             root_addr, addr = (str(a) for a in list(net.hosts())[:2])
             host = Host(f"relay-t{self._pid}-{n}", _link_name(self._pid, n), "eth0", root_addr, addr)
             self.hosts.append(host)  # before anything is made: close() removes a half-made host too
