@@ -30,10 +30,24 @@ class Worker:
     store: WorkspaceStore
 
     def place(
-        self, job_id: str, url: str, ref: str | None = None, subdir: str = "", timeout_s: float = 60
+        self,
+        job_id: str,
+        url: str,
+        ref: str | None = None,
+        subdir: str = "",
+        timeout_s: float = 60,
+        again: bool = False,
     ) -> WorkspaceRecord:
         return remote.place(
-            self.repos, self.worktrees, self.store, job_id, url, ref=ref, subdir=subdir, timeout_s=timeout_s
+            self.repos,
+            self.worktrees,
+            self.store,
+            job_id,
+            url,
+            ref=ref,
+            subdir=subdir,
+            timeout_s=timeout_s,
+            again=again,
         )
 
 
@@ -155,6 +169,30 @@ def test_a_fetch_that_prunes_never_touches_the_branch_of_a_job_still_running(
     git(served / "app.git", "tag", "-f", "v1", "main")  # a tag moved upstream
     worker.place("job2", daemon.url("app.git"))
     assert git(Path(running.common_dir), "rev-parse", "refs/heads/relay/job1") == head
+
+
+def test_a_job_run_again_on_the_same_host_replaces_what_its_earlier_run_left_and_pushed(
+    daemon: GitDaemon, served: Path, worker: Worker
+) -> None:
+    url = daemon.url("app.git")
+    first = worker.place("job1", url)
+    Path(first.path, "first.txt").write_text("the lost run\n")
+    seal.seal(worker.store, first, "the lost run\n")
+    remote.push(worker.repos, first)
+    with pytest.raises(RelayError) as twice:
+        worker.place("job1", url)  # not said to be a second run: refused, the first run's work kept
+    assert twice.value.code is ErrorCode.INVALID_ARGUMENT and Path(first.path, "first.txt").is_file()
+    second = worker.place("job1", url, again=True)
+    assert second.path == first.path and not Path(second.path, "first.txt").exists()
+    assert worker.store.get("job1") == second
+    Path(second.path, "second.txt").write_text("the run that ended\n")
+    sealed = seal.seal(worker.store, second, "the second run\n")
+    with pytest.raises(RelayError) as refused:
+        remote.push(worker.repos, second)  # without again, the first run's branch upstream is not overwritten
+    assert refused.value.code is ErrorCode.PUSH_REFUSED
+    assert remote.push(worker.repos, second, again=True)["head"] == sealed["head"]
+    assert git(served / "app.git", "rev-parse", "relay/job1") == sealed["head"]
+    assert sealed["files_changed"] == ["second.txt"]
 
 
 def test_an_unreachable_url_is_an_upstream_error_and_leaves_no_cache(worker: Worker) -> None:

@@ -54,24 +54,39 @@ class Workspaces:
 
     # on a worker host: a workspace given by repository URL and ref --------------------------
 
-    def place(self, job_id: str, url: str, *, ref: str | None = None, subdir: str = "") -> WorkspaceRecord:
-        """A job's worktree on relay/<job-id> from `url` at `ref` (default: its default branch), through this host's cache."""
+    def place(
+        self, job_id: str, url: str, *, ref: str | None = None, subdir: str = "", again: bool = False
+    ) -> WorkspaceRecord:
+        """A job's worktree on relay/<job-id> from `url` at `ref` (default: its default branch), through this host's cache.
+
+        `again`: a job run a second time (retry after a lost worker) replaces what its earlier run left here.
+        """
         return remote.place(
-            self.settings.repos_dir, self.settings.worktrees_dir, self.store, job_id, url, ref=ref, subdir=subdir
+            self.settings.repos_dir,
+            self.settings.worktrees_dir,
+            self.store,
+            job_id,
+            url,
+            ref=ref,
+            subdir=subdir,
+            again=again,
         )
 
     def url_of(self, rec: WorkspaceRecord) -> str | None:
         """The URL a workspace was placed from (None: a worktree of a local checkout)."""
         return remote.url_of(self.settings.repos_dir, rec)
 
-    def push(self, rec: WorkspaceRecord) -> dict[str, Any]:
-        """Push a placed workspace's branch back to its URL; raises PUSH_REFUSED, UPSTREAM_ERROR, AUTH_MISSING."""
-        return remote.push(self.settings.repos_dir, rec)
+    def push(self, rec: WorkspaceRecord, *, again: bool = False) -> dict[str, Any]:
+        """Push a placed workspace's branch back to its URL; raises PUSH_REFUSED, UPSTREAM_ERROR, AUTH_MISSING.
 
-    def seal_and_push(self, rec: WorkspaceRecord, message: str) -> dict[str, Any]:
+        `again`: a second run of the job replaces the branch an earlier run pushed.
+        """
+        return remote.push(self.settings.repos_dir, rec, again=again)
+
+    def seal_and_push(self, rec: WorkspaceRecord, message: str, *, again: bool = False) -> dict[str, Any]:
         """`seal`, then the branch pushed back to its URL: the answer's `remote` says whether it was (`pushed`, `error`)."""
         sealed = self.seal(rec, message)
-        return sealed | {"remote": remote.push_quietly(self.settings.repos_dir, rec)}
+        return sealed | {"remote": remote.push_quietly(self.settings.repos_dir, rec, again=again)}
 
     def fetch_result(
         self, job_id: str, *, url: str, cwd: str, base_sha: str, base_ref: str | None, subdir: str = ""

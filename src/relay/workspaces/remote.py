@@ -18,6 +18,7 @@ from typing import Any
 
 from relay.errors import RelayError, invalid
 from relay.workspaces import _git, _net
+from relay.workspaces.cleanup import discard
 from relay.workspaces.make import Origin, add_worktree, branch_of, undo
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 from relay.workspaces.seal import head_of
@@ -114,6 +115,7 @@ def place(
     *,
     ref: str | None = None,
     subdir: str = "",
+    again: bool = False,
     timeout_s: float = _net.FETCH_TIMEOUT_S,
 ) -> WorkspaceRecord:
     """Fetch `url` into this host's cache and add a worktree on relay/<job-id> at `ref` (default: its default branch).
@@ -122,7 +124,8 @@ def place(
     job runs in its `cwd` (the `subdir` of it). Refused, leaving nothing behind: a malformed URL,
     ref or subdir, a subdir the ref does not have, a ref the repository does not have
     (INVALID_ARGUMENT); a repository that cannot be reached (UPSTREAM_ERROR) or wants credentials
-    this host lacks (AUTH_MISSING).
+    this host lacks (AUTH_MISSING). `again`: the job runs a second time (its worker was lost and its
+    request said so): what an earlier run left on this host (worktree, branch, record) is replaced.
     """
     _net.check_url(url)
     if ref is not None:
@@ -148,10 +151,13 @@ def place(
                 shutil.rmtree(cache, ignore_errors=True)
             raise
         base_ref, base_sha = resolve(cache, url, ref, timeout_s)
-        if _git.ok(["show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], cache):
+        earlier = store.get(job_id)
+        if earlier is not None and again:
+            discard(store, earlier)
+        if _git.ok(["show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], cache) or (earlier and not again):
             raise invalid(
-                f"branch {branch} already exists in this host's cache of {_net.shown(url)}",
-                "a job runs once per id: submit it again for a new id",
+                f"job {job_id} already has a workspace on this host (branch {branch} of {_net.shown(url)})",
+                "a job runs once per id (a second run after a lost worker passes again=True): submit it again for a new id",
             )
         add_worktree(origin, worktrees_dir, path, branch, base_sha)
     if sub and not Path(path, sub).is_dir():
@@ -172,29 +178,36 @@ def place(
         state="active",
         created_at=time.time(),
     )
-    store.add(rec)
+    if earlier is None:
+        store.add(rec)
+    else:
+        store.update(job_id, **{k: v for k, v in rec.to_dict().items() if k != "job_id"})
     return rec
 
 
-def push(repos_dir: Path, rec: WorkspaceRecord, timeout_s: float = _net.PUSH_TIMEOUT_S) -> dict[str, Any]:
+def push(
+    repos_dir: Path, rec: WorkspaceRecord, *, again: bool = False, timeout_s: float = _net.PUSH_TIMEOUT_S
+) -> dict[str, Any]:
     """Push the job's branch to the URL it was placed from (a fast-forward only: nothing there is overwritten).
 
-    Raises PUSH_REFUSED when the repository refuses it, UPSTREAM_ERROR when it cannot be reached,
-    AUTH_MISSING without credentials; the branch stays in this host's cache either way.
+    `again`: the job's second run replaces what an earlier run of it pushed (a forced push of its
+    own relay/<job-id>, nothing else). Raises PUSH_REFUSED when the repository refuses it,
+    UPSTREAM_ERROR when it cannot be reached, AUTH_MISSING without credentials; the branch stays in
+    this host's cache either way.
     """
     url = url_of(repos_dir, rec)
     if url is None:
         raise invalid(f"job {rec.job_id}'s workspace was not placed from a URL", "only remote workspaces are pushed")
     head = head_of(rec)
-    spec = f"refs/heads/{rec.branch}:refs/heads/{rec.branch}"
+    spec = f"{'+' if again else ''}refs/heads/{rec.branch}:refs/heads/{rec.branch}"
     _net.run(["push", "--quiet", "--no-verify", REMOTE, spec], rec.common_dir, url=url, op="push", timeout=timeout_s)
     return {"url": _net.shown(url), "branch": rec.branch, "head": head, "pushed": True}
 
 
-def push_quietly(repos_dir: Path, rec: WorkspaceRecord) -> dict[str, Any]:
+def push_quietly(repos_dir: Path, rec: WorkspaceRecord, *, again: bool = False) -> dict[str, Any]:
     """`push`, a failure reported in the answer (`pushed: false`, `error`) rather than raised: a job's end goes on."""
     try:
-        return push(repos_dir, rec)
+        return push(repos_dir, rec, again=again)
     except RelayError as err:
         url = url_of(repos_dir, rec) or ""
         return {"url": _net.shown(url), "branch": rec.branch, "pushed": False, "error": err.to_dict()}
