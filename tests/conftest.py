@@ -44,6 +44,9 @@ PORTABLE_PASS = os.environ.get("RELAY_RUNTIME") == "portable"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "runtime: exercises the process runtime (run again with RELAY_RUNTIME=portable)")
     config.addinivalue_line("markers", "linux_runtime: needs the Linux runtime (pidfd, /proc, a subreaper)")
+    config.addinivalue_line(
+        "markers", "cluster: hosts simulated by network namespaces (root and `ip`; fails under CI=true without)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -201,6 +201,11 @@ class Settings:
         """Where relay makes the git worktrees of `workspace="worktree"` jobs (docs/workspaces.md says why here)."""
         return self.home / "worktrees"
 
+    @property
+    def repos_dir(self) -> Path:
+        """Where a worker host caches the repositories its jobs name by URL (one bare repository per URL)."""
+        return self.home / "repos"
+
     def agent(self, name: str) -> AgentConfig:
         return self.agents.get(name, AgentConfig())
 

@@ -40,6 +40,7 @@ class ErrorCode(StrEnum):
     GIT_FAILED = "GIT_FAILED"  # a git command of a worktree job failed (the message has git's own words)
     LAND_CONFLICT = "LAND_CONFLICT"  # a job's branch does not apply onto the target: nothing was changed
     LAND_TEST_FAILED = "LAND_TEST_FAILED"  # the land's test command failed: nothing was changed
+    PUSH_REFUSED = "PUSH_REFUSED"  # a repository reached by URL refused a job's branch (it stays on the worker)
     INTERNAL = "INTERNAL"
 
 

@@ -3,10 +3,13 @@
 `Workspaces` is the one face the job engine, the tools and the CLI call; the rooms behind it:
 
     make.py      find the caller's repository, resolve the base, add the worktree (carrying changes)
+    remote.py    on a worker host: a repository URL fetched into the host's cache, its worktree, the push back
+    fetch.py     on the caller's side: a remote job's pushed branch fetched into the caller's repository
     seal.py      at a job's end: commit what the agent left, the branch's stats and diff
     land.py      rebase/merge/squash onto the target, the test gate, compare-and-swap of the ref
     cleanup.py   discard, prune after the retention time, disk use
-    records.py   the rows in relay.db;  _git.py  running git, bounded, errors translated
+    records.py   the rows in relay.db;  _git.py  running git, bounded, errors translated;  _net.py  git
+                 that talks to a URL (the transports allowed, its failures translated)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.workspaces import cleanup, land, make, seal
+from relay.workspaces import cleanup, fetch, land, make, remote, seal
 from relay.workspaces.land import STRATEGIES, LandError
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
@@ -48,6 +51,57 @@ class Workspaces:
 
     def create(self, job_id: str, cwd: str, *, base: str | None, carry_changes: bool) -> WorkspaceRecord:
         return make.create(self.settings.worktrees_dir, self.store, job_id, cwd, base=base, carry_changes=carry_changes)
+
+    # on a worker host: a workspace given by repository URL and ref --------------------------
+
+    def place(
+        self, job_id: str, url: str, *, ref: str | None = None, subdir: str = "", again: bool = False
+    ) -> WorkspaceRecord:
+        """A job's worktree on relay/<job-id> from `url` at `ref` (default: its default branch), through this host's cache.
+
+        `again`: a job run a second time (retry after a lost worker) replaces what its earlier run left here.
+        """
+        return remote.place(
+            self.settings.repos_dir,
+            self.settings.worktrees_dir,
+            self.store,
+            job_id,
+            url,
+            ref=ref,
+            subdir=subdir,
+            again=again,
+        )
+
+    def url_of(self, rec: WorkspaceRecord) -> str | None:
+        """The URL a workspace was placed from (None: a worktree of a local checkout)."""
+        return remote.url_of(self.settings.repos_dir, rec)
+
+    def push(self, rec: WorkspaceRecord, *, again: bool = False) -> dict[str, Any]:
+        """Push a placed workspace's branch back to its URL; raises PUSH_REFUSED, UPSTREAM_ERROR, AUTH_MISSING.
+
+        `again`: a second run of the job replaces the branch an earlier run pushed.
+        """
+        return remote.push(self.settings.repos_dir, rec, again=again)
+
+    def seal_and_push(self, rec: WorkspaceRecord, message: str, *, again: bool = False) -> dict[str, Any]:
+        """`seal`, then the branch pushed back to its URL: the answer's `remote` says whether it was (`pushed`, `error`)."""
+        sealed = self.seal(rec, message)
+        return sealed | {"remote": remote.push_quietly(self.settings.repos_dir, rec, again=again)}
+
+    def fetch_result(
+        self, job_id: str, *, url: str, cwd: str, base_sha: str, base_ref: str | None, subdir: str = ""
+    ) -> WorkspaceRecord:
+        """On the caller's side: relay/<job-id> fetched from `url` into the repository of `cwd`, ready for `land`."""
+        return fetch.fetch_result(
+            self.settings.worktrees_dir,
+            self.store,
+            job_id,
+            url=url,
+            cwd=cwd,
+            base_sha=base_sha,
+            base_ref=base_ref,
+            subdir=subdir,
+        )
 
     def get(self, job_id: str) -> WorkspaceRecord | None:
         return self.store.get(job_id)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 
 from relay.errors import ErrorCode, RelayError
@@ -94,3 +95,16 @@ def out(args: Sequence[str], cwd: str | Path, *, env: Mapping[str, str] | None =
 def ok(args: Sequence[str], cwd: str | Path) -> bool:
     """Whether `git args` succeeds."""
     return run(args, cwd, check=False).returncode == 0
+
+
+@contextlib.contextmanager
+def locked(lock_file: Path) -> Generator[None]:
+    """Hold an exclusive flock on `lock_file` (made if missing): one holder at a time, across every process."""
+    import fcntl  # POSIX only; relay runs worktree jobs where it runs CLI jobs
+
+    with open(lock_file, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -39,30 +38,27 @@ class LandError(RelayError):
         self.details = details
 
 
-@contextlib.contextmanager
-def repo_lock(common_dir: str) -> Generator[None]:
+def repo_lock(common_dir: str) -> contextlib.AbstractContextManager[None]:
     """One land at a time per repository, across every relay process (an flock on a file in its git folder)."""
-    import fcntl  # POSIX only; relay runs worktree jobs where it runs CLI jobs
-
-    with open(Path(common_dir, LOCK_FILE), "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return _git.locked(Path(common_dir, LOCK_FILE))
 
 
-def checked_out_in(rec: WorkspaceRecord, branch: str) -> list[str]:
-    """The worktrees (the caller's checkout among them) that have `branch` checked out, except the job's own."""
-    listing = _git.out(["worktree", "list", "--porcelain"], rec.common_dir)
+def worktrees_on(common_dir: str, branch: str) -> list[str]:
+    """The worktrees of a repository (its main checkout among them) that have `branch` checked out."""
+    listing = _git.out(["worktree", "list", "--porcelain"], common_dir)
     found: list[str] = []
     path = ""
     for line in listing.splitlines():
         if line.startswith("worktree "):
             path = line.removeprefix("worktree ")
-        elif line == f"branch refs/heads/{branch}" and Path(path) != Path(rec.path):
+        elif line == f"branch refs/heads/{branch}":
             found.append(path)
     return found
+
+
+def checked_out_in(rec: WorkspaceRecord, branch: str) -> list[str]:
+    """The worktrees (the caller's checkout among them) that have `branch` checked out, except the job's own."""
+    return [path for path in worktrees_on(rec.common_dir, branch) if Path(path) != Path(rec.path)]
 
 
 def _conflicted(wt: Path) -> list[str]:

@@ -92,10 +92,39 @@ def _carry(origin: Origin, head_sha: str) -> str:
     return _git.out(["commit-tree", tree, "-p", head_sha, "-m", CARRY_MESSAGE], origin.repo, env=AUTHOR)
 
 
-def _undo(origin: Origin, path: Path, branch: str) -> None:
+def undo(origin: Origin, path: Path, branch: str) -> None:
     """Take back a half-made worktree: its folder, git's record of it, its branch."""
     remove_at(origin.common_dir, path)
     _git.run(["branch", "-D", branch], origin.repo, check=False)
+
+
+def add_worktree(origin: Origin, worktrees_dir: Path, path: Path, branch: str, start: str) -> None:
+    """`git worktree add -b branch path start` in `origin`, submodules initialised; a failure leaves nothing behind."""
+    try:
+        worktrees_dir.mkdir(parents=True, exist_ok=True)
+        _git.run(["worktree", "add", "--quiet", "-b", branch, str(path), start], origin.repo)
+    except (RelayError, OSError) as exc:
+        undo(origin, path, branch)
+        if "No space left" in (exc.stderr if isinstance(exc, GitError) else str(exc)):
+            raise RelayError(
+                ErrorCode.DISK_FULL,
+                f"the disk filled while the worktree was made in {worktrees_dir}; nothing was kept",
+                "free some space (relay doctor lists worktrees and their size; relay discard JOB removes one)",
+            ) from None
+        if isinstance(exc, OSError):
+            raise RelayError(
+                ErrorCode.GIT_FAILED, f"could not make {worktrees_dir}: {exc}", "check RELAY_HOME's permissions"
+            ) from None
+        raise
+    if (path / ".gitmodules").is_file():
+        try:
+            _git.run(["-c", "protocol.file.allow=always", "submodule", "update", "--init", "--recursive"], path)
+        except RelayError as exc:
+            undo(origin, path, branch)
+            raise invalid(
+                f"the repository's submodules could not be initialised in the worktree: {exc.message}",
+                "make the submodules reachable from this machine (git submodule update --init), or omit workspace",
+            ) from None
 
 
 def create(
@@ -125,31 +154,7 @@ def create(
         )
     path = worktrees_dir / job_id
     start = _carry(origin, base_sha) if carry_changes else base_sha
-    try:
-        worktrees_dir.mkdir(parents=True, exist_ok=True)
-        _git.run(["worktree", "add", "--quiet", "-b", branch, str(path), start], origin.repo)
-    except (RelayError, OSError) as exc:
-        _undo(origin, path, branch)
-        if "No space left" in (exc.stderr if isinstance(exc, GitError) else str(exc)):
-            raise RelayError(
-                ErrorCode.DISK_FULL,
-                f"the disk filled while the worktree was made in {worktrees_dir}; nothing was kept",
-                "free some space (relay doctor lists worktrees and their size; relay discard JOB removes one)",
-            ) from None
-        if isinstance(exc, OSError):
-            raise RelayError(
-                ErrorCode.GIT_FAILED, f"could not make {worktrees_dir}: {exc}", "check RELAY_HOME's permissions"
-            ) from None
-        raise
-    if (path / ".gitmodules").is_file():
-        try:
-            _git.run(["-c", "protocol.file.allow=always", "submodule", "update", "--init", "--recursive"], path)
-        except RelayError as exc:
-            _undo(origin, path, branch)
-            raise invalid(
-                f"the repository's submodules could not be initialised in the worktree: {exc.message}",
-                "make the submodules reachable from this machine (git submodule update --init), or omit workspace",
-            ) from None
+    add_worktree(origin, worktrees_dir, path, branch, start)
     rec = WorkspaceRecord(
         job_id=job_id,
         repo=origin.repo,
