@@ -46,11 +46,12 @@ class DictdFile:
 
     def __init__(self, index: Path, data: Path) -> None:
         self._data_path = data
-        self.entries: dict[str, tuple[int, int]] = {}
+        # Headword → "offset<TAB>length" as written (decoded on lookup: most entries are never looked up).
+        self.entries: dict[str, str] = {}
         for line in index.read_text(encoding="utf-8", errors="replace").splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 3 and parts[0] and not parts[0].startswith("00database"):
-                self.entries.setdefault(parts[0].lower(), (_number(parts[1]), _number(parts[2])))
+            head, _, where = line.partition("\t")
+            if head and where and not head.startswith("00database"):
+                self.entries.setdefault(head.lower(), where)
         self._chunks: tuple[int, list[int], int] | None = None  # (chunk length, compressed sizes, data start)
         self._plain: bytes | None = None
         if data.suffix == ".dz":
@@ -65,7 +66,7 @@ class DictdFile:
         where = self.entries.get(word.lower())
         if where is None:
             return None
-        offset, length = where
+        offset, length, *_ = (_number(field) for field in where.split("\t"))
         if self._plain is not None:
             return self._plain[offset : offset + length].decode("utf-8", errors="replace")
         assert self._chunks is not None
