@@ -24,18 +24,21 @@ Misses:    .venv/bin/python benchmarks/bench_tool_search.py --misses   (the proj
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sqlite3
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from _common import Result, main_for, median, ms, percentile
+from relay.gateway import _glossary, _words, search
 from relay.gateway._words import STOP
 from relay.gateway.search import Ranked, ToolDoc, ToolIndex, rank
 
@@ -179,7 +182,15 @@ async def run() -> list[Result]:
     project = load_queries()
     heldout = load_queries(HELDOUT_QUERIES)
     check_labels(docs, [*project, *heldout])
-    results = quality_results("project", docs, project, goal=False)
+    found = [index.stem for index, _ in _glossary.find_glossaries()]
+    results = [Result(NAME, "computing glossaries found", len(found), "", "", None, {"glossaries": found})]
+    if found:  # the same ranking with none, for comparison
+        with _without_glossaries():
+            for label, queries in (("project", project), ("held-out", heldout)):
+                quality = evaluate(rank, docs, queries)
+                for metric, value in ((f"recall@{K}", quality.recall_at_k), ("MRR", quality.mrr)):
+                    results.append(Result(NAME, f"{metric} ({label}, no glossary)", round(value, 3), "", "", None, {}))
+    results += quality_results("project", docs, project, goal=False)
     results += quality_results("held-out", docs, heldout, goal=True)
     unlike = [q for q in heldout if not worded_like(q, project)]
     results += quality_results(f"held-out, {len(unlike)} unlike the project's", docs, unlike, goal=False)[:3]
@@ -200,14 +211,19 @@ async def run() -> list[Result]:
 
     # Wall time is what a caller waits; CPU time is the build's own cost, which a loaded machine does not inflate.
     load = round(os.getloadavg()[0], 1)
-    for label, typo_table in (("index build", False), ("index build with the typo table", True)):
+    # A rebuild alternates between the catalog and the catalog with one tool's description changed.
+    catalogs = [docs, [replace(docs[0], description=docs[0].description + " (changed)"), *docs[1:]]]
+    builds: tuple[tuple[str, Callable[[int], object]], ...] = (
+        ("index build", lambda _: _cold_build(docs)),
+        ("index build with the typo table", lambda _: _cold_build(docs).vocab.by_delete),
+        ("index rebuild, one tool changed", lambda i: ToolIndex(catalogs[i % 2])),
+    )
+    for label, build in builds:
         walls: list[float] = []
         cpus: list[float] = []
-        for _ in range(7):
+        for i in range(7):
             t0, c0 = time.perf_counter(), time.process_time()
-            index = ToolIndex(docs)
-            if typo_table:
-                _ = index.vocab.by_delete
+            build(i)
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
         for clock, times in (("wall", walls), ("CPU", cpus)):
@@ -247,6 +263,30 @@ async def run() -> list[Result]:
     )
     results.append(Result(NAME, "per query (p95)", round(ms(percentile(times, 95)), 3), "ms", "", None, {}))
     return results
+
+
+@contextlib.contextmanager
+def _without_glossaries() -> Iterator[None]:
+    """Rank as on a machine with no computing glossary installed."""
+    saved = os.environ.get("RELAY_GLOSSARY_DIR")
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ["RELAY_GLOSSARY_DIR"] = empty
+        _glossary.glossary.cache_clear()
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("RELAY_GLOSSARY_DIR", None)
+            else:
+                os.environ["RELAY_GLOSSARY_DIR"] = saved
+            _glossary.glossary.cache_clear()
+
+
+def _cold_build(docs: Sequence[ToolDoc]) -> ToolIndex:
+    """An index built with nothing cached from an earlier build (each tool's words worked out afresh)."""
+    search._row.cache_clear()
+    _words._token_words.cache_clear()
+    return ToolIndex(docs)
 
 
 def show_misses() -> None:

@@ -13,6 +13,7 @@ from mcp.client.session import ClientSession
 from mcp.types import CallToolResult
 
 from relay.config import Settings, load_settings
+from relay.gateway import _glossary
 from relay.runtime import choice, procinfo
 
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -59,6 +60,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"the Linux runtime cannot run here: {linux_missing}"))
         elif where.startswith(RUNTIME_TESTS):
             item.add_marker(pytest.mark.runtime)
+
+
+@pytest.fixture(scope="session")
+def empty_glossary_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("no-glossary")
+
+
+@pytest.fixture(autouse=True)
+def no_installed_glossary(empty_glossary_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tool search reads a computing glossary when the machine has one (`dict-foldoc`); tests see only the
+    glossaries they make, so what they rank does not depend on what is installed."""
+    monkeypatch.setenv("RELAY_GLOSSARY_DIR", str(empty_glossary_dir))
+    _glossary.glossary.cache_clear()
+    yield
+    _glossary.glossary.cache_clear()
 
 
 @pytest.fixture(autouse=True)

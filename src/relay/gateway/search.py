@@ -8,17 +8,20 @@ work log). Identifiers are split the way people read them (`browser_take_screens
 from `_words` (stop words dropped, stop-word verbs kept low, synonyms and prefixes weaker, the words
 of named files and pages kept); a typed word no tool uses is then looked up in the catalog's own
 vocabulary (`_vocab`): as the word one edit away ("comit" → commit) or as the two catalog words it
-joins ("flowchart" → flow, chart). Only the best variant of each word scores, so a tool that says
+joins ("flowchart" → flow, chart), and, far below it, as the words of its definition in a computing
+glossary when one is installed (`_glossary`: "du" → disk usage). Only the best variant of each word scores, so a tool that says
 both "delete" and "remove" is not counted twice; BM25 is a sum over query terms, so scoring each
 term on its own and adding the results is BM25 with the weighting on top. Two boosts follow: the
 share of the tool name's words the query covers, and whether the query names the tool's server.
 
 The index is kept while the set of tools is unchanged and rebuilt when it changes; building one
-for 581 real tools takes about 35 ms of CPU (benchmarks/bench_tool_search.py).
+for 581 real tools takes about 35 ms of CPU, and rebuilding it after one tool changed about 18 ms,
+since each tool's words are kept from the last build (benchmarks/bench_tool_search.py).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import re
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import invalid
+from relay.gateway._glossary import glossary
 from relay.gateway._vocab import Vocabulary
 from relay.gateway._words import STOP, SYNONYM_WEIGHT, doc_words, query_groups, query_terms, split_identifier, variants
 
@@ -54,6 +58,9 @@ _NAME_COVER, _SERVER_NAMED = 1.0, 0.5
 # A word the tools never use stands for the catalog word one edit away ("comit" → commit) or for the
 # two catalog words it joins ("flowchart" → flow, chart), each a little below a word the user typed.
 TYPO_WEIGHT, PART_WEIGHT = 0.8, 0.8
+# A word the tools never use also stands for the words of its definition in a computing glossary, when
+# one is installed (`_glossary`: "du" → disk usage, "cron" → commands at specified times), far below it.
+MEANING_WEIGHT = 0.2
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,19 @@ def _summary(description: str) -> str:
     return _SENTENCE_END.split(description.strip(), maxsplit=1)[0]
 
 
+@functools.lru_cache(maxsize=8192)
+def _row(doc: ToolDoc) -> tuple[str, str, str, str, str]:
+    """A tool's words by column (name, server, first sentence, description, parameters): worked out once
+    per tool, so rebuilding the index when one server's tools change re-reads only those."""
+    return (
+        doc_words(doc.name),
+        doc_words(doc.server),
+        doc_words(_summary(doc.description)),
+        doc_words(doc.description),
+        doc_words(" ".join(doc.params)),
+    )
+
+
 class ToolIndex:
     """An in-memory FTS5 index over one set of tools."""
 
@@ -100,16 +120,7 @@ class ToolIndex:
             "CREATE VIRTUAL TABLE tools USING fts5(name, server, summary, description, params, parts, "
             "tokenize='porter unicode61 remove_diacritics 2')"
         )
-        rows = [
-            (
-                doc_words(d.name),
-                doc_words(d.server),
-                doc_words(_summary(d.description)),
-                doc_words(d.description),
-                doc_words(" ".join(d.params)),
-            )
-            for d in self.docs
-        ]
+        rows = [_row(d) for d in self.docs]
         self.vocab = Vocabulary((" ".join(row) for row in rows), STOP)
         self._db.executemany(
             "INSERT INTO tools(rowid, name, server, summary, description, params, parts) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -136,6 +147,9 @@ class ToolIndex:
             if not typed or self._term_scores(word):
                 out.append(group)
                 continue
+            lookup = glossary()
+            for term in lookup.meaning(word) if lookup else ():
+                group.setdefault(term, weight * MEANING_WEIGHT)
             fixes = self.vocab.corrections(word)
             if fixes:
                 for fix in fixes:
