@@ -117,7 +117,7 @@ async def test_a_claimed_job_is_taken_over_only_once_its_worker_is_dead_and_runs
             "here",
             owner.pid,
             procinfo.start_ticks(owner.pid),
-            procinfo.boot_id(),
+            procinfo.host_id(),
             None,
             (),
             1,
@@ -134,7 +134,7 @@ async def test_a_claimed_job_is_taken_over_only_once_its_worker_is_dead_and_runs
         owner.wait()
         # Two relays find the worker dead: exactly one take-over wins, and the loser's epoch is stale.
         gone = [
-            WorkerInfo(f"gone/{n}", "gone", "here", os.getpid(), n, procinfo.boot_id(), None, (), 1, 60.0)
+            WorkerInfo(f"gone/{n}", "gone", "here", os.getpid(), n, procinfo.host_id(), None, (), 1, 60.0)
             for n in (1, 2)
         ]
         assert [store.take_over("00000000000000aa", 1, w) for w in gone] == [2, None]

@@ -177,7 +177,7 @@ def worker_info(settings: Settings, pid: int, start: int | None) -> WorkerInfo:
         host=host,
         pid=pid,
         start_ticks=start,
-        boot_id=procinfo.boot_id(),
+        boot_id=procinfo.host_id(),
         agents=settings.worker_agents,
         labels=settings.worker_labels,
         slots=settings.worker_slots or settings.max_concurrent,

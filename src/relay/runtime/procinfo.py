@@ -43,3 +43,15 @@ def job_processes(leader: int, *, descendants: bool = True) -> list[int]:
 def start_epoch(pid: int) -> float | None:
     """When `pid` started, in Unix time."""
     return choice.active().runtime.start_epoch(pid)
+
+
+def host_id() -> str:
+    """What tells this host's processes from another host's: the boot id, and on Linux the pid namespace too
+    (containers of one machine share its boot id, but a pid of one container means nothing in another)."""
+    import os
+
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # e.g. pid:[4026531836]
+    except OSError:
+        return boot_id()
+    return f"{boot_id()}/{namespace}"
