@@ -5,6 +5,9 @@ line is parsed whole as before."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +144,16 @@ def test_results_never_claimed_are_bounded_in_number_and_removed_when_the_connec
     assert len(list(spiller.folder.iterdir())) == MAX_UNCLAIMED
     spiller.clear()
     assert not spiller.folder.exists()
+
+
+def test_the_spill_folders_of_relay_processes_that_ended_are_removed_when_the_next_connection_is_made(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "spill"
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    stale, ours, other = root / f"{int(ended.stdout)}-unruly", root / f"{os.getpid()}-toy", root / "notes"
+    for folder in (stale, ours, other):
+        folder.mkdir(parents=True)
+        (folder / "line-1.jsonl").write_text("{}")
+    Spiller(root / f"{os.getpid()}-unruly", CAP)
+    assert sorted(p.name for p in root.iterdir()) == sorted([ours.name, other.name])

@@ -8,7 +8,8 @@ its first `cap` characters, whose `_meta` names a token; `claim` turns that toke
 line's length. A line that turns out small enough, or is not a tool result (a long tools/list, an
 error), is parsed whole as before; one that is not JSON is skipped like any broken line, from its
 first and last characters. Unclaimed files (a call that timed out) are removed past `MAX_UNCLAIMED`
-and when the connection closes.
+and when the connection closes; the folders of relay processes that ended without closing (`<pid>-<server>`)
+when the next connection is made.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -77,6 +79,7 @@ class Spiller:
     def __init__(self, folder: Path, cap: int) -> None:
         self.folder = folder
         self.cap = cap
+        _sweep(folder.parent)
         self._kept: OrderedDict[str, Spilled] = OrderedDict()
         self._lock = threading.Lock()  # `read` runs in a worker thread, `claim` in the event loop
 
@@ -117,7 +120,7 @@ class Spiller:
         except NotJson as exc:
             text.unlink(missing_ok=True)
             return UnreadableLine(_ends(line), str(exc))
-        except OSError as exc:
+        except Exception as exc:  # the disk, or a line no scan foresaw: skipped like any broken line, never fatal
             text.unlink(missing_ok=True)
             return exc
         finally:
@@ -160,6 +163,28 @@ class Spiller:
             spilled.path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.folder.rmdir()  # only once empty: a claimed file may still be being kept
+
+
+def _sweep(root: Path) -> None:
+    """Remove the folders (named `<pid>-<server>`) that relay processes no longer running left behind."""
+    try:
+        folders = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return
+    for folder in folders:
+        pid, _, _ = folder.name.partition("-")
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
 
 
 def _ends(line: Path) -> str:
