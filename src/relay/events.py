@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from relay.errors import RelayError
@@ -59,3 +60,6 @@ class AgentResult:
     permission_denials: tuple[dict[str, Any], ...] = ()
     files_changed: tuple[str, ...] = ()
     error: RelayError | None = None
+    # The text in a file instead, when it is too large to hold (a kept gateway result): the job's
+    # result is written from it, and the file is removed.
+    text_file: Path | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 REDACTED = "[redacted]"
@@ -64,6 +64,28 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     if "://" in text and "@" in text:
         text = URL_USERINFO.sub(REDACTED + "@", text)
     return text
+
+
+# `redact_pieces` redacts a text given in pieces a window of about this many characters at a time, each
+# cut after its last whitespace (within the window's last REDACT_LOOKBACK characters): a secret, a key
+# and a URL's credentials hold none, so none is split between two windows.
+REDACT_WINDOW = 1 << 18
+REDACT_LOOKBACK = 1 << 16
+
+
+def redact_pieces(pieces: Iterable[str], secrets: Iterable[str]) -> Iterator[str]:
+    """`redact` over a text too large to hold, given and handed back in pieces."""
+    known = tuple(secrets)
+    window = ""
+    for piece in pieces:
+        window += piece
+        while len(window) >= REDACT_WINDOW:
+            floor = len(window) - REDACT_LOOKBACK
+            cut = max(window.rfind(space, floor) for space in " \n\t\r") + 1 or len(window)
+            yield redact(window[:cut], known)
+            window = window[cut:]
+    if window:
+        yield redact(window, known)
 
 
 def redact_value(value: object, secrets: tuple[str, ...]) -> object:

@@ -82,3 +82,25 @@ def test_a_proxy_url_with_credentials_is_redacted_anywhere_in_text() -> None:
     assert redact(text, secrets) == (
         "connect http://[redacted]@127.0.0.1:3128 failed; also http://[redacted]@proxy:8080 and ftp://[redacted]@h/x"
     )
+
+
+def test_a_text_too_large_to_hold_is_redacted_a_window_at_a_time_as_if_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import relay.secrets as secrets_module
+    from relay.audit import bounded
+    from relay.jobs import output
+
+    monkeypatch.setattr(secrets_module, "REDACT_WINDOW", 200)
+    monkeypatch.setattr(secrets_module, "REDACT_LOOKBACK", 100)
+    monkeypatch.setattr(output, "KEEP_CHUNK", 13)  # keys and UTF-8 characters cut between reads
+    secrets = tuple(secret_values({"ANTHROPIC_API_KEY": KEY, "HTTPS_PROXY": PROXY}, []))
+    line = f"é€ {KEY} then {PROXY} and sk-unknownKEYshape0123456789 "
+    text = "".join(f"{line}{'w' * (n % 37)} " for n in range(2000))
+    src, dst = tmp_path / "whole.txt", tmp_path / "result.txt"
+    src.write_text(text, encoding="utf-8")
+    chars, audit_view = output.keep_text_file(src, dst, secrets)
+    expected = redact(text, secrets)
+    assert KEY not in expected and PROXY_PASSWORD not in expected
+    assert (dst.read_text(encoding="utf-8"), chars, audit_view) == (expected, len(expected), bounded(expected))
+    assert not src.exists()

@@ -27,6 +27,7 @@ __all__ = [
     "Views",
     "ViewsConfig",
     "bounded",
+    "bounded_ends",
     "finished_data",
     "iter_lines",
     "open_audit",
@@ -73,8 +74,13 @@ def bounded(text: str) -> str:
     """Text as the audit log keeps it: whole up to 50,000 characters, else its first and last 25,000."""
     if len(text) <= MAX_TEXT_CHARS:
         return text
-    omitted = len(text) - 2 * KEEP_EACH_END
-    return f"{text[:KEEP_EACH_END]}\n\n[... {omitted} characters omitted ...]\n\n{text[-KEEP_EACH_END:]}"
+    return bounded_ends(text[:KEEP_EACH_END], text[-KEEP_EACH_END:], len(text))
+
+
+def bounded_ends(head: str, tail: str, total: int) -> str:
+    """`bounded` of a text of more than MAX_TEXT_CHARS characters, known by its first and last KEEP_EACH_END."""
+    omitted = total - 2 * KEEP_EACH_END
+    return f"{head}\n\n[... {omitted} characters omitted ...]\n\n{tail}"
 
 
 def queued_data(agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None) -> dict[str, Any]:
@@ -104,8 +110,12 @@ def finished_data(
     model: str | None,
     session_id: str | None,
     output: str | None,
+    output_chars: int | None = None,
 ) -> dict[str, Any]:
-    """A job's final entry: outcome, cost, the tools it used, its error and its output (bounded)."""
+    """A job's final entry: outcome, cost, the tools it used, its error and its output (bounded).
+
+    `output_chars`: the output's length, when `output` is already bounded (`bounded_ends`) for a text too large to hold.
+    """
     result = result or {}
     tools: list[str] = []
     uses: list[Any] = list(result.get("tool_uses") or [])
@@ -123,6 +133,6 @@ def finished_data(
         "usage": result.get("usage"),
         "tools": tools,
         "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
-        "output": bounded(text),
-        "output_chars": len(text),
+        "output": bounded(text) if output_chars is None else text,
+        "output_chars": len(text) if output_chars is None else output_chars,
     }

@@ -4,7 +4,8 @@ The SDK's `stdio_client` joins a long line chunk by chunk as text (`buffer + chu
 the whole), which is quadratic: a 50 MB answer did not arrive within a minute. This transport keeps
 the same contract (the same pair of streams, a line it cannot parse handed on as an exception, the
 spec's shutdown: close stdin, wait, SIGTERM the group, SIGKILL) and gathers a line's bytes in one
-buffer. Bytes that are not UTF-8 become U+FFFD. Windows keeps the SDK's transport.
+buffer, or in a file once it is longer than the result cap (`_spill.py`: a 50 MB answer costs about
+one cap of memory). Bytes that are not UTF-8 become U+FFFD. Windows keeps the SDK's transport.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
 
 import anyio
-import mcp_types as types
 from anyio.abc import Process
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
+
+from relay.gateway._spill import Spiller, parse
 
 # The server's grace to exit once its stdin is closed, then the grace between SIGTERM and SIGKILL.
 EXIT_GRACE_S = 2.0
@@ -33,16 +36,6 @@ EXIT_POLL_S = 0.01
 _PIPE_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError, OSError)
 
 
-def parse(line: bytes | bytearray) -> SessionMessage | Exception:
-    """One stdout line as a message, or the error that says why it is not one (the session skips it)."""
-    try:
-        return SessionMessage(
-            types.jsonrpc_message_adapter.validate_json(line.decode("utf-8", "replace"), by_name=False)
-        )
-    except ValueError as exc:
-        return exc
-
-
 async def _exited(process: Process, within_s: float) -> bool:
     deadline = anyio.current_time() + within_s
     while process.returncode is None:
@@ -53,8 +46,13 @@ async def _exited(process: Process, within_s: float) -> bool:
 
 
 @asynccontextmanager
-async def stdio_transport(params: StdioServerParameters, errlog: TextIO) -> AsyncGenerator[tuple[Any, Any]]:
-    """Start the server in its own session and yield (read stream, write stream) of its messages."""
+async def stdio_transport(
+    params: StdioServerParameters, errlog: TextIO, spiller: Spiller | None = None
+) -> AsyncGenerator[tuple[Any, Any]]:
+    """Start the server in its own session and yield (read stream, write stream) of its messages.
+
+    With a `spiller`, a line longer than its threshold goes to a file as it arrives and is read back as a stream.
+    """
     process = await anyio.open_process(
         [params.command, *params.args],
         env=get_default_environment() | (params.env or {}),
@@ -69,18 +67,19 @@ async def stdio_transport(params: StdioServerParameters, errlog: TextIO) -> Asyn
     flushed = anyio.Event()
 
     async def reader() -> None:
-        pending = bytearray()
-        with contextlib.suppress(*_PIPE_GONE):
-            async with to_session:
-                async for chunk in stdout:
-                    start = 0
-                    while (end := chunk.find(b"\n", start)) >= 0:
-                        pending += chunk[start:end]
-                        message = parse(pending)
-                        pending = bytearray()
-                        start = end + 1
-                        await to_session.send(message)
-                    pending += chunk[start:]
+        line = _Line(spiller)
+        try:
+            with contextlib.suppress(*_PIPE_GONE):
+                async with to_session:
+                    async for chunk in stdout:
+                        start = 0
+                        while (end := chunk.find(b"\n", start)) >= 0:
+                            line.add(chunk[start:end])
+                            start = end + 1
+                            await to_session.send(await line.message())
+                        line.add(chunk[start:])
+        finally:
+            line.drop()
 
     async def writer() -> None:
         try:
@@ -108,6 +107,59 @@ async def stdio_transport(params: StdioServerParameters, errlog: TextIO) -> Asyn
                 for stream in (read_stream, write_stream, to_session, from_session):
                     await stream.aclose()
             tg.cancel_scope.cancel()
+
+
+class _Line:
+    """One stdout line as it arrives: in a byte buffer, or in a spill file once it outgrows the threshold."""
+
+    def __init__(self, spiller: Spiller | None) -> None:
+        self._spiller = spiller
+        self._pending = bytearray()
+        self._spill: tuple[Path, BinaryIO] | None = None
+        # Why the spill file of this line could not be written (the disk filled): the line is skipped.
+        self._lost: OSError | None = None
+
+    def add(self, data: bytes) -> None:
+        if self._lost is not None:
+            return
+        try:
+            if self._spill is not None:
+                self._spill[1].write(data)
+                return
+            self._pending += data
+            if self._spiller is not None and len(self._pending) > self._spiller.threshold:
+                self._spill = self._spiller.open()
+                self._spill[1].write(self._pending)
+                self._pending = bytearray()
+        except OSError as exc:
+            self.drop()
+            self._lost = exc
+
+    async def message(self) -> SessionMessage | Exception:
+        """The line now ended, as the session's message; the next line starts empty."""
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            return lost
+        if self._spill is None or self._spiller is None:
+            message, self._pending = parse(self._pending), bytearray()
+            return message
+        (path, fh), self._spill = self._spill, None
+        try:
+            fh.close()
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            return exc
+        return await anyio.to_thread.run_sync(self._spiller.read, path)
+
+    def drop(self) -> None:
+        """Forget the line so far (its spill file goes): the stream ended inside it, or its file could not be written."""
+        self._pending = bytearray()
+        if self._spill is not None:
+            path, fh = self._spill
+            self._spill = None
+            with contextlib.suppress(OSError):
+                fh.close()
+            path.unlink(missing_ok=True)
 
 
 async def _stop(process: Process) -> None:

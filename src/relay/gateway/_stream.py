@@ -20,6 +20,8 @@ from mcp.shared.message import SessionMessage
 from mcp.types import ErrorData, JSONRPCError
 from pydantic import ValidationError
 
+from relay.gateway._spill import UnreadableLine
+
 # The error code of a request whose answer arrived as a line that is not JSON-RPC (JSON-RPC's parse error).
 LOST_ANSWER = -32700
 # How much of a skipped line is kept for the status and the log (a line may be megabytes long).
@@ -34,6 +36,8 @@ logger = logging.getLogger("relay.gateway")
 
 def line_of(exc: BaseException) -> str:
     """The text of the line a transport could not parse (what pydantic kept of it), else the error itself."""
+    if isinstance(exc, UnreadableLine):
+        return exc.line
     if isinstance(exc, ValidationError):
         for error in exc.errors():
             value = error.get("input")

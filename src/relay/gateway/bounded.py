@@ -2,15 +2,19 @@
 
 A tool result can be any size (a 50 MB file read, a database dump). What goes back to the client
 is at most `cap` characters of its text; the whole result, as text, is handed to the caller to keep
-(relay keeps it as a job's output, paged with `job_result`).
+(relay keeps it as a job's output, paged with `job_result`). A result the stdio transport spilled as it
+arrived (`_spill.py`) comes already cut, its whole text in a file.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from mcp.types import CallToolResult, ContentBlock, TextContent
+
+from relay.gateway._spill import Spilled
 
 # What a downstream result may carry back to the client, in characters of text (about 1 MB).
 DEFAULT_RESULT_CAP_CHARS = 1_000_000
@@ -18,15 +22,17 @@ DEFAULT_RESULT_CAP_CHARS = 1_000_000
 
 @dataclass(frozen=True)
 class Bounded:
-    """The result to send (`result`), and when it was cut, the whole of it as text and its length."""
+    """The result to send (`result`), and when it was cut, the whole of it as text (or a file of it) and its length."""
 
     result: CallToolResult
     full_text: str | None = None
     total_chars: int = 0
+    # The whole text in a file, for a result too large to hold (whoever keeps it removes the file).
+    full_path: Path | None = None
 
     @property
     def cut(self) -> bool:
-        return self.full_text is not None
+        return self.full_text is not None or self.full_path is not None
 
 
 def _block_text(block: ContentBlock) -> str:
@@ -49,8 +55,17 @@ def _size(result: CallToolResult) -> int:
     return total
 
 
-def bound(result: CallToolResult, cap: int) -> Bounded:
-    """`result` as it came when it fits in `cap` characters; else its first `cap` characters of text, and the whole."""
+def bound(result: CallToolResult, cap: int, spilled: Spilled | None = None) -> Bounded:
+    """`result` as it came when it fits in `cap` characters; else its first `cap` characters of text, and the whole.
+
+    `spilled`: the transport already cut `result` and kept the whole in a file.
+    """
+    if spilled is not None:
+        head = CallToolResult(content=result.content, is_error=result.is_error)
+        if spilled.total_chars <= cap:  # a long line whose text fits: nothing to keep
+            spilled.path.unlink(missing_ok=True)
+            return Bounded(head)
+        return Bounded(head, total_chars=spilled.total_chars, full_path=spilled.path)
     if _size(result) <= cap:
         return Bounded(result)
     full = "\n".join(_block_text(block) for block in result.content)

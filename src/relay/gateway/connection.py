@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -38,8 +39,10 @@ from mcp.types import (
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway._host import TaskHost
+from relay.gateway._spill import Spilled, Spiller
 from relay.gateway._stdio import stdio_transport
 from relay.gateway._stream import LOST_ANSWER, watched
+from relay.gateway.bounded import DEFAULT_RESULT_CAP_CHARS
 from relay.gateway.config import ServerConfig
 from relay.gateway.websocket import WebSocketError, websocket_client
 from relay.secrets import redact
@@ -127,6 +130,7 @@ class Connection:
         on_tools: Callable[[Connection, list[Tool]], None] | None = None,
         on_state: Callable[[Connection], None] | None = None,
         backoff_s: tuple[float, float] = (DEFAULT_RESTART_BACKOFF_S, DEFAULT_RESTART_BACKOFF_MAX_S),
+        result_cap_chars: int = DEFAULT_RESULT_CAP_CHARS,
     ) -> None:
         self.config = config
         self.state = "configured"
@@ -145,6 +149,8 @@ class Connection:
         self._on_state = on_state
         self._host = host
         self._log_path = log_dir / f"{config.name}.stderr.log"
+        # A stdio answer longer than the cap is spilled to a file (one folder per process and server).
+        self.spiller = Spiller(log_dir / "spill" / f"{os.getpid()}-{config.name}", result_cap_chars)
         self._connect_timeout_s = connect_timeout_s
         self._on_tools = on_tools
         self._session: _Session | None = None
@@ -288,7 +294,7 @@ class Connection:
                 encoding_error_handler="replace",
             )
             posix = sys.platform != "win32"
-            transport = stdio_transport(params, errlog) if posix else stdio_client(params, errlog=errlog)
+            transport = stdio_transport(params, errlog, self.spiller) if posix else stdio_client(params, errlog=errlog)
             return await self._enter(stack, transport, session)
         if cfg.transport == "http":
             return await self._open_http(stack, session)
@@ -380,6 +386,7 @@ class Connection:
             if session.client is None and session.scope is not None:
                 session.scope.cancel()  # still starting (perhaps hung): nothing to close gracefully, stop waiting
             await session.done.wait()
+        self.spiller.clear()
         self.state = "closed"
         self._note()
 
@@ -468,6 +475,10 @@ class Connection:
                 return await self._request(lambda: client.read_resource(uri), timeout_s)
             except _Lost as again:
                 raise self._died(uri, again) from None
+
+    def claim(self, result: CallToolResult) -> Spilled | None:
+        """The whole of a result this connection's transport capped as it arrived (None for a result it did not)."""
+        return self.spiller.claim(result)
 
     def _died(self, during: str, lost: _Lost) -> RelayError:
         detail = self._lost(lost.__cause__ or lost)

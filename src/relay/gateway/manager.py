@@ -19,7 +19,7 @@ from mcp.types import CallToolResult, ReadResourceResult, Tool
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.gateway import pins
 from relay.gateway._host import TaskHost
-from relay.gateway.bounded import DEFAULT_RESULT_CAP_CHARS
+from relay.gateway.bounded import DEFAULT_RESULT_CAP_CHARS, Bounded, bound
 from relay.gateway.config import GLOBAL, ServerConfig
 from relay.gateway.connection import (
     DEFAULT_CALL_TIMEOUT_S,
@@ -183,6 +183,7 @@ class Gateway:
                 on_tools=self._saw_tools,
                 on_state=self._record_state,
                 backoff_s=(self.limits.restart_backoff_s, self.limits.restart_backoff_max_s),
+                result_cap_chars=self.limits.result_cap_chars,
             )
             self._connections[name] = conn
         return conn
@@ -291,6 +292,12 @@ class Gateway:
             )
         conn = self.connection(server)
         return await conn.call_tool(name, arguments, timeout_s or self.limits.call_timeout_s)
+
+    def bound(self, server: str, result: CallToolResult) -> Bounded:
+        """A result of `server` as the client gets it: at most the cap, the whole kept (in a file if it was spilled)."""
+        conn = self._connections.get(server)
+        spilled = conn.claim(result) if conn is not None else None
+        return bound(result, self.limits.result_cap_chars, spilled)
 
     def _check_enabled(self, server: str) -> None:
         if not self.config(server).enabled:

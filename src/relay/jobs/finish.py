@@ -11,7 +11,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult
 from relay.jobs.envelope import job_title
 from relay.jobs.gitprobe import changed_files
-from relay.jobs.output import write_bytes
+from relay.jobs.output import keep_text_file, write_bytes
 from relay.jobs.state import JobState
 from relay.jobs.workspace import JobWorkspaces
 from relay.secrets import redact
@@ -116,8 +116,12 @@ class Finisher:
     ) -> None:
         state = self._state
         files = state.files(rec.id)
-        text = redact(result.text, state.secrets)
-        write_bytes(files.result, text.encode("utf-8"), append=False)
+        chars: int | None = None
+        if result.text_file is not None:  # too large to hold: redacted and written a window at a time
+            chars, text = keep_text_file(result.text_file, files.result, state.secrets)
+        else:
+            text = redact(result.text, state.secrets)
+            write_bytes(files.result, text.encode("utf-8"), append=False)
         # The prompt file (a prompt passed on stdin) may hold a pasted key: not kept past the job's end.
         with contextlib.suppress(OSError):
             files.stdin.unlink(missing_ok=True)
@@ -158,6 +162,7 @@ class Finisher:
             session_id=result.session_id,
             model=result.model if result.model else None,
             output=text,
+            output_chars=chars,
             session=session,
             epoch=state.epochs.get(rec.id),
         )

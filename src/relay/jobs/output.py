@@ -8,10 +8,14 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from relay.audit import KEEP_EACH_END, MAX_TEXT_CHARS, bounded_ends
 from relay.osfiles import write_all
+from relay.secrets import redact_pieces
 
 # Bytes read per step; bounds memory however much an agent prints.
 READ_CHUNK = 1 << 20
+# Bytes read per step when a text too large to hold is kept (`keep_text_file`).
+KEEP_CHUNK = 1 << 20
 # A line longer than this reaches the parser in pieces of this size (each counted in
 # `LineReader.split_pieces`), never whole: one 64 MB line must not mean 64 MB in memory.
 MAX_LINE_BYTES = 1 << 20
@@ -148,3 +152,31 @@ def read_bytes_page(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
             return fh.read(limit), size
     except FileNotFoundError:
         return b"", 0
+
+
+def keep_text_file(src: Path, dst: Path, secrets: tuple[str, ...]) -> tuple[int, str]:
+    """Write the UTF-8 text of `src` to `dst` redacted, a window at a time, and remove `src`.
+
+    Returns the text's length in characters and the audit log's view of it (`bounded`).
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def pieces() -> Iterator[str]:
+        with src.open("rb") as fh:
+            while chunk := fh.read(KEEP_CHUNK):
+                yield decoder.decode(chunk)
+        yield decoder.decode(b"", final=True)
+
+    chars, head, tail = 0, "", ""
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        for text in redact_pieces(pieces(), secrets):
+            write_all(fd, text.encode("utf-8", "replace"))
+            chars += len(text)
+            if len(head) < MAX_TEXT_CHARS:
+                head += text[: MAX_TEXT_CHARS - len(head)]
+            tail = (tail + text[-KEEP_EACH_END:])[-KEEP_EACH_END:]
+    finally:
+        os.close(fd)
+    src.unlink(missing_ok=True)
+    return chars, head if chars <= MAX_TEXT_CHARS else bounded_ends(head[:KEEP_EACH_END], tail, chars)

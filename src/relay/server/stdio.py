@@ -10,9 +10,10 @@ and fd 1 goes to stderr, so a stray print or a child cannot corrupt the wire.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import IO, Any, Protocol
 
@@ -20,7 +21,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import MCPServer
 from mcp.shared.message import SessionMessage
-from mcp.types import jsonrpc_message_adapter
+from mcp.types import JSONRPCResponse, jsonrpc_message_adapter
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
@@ -28,7 +29,18 @@ from relay.errors import ErrorCode, RelayError
 from relay.memory import LARGE_MESSAGE_BYTES, release_freed_memory
 from relay.osfiles import private_dup
 from relay.server.stdio_front import Front
-from relay.server.stdio_wire import CANCEL_REASONS, INVALID_REQUEST, encode, error_reply, parse_line, valid_id
+from relay.server.stdio_wire import (
+    CANCEL_REASONS,
+    INVALID_REQUEST,
+    encode,
+    encode_pieces,
+    error_reply,
+    parse_line,
+    valid_id,
+)
+
+# A result whose content blocks carry this much text or more is written in pieces.
+PIECES_TEXT_CHARS = 1 << 18
 
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
@@ -52,12 +64,13 @@ class _Wire:
         # abandon_on_cancel: a blocked read must not keep the server from shutting down.
         return await anyio.to_thread.run_sync(self.reader.readline, abandon_on_cancel=True)
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | Iterator[bytes]) -> None:
         async with self._lock:
             await anyio.to_thread.run_sync(self._write, data)
 
-    def _write(self, data: bytes) -> None:
-        self.writer.write(data)
+    def _write(self, data: bytes | Iterator[bytes]) -> None:
+        for piece in [data] if isinstance(data, bytes) else data:
+            self.writer.write(piece)
         self.writer.flush()
 
 
@@ -99,12 +112,27 @@ def _to_message(obj: dict[str, Any]) -> tuple[SessionMessage | None, dict[str, A
         return None, reply
 
 
-def _dump(message: SessionMessage) -> bytes:
-    """One outgoing message as a line; a string that UTF-8 cannot carry (a lone surrogate) goes as its escape."""
+def _dump(message: SessionMessage) -> bytes | Iterator[bytes]:
+    """One outgoing message as a line; a string that UTF-8 cannot carry (a lone surrogate) goes as its escape.
+
+    A result carrying a lot of text (a gateway result at its cap) is written in pieces (`encode_pieces`).
+    """
+    msg = message.message
+    if isinstance(msg, JSONRPCResponse) and _text_chars(msg.result) >= PIECES_TEXT_CHARS:
+        with contextlib.suppress(ValueError, TypeError):  # NaN, or a value JSON cannot carry: the usual way
+            return encode_pieces({"jsonrpc": msg.jsonrpc, "id": msg.id, "result": msg.result})
     try:
         return message.message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
     except PydanticSerializationError:
         return encode(message.message.model_dump(mode="json", by_alias=True, exclude_unset=True))
+
+
+def _text_chars(result: dict[str, Any]) -> int:
+    content: Any = result.get("content")
+    if not isinstance(content, list):
+        return 0
+    blocks: list[Any] = content  # pyright: ignore[reportUnknownVariableType]
+    return sum(len(b.get("text") or "") for b in blocks if isinstance(b, dict))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
 
 
 @asynccontextmanager

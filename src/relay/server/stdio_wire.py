@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 PARSE_ERROR = -32700
@@ -21,6 +21,8 @@ INVALID_PARAMS = -32602
 # How far into a line that cannot be parsed the search for its "id" goes (tokens), so a 10 MB line of
 # brackets costs a bounded time.
 ID_SEARCH_TOKENS = 100_000
+# `encode_pieces` writes a string longer than this in pieces of this many characters.
+PIECE_CHARS = 1 << 16
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null')
 
 
@@ -43,6 +45,55 @@ def encode(message: dict[str, Any]) -> bytes:
         return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
     except UnicodeEncodeError:
         return json.dumps(message, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def encode_pieces(message: dict[str, Any]) -> Iterator[bytes]:
+    """`encode`, for a message carrying long strings: the line in pieces, each long string escaped and
+    encoded a piece at a time, so megabytes of text are never held again as one JSON text and its bytes.
+
+    The message is walked before the first piece is handed back: a value JSON cannot carry raises then.
+    """
+    parts: list[tuple[bool, str]] = []  # (is a long string kept as itself, JSON text)
+    _flatten(message, parts)
+    return _pieces(parts)
+
+
+def _flatten(value: Any, out: list[tuple[bool, str]]) -> None:
+    if isinstance(value, str) and len(value) > PIECE_CHARS:
+        out.append((True, value))
+    elif isinstance(value, dict):
+        items: dict[Any, Any] = value  # pyright: ignore[reportUnknownVariableType]
+        out.append((False, "{"))
+        for n, (key, item) in enumerate(items.items()):
+            out.append((False, ("," if n else "") + json.dumps(str(key), ensure_ascii=False) + ":"))
+            _flatten(item, out)
+        out.append((False, "}"))
+    elif isinstance(value, list | tuple):
+        seq: list[Any] | tuple[Any, ...] = value  # pyright: ignore[reportUnknownVariableType]
+        out.append((False, "["))
+        for n, item in enumerate(seq):
+            if n:
+                out.append((False, ","))
+            _flatten(item, out)
+        out.append((False, "]"))
+    else:
+        out.append((False, json.dumps(value, ensure_ascii=False, allow_nan=False)))
+
+
+def _pieces(parts: list[tuple[bool, str]]) -> Iterator[bytes]:
+    # A lone surrogate (which UTF-8 cannot carry) becomes its \u escape: backslashreplace writes just that.
+    small: list[str] = []
+    for long, text in parts:
+        if not long:
+            small.append(text)
+            continue
+        yield ("".join(small) + '"').encode("utf-8", "backslashreplace")
+        small = ['"']
+        for start in range(0, len(text), PIECE_CHARS):
+            yield json.dumps(text[start : start + PIECE_CHARS], ensure_ascii=False)[1:-1].encode(
+                "utf-8", "backslashreplace"
+            )
+    yield ("".join(small) + "\n").encode("utf-8", "backslashreplace")
 
 
 def recover_id(line: bytes) -> Any:

@@ -16,12 +16,15 @@ KEEP_TIMEOUT_S = 120.0
 
 
 async def keep_result(engine: Engine, server: str, tool: str, bounded: Bounded) -> dict[str, Any]:
-    """Record the whole result as a completed job; returns what the reply says about the rest and how to page it."""
-    text = bounded.full_text or ""
+    """Record the whole result as a completed job; returns what the reply says about the rest and how to page it.
+
+    A result kept in a file (too large to hold) becomes the job's result file without being read whole.
+    """
+    text, path = bounded.full_text or "", bounded.full_path
     returned = sum(len(getattr(block, "text", "") or "") for block in bounded.result.content)
 
     async def task(emit: Callable[[Event], None]) -> AgentResult:
-        return AgentResult(ok=True, text=text)
+        return AgentResult(ok=True, text=text, text_file=path)
 
     request = {"tool": "call_tool", "prompt": f"result of {server}.{tool}", "server": server, "tool_name": tool}
     job_id = engine.submit_task(AGENT, request, task, timeout_s=KEEP_TIMEOUT_S)

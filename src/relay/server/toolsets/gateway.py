@@ -19,7 +19,6 @@ from pydantic import Field
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import Gateway, Limits, ServerRegistry, project_of
 from relay.gateway.admin import add_server, added_reply, remove_server, try_server
-from relay.gateway.bounded import bound
 from relay.gateway.discover import DEFAULT_REGISTRY_URL
 from relay.gateway.imports import import_servers
 from relay.gateway.rerank import Reranker, Reranking, engine_asker, rerank_config
@@ -291,7 +290,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 extra["available_tools"] = names = [t.name for t in gateway.connection(server_name).tools]
                 err = RelayError(err.code, err.message, did_you_mean_first(tool_name, names) + err.hint)
             return _failure(err, **extra)
-        bounded = bound(downstream, gateway.limits.result_cap_chars)
+        bounded = gateway.bound(server_name, downstream)
         kept = await keep_result(deps.engine(), server_name, tool_name, bounded) if bounded.cut else None
         downstream = bounded.result
         wire = _wire(downstream)
