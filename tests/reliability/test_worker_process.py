@@ -13,6 +13,7 @@ import pytest
 
 from relay.jobs.engine import Engine
 from relay.jobs.request import JobRequest
+from relay.store import Store
 from tests.reliability.conftest import RELAY, AdvSettings, relay_env, wait_for
 from tests.reliability.test_one_queue import interval_agent, most_at_once
 
@@ -83,3 +84,32 @@ async def test_a_front_that_runs_no_jobs_queues_them_for_a_relay_worker_which_fi
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+def test_relay_run_asks_for_labels_and_a_worker_with_them_runs_it_while_a_bad_label_is_refused(
+    adv_settings: AdvSettings, relay_home: Path, workdir: Path, tmp_path: Path
+) -> None:
+    adv_settings(command=interval_agent(tmp_path / "bin", tmp_path / "log"))
+    env = relay_env(relay_home, RELAY_RUN_JOBS="0")
+    bad = subprocess.run(
+        [RELAY, "run", "claude", "job-x", "--labels", "g p u"], env=env, cwd=workdir, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "INVALID_ARGUMENT" in bad.stderr and "hint:" in bad.stderr
+    worker = subprocess.Popen([RELAY, "worker", "--labels", "gpu"], env=relay_env(relay_home), cwd=workdir)
+    try:
+        ran = subprocess.run(
+            [RELAY, "run", "claude", "job-y", "--labels", "gpu", "--retry", "on_lost_worker", "--json"],
+            env=env,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert ran.returncode == 0, ran.stderr
+    job = Engine(adv_settings()).get(json.loads(ran.stdout)["job_id"])
+    assert job.request["labels"] == ["gpu"] and job.request["retry"] == "on_lost_worker"
+    [ran_on] = [w for w in Store(relay_home / "relay.db").list_workers() if w.id == job.worker]
+    assert ran_on.labels == ["gpu"]  # the `relay run` (RELAY_RUN_JOBS=0) queued it; the gpu worker ran it

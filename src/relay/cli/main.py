@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--worktree", action="store_true", help="run in a new git worktree on branch relay/<job-id>")
     run.add_argument("--base", help="with --worktree: the ref it starts from (default HEAD)")
     run.add_argument("--carry-changes", action="store_true", help="with --worktree: start from uncommitted changes")
+    run.add_argument(
+        "--labels", help="comma-separated labels the worker that runs it must have (relay worker --labels)"
+    )
+    run.add_argument(
+        "--retry", choices=["on_lost_worker"], help="run it again on another worker if its worker is lost mid-job"
+    )
 
     jobs = sub.add_parser("jobs", help="list recent jobs")
     jobs.add_argument("--status", action="append", help="filter by status (repeatable)")
@@ -212,6 +218,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         workspace="worktree" if args.worktree else None,
         base=args.base,
         carry_changes=args.carry_changes,
+        labels=tuple(x.strip() for x in (args.labels or "").split(",") if x.strip()),
+        retry=args.retry,
         via="cli/run",
     )
 
