@@ -56,13 +56,18 @@ class JobQueries:
         offset: int,
         limit: int,
         principal: str | None = None,
+        worker: str | None = None,
     ) -> list[str]:
-        """Ids of the jobs matching the filters (`principal`: the jobs it started), newest first, one page of them."""
+        """Ids of the jobs matching the filters (`principal`: the jobs it started; `worker`: the jobs whose claim
+        that worker holds or held last), newest first, one page of them."""
         where: list[str] = []
         params: list[Any] = []
         if principal:
             where.append("principal = ?")
             params.append(principal)
+        if worker:
+            where.append("worker = ?")
+            params.append(worker)
         if statuses:
             where.append(f"status IN ({','.join('?' * len(statuses))})")
             params += list(statuses)
