@@ -251,21 +251,21 @@ def queue_report(settings: Settings) -> tuple[str, dict[str, Any]]:
         for w in stale
     ]
     details["queued"] = len(queued)
+    oldest = now - min((r.created_at for r in queued), default=now)
     if queued:
-        details["oldest_queued_s"] = round(now - min(r.created_at for r in queued), 1)
+        details["oldest_queued_s"] = round(oldest, 1)
     names = ", ".join(w.name for w in running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
     line = f"queue: {_n(len(running), 'worker')} running" + (
         f" ({names}; {sum(w.slots for w in running)} slots)" if running else ""
     )
     if stale:
         each = ", ".join(
-            f"{s['name']}: last heartbeat {_age(s['heartbeat_age_s'])} ago, lease {s['lease_s']:g}s"
-            for s in details["stale"][:5]
+            f"{w.name}: last heartbeat {_age(now - w.heartbeat_at)} ago, lease {w.lease_s:g}s" for w in stale[:5]
         )
         line += f", {len(stale)} STALE ({each}; gone or cut off from the store)"
     count = f"{QUEUED_COUNT_LIMIT}+" if len(queued) > QUEUED_COUNT_LIMIT else str(len(queued))
     line += f"; {count} job{'' if count == '1' else 's'} queued" + (
-        f", the oldest for {_age(details['oldest_queued_s'])}" if queued else ""
+        f", the oldest for {_age(oldest)}" if queued else ""
     )
     if queued and not running:
         mine = (
