@@ -31,6 +31,17 @@ class CostRow:
     cached: int
 
 
+@dataclass(frozen=True)
+class WorkerName:
+    """Who a worker is, for a job's page (one row by its key, however many workers the store has known)."""
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    state: str
+
+
 class JobQueries:
     """A query-only connection to relay.db, safe to share between worker threads."""
 
@@ -82,6 +93,10 @@ class JobQueries:
         sql = "SELECT id FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
         return [str(r[0]) for r in self._rows(sql, [*params, limit, offset])]
+
+    def worker(self, worker_id: str) -> WorkerName | None:
+        rows = self._rows("SELECT id, name, host, pid, state FROM workers WHERE id = ?", (worker_id,))
+        return WorkerName(*rows[0]) if rows else None
 
     def costs(self, since: float) -> list[CostRow]:
         """Jobs, spend and tokens per local day, agent and model, for jobs created since `since`."""

@@ -227,7 +227,7 @@ class Dashboard:
         await anyio.to_thread.run_sync(self.sources.reconcile)
         data = await anyio.to_thread.run_sync(jobs_page, self.sources.engine(), self.sources.queries(), flt, page)
         if flt.worker:  # the page says whose jobs these are
-            data["worker"] = await anyio.to_thread.run_sync(worker_fact, self.sources.engine().store, flt.worker)
+            data["worker"] = await anyio.to_thread.run_sync(worker_fact, self.sources.queries(), flt.worker)
         query = "&".join(f"{k}={quote(v)}" for k, v in q.multi_items() if k != "page")
         return self.render(
             request, "jobs.html", data | {"filter": flt, "statuses": STATUSES, "query": query, "page_title": "Jobs"}
@@ -237,7 +237,7 @@ class Dashboard:
         job_id = request.path_params["job_id"]
 
         async def go() -> Response:
-            data = await anyio.to_thread.run_sync(job_detail, self.sources.engine(), job_id)
+            data = await anyio.to_thread.run_sync(job_detail, self.sources.engine(), self.sources.queries(), job_id)
             return self.render(request, "job.html", data | {"page_title": f"Job {data['row']['id']}"})
 
         return await self._guarded(request, go)

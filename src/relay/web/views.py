@@ -104,7 +104,8 @@ def job_row(rec: JobRecord, now: float | None = None) -> dict[str, Any]:
         "final": rec.is_final,
         "worker": rec.worker,
     }
-    row["sig"] = f"{rec.status}|{rec.model}|{rec.finished_at}|{row['cost_usd']}|{rec.started_at}|{rec.worker}"
+    # Not the worker: a claim comes just before `running`, which carries it (one event per state, as before).
+    row["sig"] = f"{rec.status}|{rec.model}|{rec.finished_at}|{row['cost_usd']}|{rec.started_at}"
     return row
 
 
@@ -139,7 +140,7 @@ def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) ->
     return {"rows": rows, "page": page, "has_next": len(ids) > PAGE_SIZE, "now": now}
 
 
-def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
+def job_detail(engine: Engine, queries: JobQueries, job_id: str) -> dict[str, Any]:
     """The job page: its envelope, the tail of its transcript, its stderr and the files it changed."""
     rec = engine.get(job_id)
     env = engine.envelope(rec.id)
@@ -162,7 +163,7 @@ def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
         "diff": diff_lines(engine, rec.id) if env.get("workspace") and rec.is_final else [],
         "best_of": best_of_result(engine, rec.id) if rec.agent == "best_of" and rec.is_final else None,
         "permission": permission_fact(rec.request),
-        "worker": worker_fact(engine.store, rec.worker),
+        "worker": worker_fact(queries, rec.worker),
         "kind": rec.kind,
     }
 

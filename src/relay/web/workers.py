@@ -8,9 +8,11 @@ is gone or cut off, and the next heartbeat of any relay of the store will judge 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 from relay.store import Store, WorkerRecord
+from relay.web._queries import JobQueries
 
 ACTIVE_WORKER_STATES = ("running", "stopping")
 # Most workers the page lists (stopped ones pile up: every relay process that ran jobs was one).
@@ -63,12 +65,11 @@ def workers_view(store: Store, show_all: bool) -> dict[str, Any]:
     }
 
 
-def worker_fact(store: Store, worker_id: str | None) -> dict[str, Any] | None:
-    """Who holds (or last held) a job's claim, for the job page: its row, or just the id if it is gone."""
+def worker_fact(queries: JobQueries, worker_id: str | None) -> dict[str, Any] | None:
+    """Who holds (or last held) a job's claim, for the job page: its name, host, pid and state, or just its id."""
     if worker_id is None:
         return None
-    found = next((w for w in store.list_workers(include_stopped=False) if w.id == worker_id), None)
-    found = found or store.get_worker(worker_id)
+    found = queries.worker(worker_id)
     if found is None:
         return {"id": worker_id, "name": worker_id, "host": None, "pid": None, "state": "unknown"}
-    return worker_row(found)
+    return asdict(found)
