@@ -134,3 +134,19 @@ def test_the_workers_stream_sends_a_worker_that_starts_after_the_page_loaded_and
 def test_an_empty_queue_says_that_no_worker_runs(dashboard: DashboardFactory) -> None:
     page = dashboard().get("/workers", headers=HTML).text
     assert 'id="workers-empty"' in page and "--no-worker" in page
+
+
+def test_a_stopped_worker_leaves_the_default_list_and_stays_under_also_stopped_ones(
+    dashboard: DashboardFactory, workers: Workers
+) -> None:
+    proc, worker = workers.start("leaving")
+    _, staying = workers.start("staying")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    stopped = lambda: getattr(workers.store.get_worker(worker.id), "state", None) == "stopped"  # noqa: E731
+    wait_until(stopped, what="the worker to stop")
+    client = dashboard()
+    default, everything = client.get("/workers", headers=HTML).text, client.get("/workers?all=1", headers=HTML).text
+    assert f'id="worker-{worker.id}"' not in default and f'id="worker-{staying.id}"' in default
+    assert _cells(_row(everything, worker.id))[2] == "stopped" and 'class="stale"' not in _row(everything, worker.id)
+    assert 'data-all="1"' in everything  # its live stream keeps the stopped ones too
