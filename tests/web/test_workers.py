@@ -143,7 +143,11 @@ def test_a_stopped_worker_leaves_the_default_list_and_stays_under_also_stopped_o
     _, staying = workers.start("staying")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
-    stopped = lambda: getattr(workers.store.get_worker(worker.id), "state", None) == "stopped"  # noqa: E731
+
+    def stopped() -> bool:
+        found = workers.store.get_worker(worker.id)
+        return found is not None and found.state == "stopped"
+
     wait_until(stopped, what="the worker to stop")
     client = dashboard()
     default, everything = client.get("/workers", headers=HTML).text, client.get("/workers?all=1", headers=HTML).text
