@@ -202,3 +202,75 @@ def sandbox_report(environ: Mapping[str, str]) -> dict[str, Any]:
 
     iso = detect(environ)
     return {"mode": iso.mode, "details": iso.describe(), "network": iso.network, "cannot_stop": list(iso.cannot_stop)}
+
+
+# Most queued jobs `relay doctor` counts one by one (beyond: "N+").
+QUEUED_COUNT_LIMIT = 1000
+NO_WORKER_HINT = (
+    "no worker runs, so queued jobs wait: start `relay worker`, or a `relay serve` without --no-worker"
+    " (a relay with [queue] run_jobs = false or RELAY_RUN_JOBS=0 only queues jobs)"
+)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _age(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 60)}m" if seconds >= 120 else f"{int(seconds)}s"
+
+
+def queue_report(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """One line about the store's queue: the workers running, the stale ones (heartbeat older than their lease),
+    the jobs waiting for a claim; with a hint when jobs wait and no worker runs. And the details."""
+    import time
+
+    from relay.store import Store
+
+    details: dict[str, Any] = {"workers_running": [], "stale": [], "queued": 0, "oldest_queued_s": None, "hint": None}
+    if not settings.db_path.exists():
+        return "queue: no store yet (no job was ever submitted)", details
+    store = Store(settings.db_path)
+    try:
+        workers = store.list_workers(include_stopped=False)
+        queued = [
+            r
+            for r in store.list_jobs(statuses=("queued",), limit=QUEUED_COUNT_LIMIT + 1)
+            if r.kind == "cli" and r.worker is None
+        ]
+    finally:
+        store.close()
+    now = time.time()
+    stale = [w for w in workers if now - w.heartbeat_at > w.lease_s]
+    running = [w for w in workers if w not in stale]
+    details["workers_running"] = [{"name": w.name, "host": w.host, "slots": w.slots} for w in running]
+    details["stale"] = [
+        {"name": w.name, "host": w.host, "heartbeat_age_s": round(now - w.heartbeat_at, 1), "lease_s": w.lease_s}
+        for w in stale
+    ]
+    details["queued"] = len(queued)
+    oldest = now - min((r.created_at for r in queued), default=now)
+    if queued:
+        details["oldest_queued_s"] = round(oldest, 1)
+    names = ", ".join(w.name for w in running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
+    line = f"queue: {_n(len(running), 'worker')} running" + (
+        f" ({names}; {sum(w.slots for w in running)} slots)" if running else ""
+    )
+    if stale:
+        each = ", ".join(
+            f"{w.name}: last heartbeat {_age(now - w.heartbeat_at)} ago, lease {w.lease_s:g}s" for w in stale[:5]
+        )
+        line += f", {len(stale)} STALE ({each}; gone or cut off from the store)"
+    count = f"{QUEUED_COUNT_LIMIT}+" if len(queued) > QUEUED_COUNT_LIMIT else str(len(queued))
+    line += f"; {count} job{'' if count == '1' else 's'} queued" + (
+        f", the oldest for {_age(oldest)}" if queued else ""
+    )
+    if queued and not running:
+        mine = (
+            "" if settings.runs_jobs else "; this configuration has run_jobs off, so relays started with it only queue"
+        )
+        details["hint"] = NO_WORKER_HINT + mine
+        line += f"\n  {details['hint']}"
+    return line, details

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,9 @@ import pytest
 
 from relay import doctor
 from relay.config import load_settings
+from relay.store import Store, WorkerInfo
 from tests.conftest import FAKES
+from tests.web.conftest import wait_until
 
 RELAY = str(Path(sys.executable).with_name("relay"))
 
@@ -110,3 +114,57 @@ def test_versions_are_judged_against_the_tested_range(
         if r.name == "claude"
     ]
     assert report.version_status == status
+
+
+def _queued_job(home: Path, job_id: str, labels: tuple[str, ...] = ()) -> None:
+    store = Store(home / "relay.db")
+    store.insert_job(job_id, "claude", "cli", {"prompt": "waiting"}, None, str(home), labels=labels)
+    store.close()
+
+
+def test_doctor_says_how_many_jobs_wait_and_that_no_worker_runs_them(relay_home: Path) -> None:
+    write_config(relay_home)
+    with (relay_home / "config.toml").open("a") as config:
+        config.write("[queue]\nrun_jobs = false\n")
+    _queued_job(relay_home, "aaaa000000000001")
+    _queued_job(relay_home, "aaaa000000000002")
+    text = run_doctor(relay_home, env={}).stdout.splitlines()
+    at = next(i for i, line in enumerate(text) if line.startswith("queue:"))
+    assert re.fullmatch(r"queue: 0 workers running; 2 jobs queued, the oldest for \d+s", text[at])
+    assert "start `relay worker`" in text[at + 1] and "this configuration has run_jobs off" in text[at + 1]
+    queue = json.loads(run_doctor(relay_home, "--json", env={}).stdout)["queue"]
+    assert (queue["workers_running"], queue["stale"], queue["queued"]) == ([], [], 2)
+    assert queue["hint"].startswith("no worker runs, so queued jobs wait")
+
+
+def test_doctor_counts_the_running_workers_flags_a_stale_one_and_gives_no_hint_while_one_runs(
+    relay_home: Path,
+) -> None:
+    write_config(relay_home)
+    env = {"PATH": os.environ["PATH"], "HOME": str(relay_home), "RELAY_HOME": str(relay_home)}
+    worker = subprocess.Popen(
+        [RELAY, "worker", "--name", "host-a", "--slots", "2"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        store = Store(relay_home / "relay.db")
+        wait_until(lambda: any(w.pid == worker.pid for w in store.list_workers()), what="the worker to register")
+        # A worker of another host that stopped renewing its lease (0.05 s here: stale at once).
+        store.register_worker(WorkerInfo("gone/1", "gone", "elsewhere", 4242, None, None, None, (), 4, 0.05))
+        store.close()
+        _queued_job(relay_home, "bbbb000000000001", labels=("gpu",))  # no worker has the label: it waits
+        queue = json.loads(run_doctor(relay_home, "--json", env={}).stdout)["queue"]
+        assert queue["workers_running"] == [{"name": "host-a", "host": socket.gethostname(), "slots": 2}]
+        assert [s["name"] for s in queue["stale"]] == ["gone"] and queue["stale"][0]["lease_s"] == 0.05
+        assert queue["queued"] == 1 and queue["hint"] is None
+        assert re.fullmatch(
+            r"queue: 1 worker running \(host-a; 2 slots\), 1 STALE \(gone: last heartbeat \d+s ago, lease 0\.05s;"
+            r" gone or cut off from the store\); 1 job queued, the oldest for \d+s",
+            queue["summary"],
+        )
+    finally:
+        worker.terminate()
+        worker.wait(30)

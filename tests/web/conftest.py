@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from relay.config import Settings
-from relay.store import JobRecord, Store
+from relay.store import JobRecord, Store, WorkerRecord
 from relay.web import Access, build_app
 from tests.conftest import SettingsFactory
 
@@ -111,6 +111,62 @@ class Jobs:
                 if stream is not None:
                     stream.close()
         self.store.close()
+
+
+class Workers:
+    """`relay worker` processes on the test's home, as a person starts them beside a relay with --no-worker."""
+
+    def __init__(self, home: Path, cwd: Path) -> None:
+        self.home = home
+        self.cwd = cwd
+        self.procs: list[subprocess.Popen[str]] = []
+        self.store = Store(home / "relay.db")
+
+    def start(self, name: str, *args: str, lease_s: float = 15.0) -> tuple[subprocess.Popen[str], WorkerRecord]:
+        """Start one and wait until it is in the store's workers table."""
+        proc = subprocess.Popen(
+            [RELAY, "worker", "--name", name, *args],
+            env={**os.environ, "RELAY_HOME": str(self.home), "RELAY_LEASE_S": str(lease_s)},
+            cwd=str(self.cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.procs.append(proc)
+        found = wait_until(
+            lambda: next((w for w in self.store.list_workers() if w.pid == proc.pid), None), what=f"worker {name}"
+        )
+        return proc, found
+
+    def run_job(self, prompt: str) -> JobRecord:
+        """A job queued by a relay that runs none itself (RELAY_RUN_JOBS=0), so a worker runs it."""
+        out = subprocess.run(
+            [RELAY, "run", "claude", prompt],
+            env={**os.environ, "RELAY_HOME": str(self.home), "RELAY_RUN_JOBS": "0"},
+            cwd=str(self.cwd),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        newest = self.store.list_jobs(limit=1)
+        return newest[0]
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+        self.store.close()
+
+
+@pytest.fixture
+def workers(settings: Settings, relay_home: Path, workdir: Path) -> Iterator[Workers]:
+    runner = Workers(relay_home, workdir)
+    yield runner
+    runner.close()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from tests.conftest import kill_jobs_under
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "dashboard"
 RELAY = str(Path(sys.executable).with_name("relay"))
-PAGES = ("jobs", "job", "costs", "threads", "thread", "tasks", "servers", "audit")
+PAGES = ("jobs", "workers", "job", "costs", "threads", "thread", "tasks", "servers", "audit")
 
 
 def main() -> None:
@@ -45,6 +45,31 @@ def main() -> None:
         capture_output=True,
         check=False,
     )
+    workers = [
+        subprocess.Popen(
+            [RELAY, "worker", "--name", "build-box-1", "--slots", "4", "--labels", "gpu,big-repo"],
+            env=env,
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [RELAY, "worker", "--name", "laptop", "--agents", "claude"],
+            env=env | {"RELAY_LEASE_S": "1"},
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+    ]
+    time.sleep(2)
+    subprocess.run(
+        [RELAY, "run", "claude", "Triage the flaky test"],
+        env=env | {"RELAY_RUN_JOBS": "0"},
+        cwd=work,
+        capture_output=True,
+        check=False,
+    )
+    workers[1].kill()  # stops renewing its lease: the page flags it stale
     running = subprocess.Popen(
         [RELAY, "run", "claude", "Port the importer to the new API [[fake:hang]]"],
         env=env,
@@ -89,6 +114,7 @@ def main() -> None:
         )
         urls = {
             "jobs": "/jobs",
+            "workers": "/workers",
             "job": f"/jobs/{job_id}",
             "costs": "/costs",
             "threads": "/threads",
@@ -115,6 +141,9 @@ def main() -> None:
     finally:
         server.terminate()
         running.terminate()
+        for worker in workers:
+            worker.terminate()
+            worker.wait(30)
         server.wait(30)
         running.wait(30)
         kill_jobs_under(home)  # the running job outlives its `relay run`, as jobs do

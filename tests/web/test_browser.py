@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from relay.runtime import procinfo
-from tests.web.conftest import RELAY, Jobs, wait_until
+from tests.web.conftest import RELAY, Jobs, Workers, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -195,3 +195,38 @@ def test_a_worktree_job_page_shows_its_branch_diffstat_and_the_diff_coloured_and
     assert len({colour["add"], colour["del"], context}) == 3, colour
     assert page.evaluate("() => window.hit") is None and page.locator("#diff script").count() == 0
     page.close()
+
+
+def test_the_workers_page_shows_a_worker_live_flags_it_stale_once_killed_and_links_to_the_jobs_it_ran(
+    browser: Any, served: str, workers: Workers
+) -> None:
+    import re
+
+    from playwright.sync_api import expect
+
+    hostile = "<img src=x onerror=window.hit=1>"
+    page = browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: dialogs.append(d.message))
+    try:
+        page.goto(f"{served}/workers")
+        expect(page.locator("#live-state")).to_have_text("live", timeout=UI_TIMEOUT_MS)
+        proc, worker = workers.start(hostile, "--labels", "gpu", lease_s=2.0)
+        row = page.locator("#workers tbody tr", has_text=worker.id)
+        expect(row).to_be_visible(timeout=UI_TIMEOUT_MS)  # no reload: it came over SSE
+        expect(row.locator("a.name")).to_have_text(hostile)  # shown as text, never as markup
+        job = workers.run_job("run by the worker")
+        expect(row.locator("td.ran")).to_have_text("1", timeout=UI_TIMEOUT_MS)
+        expect(row.locator(".flag")).to_be_hidden()
+        proc.kill()  # no word to the store: only its heartbeat stops
+        proc.wait(30)
+        expect(row).to_have_class(re.compile(r"\bstale\b"), timeout=UI_TIMEOUT_MS)
+        expect(row.locator(".flag")).to_have_text("stale: older than its 2 s lease")
+        expect(page.locator("#n-stale")).to_have_text("1")
+        row.locator("td.ran a").click()
+        expect(page.locator(f"#job-{job.id}")).to_be_visible(timeout=UI_TIMEOUT_MS)
+        expect(page.locator("#worker-filter strong")).to_have_text(hostile)
+        assert page.evaluate("() => window.hit") is None and not dialogs
+        assert page.locator("img").count() == 0
+    finally:
+        page.close()  # its live stream too, so the dashboard can stop

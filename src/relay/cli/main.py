@@ -384,7 +384,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import anyio
 
     from relay.config import load_settings
-    from relay.doctor import TABLE_HEADERS, diagnose, sandbox_report, store_report, table_rows, worktree_report
+    from relay.doctor import (
+        TABLE_HEADERS,
+        diagnose,
+        queue_report,
+        sandbox_report,
+        store_report,
+        table_rows,
+        worktree_report,
+    )
     from relay.jobs.engine import Engine, JobRequest
 
     settings = load_settings()
@@ -423,6 +431,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     rows, client_reports, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
     runtime_line = _runtime_line(settings.runtime)
     worktree_line, worktrees = worktree_report(settings)
+    queue_line, queue = queue_report(settings)  # workers running and stale, jobs waiting for a claim
     sandbox = sandbox_report(settings.environ)
     roots = [{"path": str(root), "source": source} for root, source in settings.root_sources()]
     if args.json:
@@ -432,6 +441,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "store": {"ok": store_ok, "summary": store_line},
             "runtime": runtime_line.removeprefix("runtime: "),
             "worktrees": worktrees,
+            "queue": queue | {"summary": queue_line},
             "sandbox": sandbox,
             "allowed_roots": roots,
         }
@@ -441,6 +451,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"\n{runtime_line}")
         print(f"sandbox (execute_code): {sandbox['mode']}: {sandbox['details']}")
         print("\n" + store_line)
+        print(queue_line)
         print(worktree_line)
         print("\nallowed roots (a job's cwd must be under one):")
         print("\n".join(f"  {r['path']}  ({r['source']})" for r in roots))

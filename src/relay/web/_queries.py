@@ -31,6 +31,17 @@ class CostRow:
     cached: int
 
 
+@dataclass(frozen=True)
+class WorkerName:
+    """Who a worker is, for a job's page (one row by its key, however many workers the store has known)."""
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    state: str
+
+
 class JobQueries:
     """A query-only connection to relay.db, safe to share between worker threads."""
 
@@ -56,13 +67,18 @@ class JobQueries:
         offset: int,
         limit: int,
         principal: str | None = None,
+        worker: str | None = None,
     ) -> list[str]:
-        """Ids of the jobs matching the filters (`principal`: the jobs it started), newest first, one page of them."""
+        """Ids of the jobs matching the filters (`principal`: the jobs it started; `worker`: the jobs whose claim
+        that worker holds or held last), newest first, one page of them."""
         where: list[str] = []
         params: list[Any] = []
         if principal:
             where.append("principal = ?")
             params.append(principal)
+        if worker:
+            where.append("worker = ?")
+            params.append(worker)
         if statuses:
             where.append(f"status IN ({','.join('?' * len(statuses))})")
             params += list(statuses)
@@ -77,6 +93,10 @@ class JobQueries:
         sql = "SELECT id FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
         return [str(r[0]) for r in self._rows(sql, [*params, limit, offset])]
+
+    def worker(self, worker_id: str) -> WorkerName | None:
+        rows = self._rows("SELECT id, name, host, pid, state FROM workers WHERE id = ?", (worker_id,))
+        return WorkerName(*rows[0]) if rows else None
 
     def costs(self, since: float) -> list[CostRow]:
         """Jobs, spend and tokens per local day, agent and model, for jobs created since `since`."""

@@ -23,7 +23,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.web import security
 from relay.web.chart import color, stacked_bars
-from relay.web.live import FEED_MAX_S, JobFeed, JobsFeed, parse_since
+from relay.web.live import FEED_MAX_S, JobFeed, JobsFeed, WorkersFeed, parse_since
 from relay.web.security import Access
 from relay.web.views import (
     STATUSES,
@@ -41,6 +41,7 @@ from relay.web.views import (
     threads_view,
     transcript_page,
 )
+from relay.web.workers import worker_fact, workers_view
 
 HERE = Path(__file__).resolve().parent
 NOT_FOUND = (ErrorCode.JOB_NOT_FOUND, ErrorCode.TASK_NOT_FOUND, ErrorCode.SESSION_NOT_FOUND, ErrorCode.SERVER_NOT_FOUND)
@@ -217,6 +218,7 @@ class Dashboard:
             agent=q.get("agent") or None,
             text=q.get("q") or None,
             principal=q.get("principal") or None,
+            worker=q.get("worker") or None,
         )
         try:
             page = int(q.get("page", "1"))
@@ -224,6 +226,8 @@ class Dashboard:
             page = 1
         await anyio.to_thread.run_sync(self.sources.reconcile)
         data = await anyio.to_thread.run_sync(jobs_page, self.sources.engine(), self.sources.queries(), flt, page)
+        if flt.worker:  # the page says whose jobs these are
+            data["worker"] = await anyio.to_thread.run_sync(worker_fact, self.sources.queries(), flt.worker)
         query = "&".join(f"{k}={quote(v)}" for k, v in q.multi_items() if k != "page")
         return self.render(
             request, "jobs.html", data | {"filter": flt, "statuses": STATUSES, "query": query, "page_title": "Jobs"}
@@ -233,7 +237,7 @@ class Dashboard:
         job_id = request.path_params["job_id"]
 
         async def go() -> Response:
-            data = await anyio.to_thread.run_sync(job_detail, self.sources.engine(), job_id)
+            data = await anyio.to_thread.run_sync(job_detail, self.sources.engine(), self.sources.queries(), job_id)
             return self.render(request, "job.html", data | {"page_title": f"Job {data['row']['id']}"})
 
         return await self._guarded(request, go)
@@ -271,6 +275,10 @@ class Dashboard:
     async def jobs_events(self, request: Request) -> Response:
         since = parse_since(request.headers.get("last-event-id")) or parse_since(request.query_params.get("since"))
         feed = JobsFeed(self.sources.engine, since, self.feed_max_s)
+        return StreamingResponse(feed.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    async def workers_events(self, request: Request) -> Response:
+        feed = WorkersFeed(lambda: self.sources.engine().store, bool(request.query_params.get("all")), self.feed_max_s)
         return StreamingResponse(feed.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
     async def job_events(self, request: Request) -> Response:
@@ -334,6 +342,11 @@ class Dashboard:
 
         return await self._guarded(request, go)
 
+    async def workers(self, request: Request) -> Response:
+        show_all = bool(request.query_params.get("all"))
+        data = await anyio.to_thread.run_sync(workers_view, self.sources.engine().store, show_all)
+        return self.render(request, "workers.html", data | {"page_title": "Workers"})
+
     async def servers(self, request: Request) -> Response:
         provider = self.sources.gateway_provider
         live = provider() if provider is not None else None
@@ -378,6 +391,8 @@ def build_app(
         Route("/jobs/{job_id}/cancel", dash.cancel, methods=["POST"]),
         Route("/events/jobs", dash.jobs_events),
         Route("/events/jobs/{job_id}", dash.job_events),
+        Route("/workers", dash.workers),
+        Route("/events/workers", dash.workers_events),
         Route("/costs", dash.costs),
         Route("/threads", dash.threads),
         Route("/threads/{thread_id}", dash.thread),

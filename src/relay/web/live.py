@@ -1,4 +1,4 @@
-"""Server-Sent Events: the jobs table's changes and one job's transcript, pushed to the page as they happen.
+"""Server-Sent Events: the jobs and workers tables' changes and one job's transcript, pushed as they happen.
 
 Jobs run in whichever relay process started them (an MCP server, `relay run`), so the feed watches
 the shared store: every LIVE_POLL_S it reads the jobs still running and any newer ones, which is a
@@ -19,10 +19,14 @@ import anyio
 
 from relay.errors import RelayError
 from relay.jobs.engine import Engine
+from relay.store import Store
 from relay.web.views import ACTIVE, TRANSCRIPT_TAIL_CHARS, job_row
+from relay.web.workers import ACTIVE_WORKER_STATES, WORKERS_LIMIT, worker_row
 
 # How often the feeds look at the store for changes.
 LIVE_POLL_S = 0.1
+# How often the workers feed looks (heartbeats come every few seconds; a claim shows within this).
+WORKERS_POLL_S = 0.5
 # A feed ends after this long; the browser's EventSource reconnects at once with its last event id
 # (which also bounds how long a forgotten tab holds a connection).
 FEED_MAX_S = 300.0
@@ -93,20 +97,27 @@ class JobsFeed:
             changed.append(row)
         return stamp, changed
 
-    async def events(self) -> AsyncIterator[bytes]:
-        yield f"retry: {RECONNECT_MS}\n\n".encode()
-        started = time.monotonic()
-        beat = started
-        first = True
-        while time.monotonic() - started < self._max_s:
-            stamp, rows = await anyio.to_thread.run_sync(self._tick, first)
-            first = False
-            for row in rows:
-                yield sse("job", row, f"{stamp:.6f}")
-            if time.monotonic() - beat > HEARTBEAT_S:
-                beat = time.monotonic()
-                yield b": ping\n\n"
-            await anyio.sleep(LIVE_POLL_S)
+    def events(self) -> AsyncIterator[bytes]:
+        return _rows_feed(self._tick, "job", self._max_s, LIVE_POLL_S)
+
+
+async def _rows_feed(
+    tick: Callable[[bool], tuple[float, list[dict[str, Any]]]], event: str, max_s: float, poll_s: float
+) -> AsyncIterator[bytes]:
+    """Every `poll_s` until `max_s`: the rows `tick` found changed (True on its first call), each as one event."""
+    yield f"retry: {RECONNECT_MS}\n\n".encode()
+    started = time.monotonic()
+    beat = started
+    first = True
+    while time.monotonic() - started < max_s:
+        stamp, rows = await anyio.to_thread.run_sync(tick, first)
+        first = False
+        for row in rows:
+            yield sse(event, row, f"{stamp:.6f}")
+        if time.monotonic() - beat > HEARTBEAT_S:
+            beat = time.monotonic()
+            yield b": ping\n\n"
+        await anyio.sleep(poll_s)
 
 
 class JobFeed:
@@ -151,3 +162,37 @@ class JobFeed:
             if done:
                 return
             await anyio.sleep(LIVE_POLL_S)
+
+
+class WorkersFeed:
+    """Yields a `worker` event for every worker whose row changed: all of them at first, then as they change.
+
+    Each look reads only the running and stopping workers; a worker the feed showed that left that list
+    (stopped, or judged lost) is read once more among all workers, so the page sees how it ended."""
+
+    def __init__(self, store: Callable[[], Store], show_all: bool, max_s: float = FEED_MAX_S) -> None:
+        self._store = store
+        self._show_all = show_all
+        self._max_s = max_s
+        self._sigs: dict[str, str] = {}
+        self._active: set[str] = set()
+
+    def _tick(self, first: bool) -> tuple[float, list[dict[str, Any]]]:
+        store = self._store()
+        now = time.time()
+        workers = store.list_workers(include_stopped=first and self._show_all)[:WORKERS_LIMIT]
+        left = self._active - {w.id for w in workers}
+        if left:
+            workers += [w for w in store.list_workers() if w.id in left]
+            self._active -= left
+        changed: list[dict[str, Any]] = []
+        for w in workers:
+            (self._active.add if w.state in ACTIVE_WORKER_STATES else self._active.discard)(w.id)
+            row = worker_row(w, now)
+            if self._sigs.get(w.id) != row["sig"]:
+                self._sigs[w.id] = row["sig"]
+                changed.append(row)
+        return now, changed
+
+    def events(self) -> AsyncIterator[bytes]:
+        return _rows_feed(self._tick, "worker", self._max_s, WORKERS_POLL_S)

@@ -20,6 +20,7 @@ from relay.jobs.envelope import job_title
 from relay.jobs.request import via_of
 from relay.store import JobRecord
 from relay.web._queries import JobQueries
+from relay.web.workers import worker_fact
 
 STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
 ACTIVE = ("queued", "running")
@@ -101,7 +102,9 @@ def job_row(rec: JobRecord, now: float | None = None) -> dict[str, Any]:
         "duration_s": round(duration, 1) if duration is not None else None,
         "cost_usd": _cost(rec),
         "final": rec.is_final,
+        "worker": rec.worker,
     }
+    # Not the worker: a claim comes just before `running`, which carries it (one event per state, as before).
     row["sig"] = f"{rec.status}|{rec.model}|{rec.finished_at}|{row['cost_usd']}|{rec.started_at}"
     return row
 
@@ -112,6 +115,7 @@ class JobFilter:
     agent: str | None = None
     text: str | None = None
     principal: str | None = None  # the jobs of one principal (who started them)
+    worker: str | None = None  # the jobs whose claim one worker (its id) holds or held last
 
 
 def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) -> dict[str, Any]:
@@ -124,6 +128,7 @@ def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) ->
         offset=(page - 1) * PAGE_SIZE,
         limit=PAGE_SIZE + 1,
         principal=flt.principal,
+        worker=flt.worker,
     )
     now = time.time()
     rows: list[dict[str, Any]] = []
@@ -135,7 +140,7 @@ def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) ->
     return {"rows": rows, "page": page, "has_next": len(ids) > PAGE_SIZE, "now": now}
 
 
-def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
+def job_detail(engine: Engine, queries: JobQueries, job_id: str) -> dict[str, Any]:
     """The job page: its envelope, the tail of its transcript, its stderr and the files it changed."""
     rec = engine.get(job_id)
     env = engine.envelope(rec.id)
@@ -158,6 +163,8 @@ def job_detail(engine: Engine, job_id: str) -> dict[str, Any]:
         "diff": diff_lines(engine, rec.id) if env.get("workspace") and rec.is_final else [],
         "best_of": best_of_result(engine, rec.id) if rec.agent == "best_of" and rec.is_final else None,
         "permission": permission_fact(rec.request),
+        "worker": worker_fact(queries, rec.worker),
+        "kind": rec.kind,
     }
 
 

@@ -52,12 +52,14 @@
     const state = document.getElementById("live-state");
     const statuses = table.dataset.statuses ? table.dataset.statuses.split(",") : [];
     const agent = table.dataset.agent, principal = table.dataset.principal, q = table.dataset.q.toLowerCase();
+    const worker = table.dataset.worker;
     const firstPage = table.dataset.page === "1";
 
     function matches(r) {
       if (statuses.length && !statuses.includes(r.status)) return false;
       if (agent && r.agent !== agent) return false;
       if (principal && r.principal !== principal) return false;
+      if (worker && r.worker !== worker) return false;
       if (q && ![r.id, r.title, r.cwd, r.model, r.via].some((v) => String(v || "").toLowerCase().includes(q))) return false;
       return true;
     }
@@ -125,6 +127,10 @@
       document.getElementById("f-duration").textContent = duration(r.duration_s);
       document.getElementById("f-cost").textContent = usd(r.cost_usd);
       if (r.final && cancelForm) cancelForm.remove();
+      const held = document.getElementById("f-worker");
+      if (r.worker && !held.querySelector("a")) {
+        held.replaceChildren(el("a", { href: base + "/jobs?worker=" + encodeURIComponent(r.worker) }, [r.worker]));
+      }
     }
     if (cancelForm) wireCancel(cancelForm, showStatus);
     const earlier = document.getElementById("earlier");
@@ -160,9 +166,69 @@
     });
   }
 
+  // workers page -----------------------------------------------------------------------------
+  function workersPage() {
+    const table = document.getElementById("workers");
+    const tbody = table.querySelector("tbody");
+    const state = document.getElementById("live-state");
+    const active = (s) => s === "running" || s === "stopping";
+
+    // A heartbeat older than the worker's lease is stale: flagged as the seconds pass, without a new event.
+    function refresh() {
+      let running = 0, stale = 0;
+      for (const tr of tbody.rows) {
+        const beat = tr.querySelector("td.beat");
+        const age = Date.now() / 1000 - parseFloat(beat.dataset.ts);
+        const isStale = beat.dataset.active === "true" && age > parseFloat(beat.dataset.lease);
+        beat.querySelector(".age").textContent = ago(parseFloat(beat.dataset.ts));
+        beat.querySelector(".flag").hidden = !isStale;
+        tr.classList.toggle("stale", isStale);
+        if (isStale) stale += 1; else if (beat.dataset.active === "true") running += 1;
+      }
+      document.getElementById("n-running").textContent = String(running);
+      const n = document.getElementById("n-stale");
+      n.textContent = String(stale);
+      n.className = stale ? "flag" : "";
+    }
+    function render(w) {
+      const jobs = base + "/jobs?worker=" + encodeURIComponent(w.id);
+      const tr = el("tr", { id: "worker-" + w.id, "data-sig": w.sig });
+      const lease = String(Math.round(w.lease_s * 10) / 10);
+      const flag = el("span", { class: "flag" }, ["stale: older than its " + lease + " s lease"]);
+      tr.append(
+        el("td", {}, [el("a", { href: jobs, class: "name" }, [w.name]), el("div", { class: "title" }, [el("code", {}, [w.id])])]),
+        el("td", {}, [w.host + " · pid " + w.pid]),
+        el("td", {}, [el("span", { class: "badge w-" + w.state }, [w.state])]),
+        el("td", { class: "beat", "data-ts": w.heartbeat_at, "data-lease": w.lease_s, "data-active": String(active(w.state)) },
+           [el("span", { class: "age" }, [ago(w.heartbeat_at)]), " ", flag]),
+        el("td", {}, [String(w.slots)]),
+        el("td", { class: "running" }, [String(w.running)]),
+        el("td", { class: "ran" }, [el("a", { href: jobs }, [String(w.ran)])]),
+        el("td", {}, [w.agents]),
+        el("td", {}, [w.labels || "-"]),
+      );
+      return tr;
+    }
+    function apply(w) {
+      const existing = document.getElementById("worker-" + w.id);
+      if (existing && existing.dataset.sig === w.sig) return; // already shown in this state
+      const empty = document.getElementById("workers-empty");
+      if (empty) empty.remove();
+      if (existing) existing.replaceWith(render(w)); else tbody.prepend(render(w));
+      refresh();
+    }
+    const all = table.dataset.all ? "?all=1" : "";
+    const es = new EventSource(base + "/events/workers" + all);
+    es.addEventListener("open", () => { state.textContent = "live"; state.className = "on"; });
+    es.addEventListener("error", () => { state.textContent = "reconnecting…"; state.className = "off"; });
+    es.addEventListener("worker", (ev) => apply(JSON.parse(ev.data)));
+    setInterval(refresh, 1000);
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const view = document.body.dataset.view;
     if (view === "jobs") jobsPage();
     if (view === "job") jobPage();
+    if (view === "workers") workersPage();
   });
 })();
