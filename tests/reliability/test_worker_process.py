@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,7 @@ import pytest
 
 from relay.jobs.engine import Engine
 from relay.jobs.request import JobRequest
-from relay.store import Store
+from relay.store import Store, WorkerInfo
 from tests.reliability.conftest import RELAY, AdvSettings, relay_env, wait_for
 from tests.reliability.test_one_queue import interval_agent, most_at_once
 
@@ -113,3 +114,16 @@ def test_relay_run_asks_for_labels_and_a_worker_with_them_runs_it_while_a_bad_la
     assert job.request["labels"] == ["gpu"] and job.request["retry"] == "on_lost_worker"
     [ran_on] = [w for w in Store(relay_home / "relay.db").list_workers() if w.id == job.worker]
     assert ran_on.labels == ["gpu"]  # the `relay run` (RELAY_RUN_JOBS=0) queued it; the gpu worker ran it
+
+
+def test_relay_workers_flags_a_worker_whose_heartbeat_is_older_than_its_lease(relay_home: Path) -> None:
+    store = Store(relay_home / "relay.db")
+    store.register_worker(WorkerInfo("gone/1", "gone", "h", 1, 1, "b", None, (), 1, 0.01))
+    store.register_worker(WorkerInfo("fresh/1", "fresh", "h", 2, 1, "b", ("codex",), ("gpu",), 3, 600.0))
+    time.sleep(0.05)
+    listed = {w["name"]: w for w in workers(relay_home)}
+    assert (listed["gone"]["stale"], listed["fresh"]["stale"]) == (True, False)
+    assert store.get_worker("fresh/1") is not None and store.get_worker("nobody") is None
+    table = subprocess.run([RELAY, "workers"], env=relay_env(relay_home), capture_output=True, text=True, check=True)
+    [gone_line] = [line for line in table.stdout.splitlines() if line.startswith("gone")]
+    assert "STALE" in gone_line and "codex / gpu" in table.stdout

@@ -95,7 +95,19 @@ def cmd_workers(args: argparse.Namespace) -> int:
     now = time.time()
     rows = [w for w in store.list_workers() if args.all or w.state in ("running", "stopping")]
     if args.json:
-        print(json.dumps([vars(w) | {"heartbeat_age_s": round(now - w.heartbeat_at, 1)} for w in rows], indent=2))
+        print(
+            json.dumps(
+                [
+                    vars(w)
+                    | {
+                        "heartbeat_age_s": round(now - w.heartbeat_at, 1),
+                        "stale": w.state == "running" and now - w.heartbeat_at > w.lease_s,
+                    }
+                    for w in rows
+                ],
+                indent=2,
+            )
+        )
         return 0
     if not rows:
         print("no workers running (`relay workers --all` lists stopped ones too)")
@@ -105,9 +117,11 @@ def cmd_workers(args: argparse.Namespace) -> int:
     )
     for w in rows:
         agents = ",".join(w.agents) if w.agents else "*"
+        age = now - w.heartbeat_at
+        stale = "  STALE: no heartbeat for longer than its lease" if w.state == "running" and age > w.lease_s else ""
         print(
-            f"{w.name[:24]:<24} {w.host[:20]:<20} {w.state:<9} {now - w.heartbeat_at:>8.1f}s {w.slots:>5}"
-            f" {w.running:>7} {w.ran:>6}  {agents} / {','.join(w.labels) or '-'}"
+            f"{w.name[:24]:<24} {w.host[:20]:<20} {w.state:<9} {age:>8.1f}s {w.slots:>5}"
+            f" {w.running:>7} {w.ran:>6}  {agents} / {','.join(w.labels) or '-'}{stale}"
         )
     return 0
 

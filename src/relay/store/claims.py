@@ -132,19 +132,22 @@ class Claims:
 
     def list_workers(self, *, include_stopped: bool = True) -> list[WorkerRecord]:
         """Workers, the most recently alive first, with how many jobs each holds now."""
-        where = "" if include_stopped else " WHERE w.state IN ('running', 'stopping')"
+        return self._workers("" if include_stopped else " WHERE w.state IN ('running', 'stopping')", ())
+
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        found = self._workers(" WHERE w.id = ?", (worker_id,))
+        return found[0] if found else None
+
+    def _workers(self, where: str, params: Sequence[Any]) -> list[WorkerRecord]:
         sql = (
             "SELECT w.id, w.name, w.host, w.pid, w.start_ticks, w.boot_id, w.agents, w.labels, w.slots, w.lease_s,"
             " w.started_at, w.heartbeat_at, w.stopped_at, w.state, w.ran,"
             f" (SELECT count(*) FROM jobs j WHERE j.worker = w.id AND j.{HOLDS_SLOT.replace(' AND ', ' AND j.')})"
             f" FROM workers w{where} ORDER BY w.heartbeat_at DESC"
         )
-        with self._running(sql, ()) as db:
-            rows = db.execute(sql).fetchall()
+        with self._running(sql, params) as db:
+            rows = db.execute(sql, params).fetchall()
         return [_worker(tuple(r)) for r in rows]
-
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        return next((w for w in self.list_workers() if w.id == worker_id), None)
 
     # claims ------------------------------------------------------------------------------
 
