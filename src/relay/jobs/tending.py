@@ -72,10 +72,14 @@ class Tending:
                 if status not in ("queued", "running") or worker is not None:
                     self._lifecycle.job_ended(job_id)  # queued here, claimed (or ended) elsewhere: not ours to keep
                 continue
-            if status not in ("queued", "running"):
+            # An in-process task holds no claim; a CLI job's claim may have been taken over by another worker, or
+            # ended by one that judged this one lost (its lease ran out while it was cut off from the store).
+            final = status not in ("queued", "running")
+            if final and job_id in state.tasks:
                 continue
-            # An in-process task holds no claim; a CLI job's claim may have been taken over by another worker.
-            taken = job_id not in state.tasks and (worker != state.worker.id or epoch != state.epochs.get(job_id))
+            taken = job_id not in state.tasks and (
+                final or worker != state.worker.id or epoch != state.epochs.get(job_id)
+            )
             if taken or cancel:
                 live.stop_reason = LEASE_LOST if taken else "cancelled"
                 live.stop.set()
