@@ -15,6 +15,7 @@ from mcp.types import CallToolResult
 from relay.config import Settings, load_settings
 from relay.gateway import _glossary
 from relay.runtime import choice, procinfo
+from tests.postgres import Cluster, pg_bin
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 FAKE_CLAUDE = FAKES / "claude"
@@ -195,3 +196,31 @@ def reap_groups() -> Iterator[list[int]]:
     for pgid in groups:
         with contextlib.suppress(OSError):
             os.killpg(pgid, 9)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL cluster for the whole session (tests/postgres.py); stopped by its pid at the end.
+
+    Missing PostgreSQL: the test fails under CI=true (scripts/install-system-tools installs it), else skips.
+    """
+    bin_dir = pg_bin()
+    if bin_dir is None:
+        message = "no PostgreSQL under /usr/lib/postgresql/*/bin (apt-get install postgresql)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = Cluster(bin_dir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> Iterator[str]:
+    """The URL of a new, empty database of the session's cluster, dropped after the test."""
+    url = pg_cluster.new_database()
+    yield url
+    pg_cluster.drop_database(url)

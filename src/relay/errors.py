@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     STORE_BUSY = "STORE_BUSY"
     STORE_DAMAGED = "STORE_DAMAGED"
     STORE_READONLY = "STORE_READONLY"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"  # the store's server (PostgreSQL) cannot be reached now: try again
     DISK_FULL = "DISK_FULL"
     GIT_FAILED = "GIT_FAILED"  # a git command of a worktree job failed (the message has git's own words)
     LAND_CONFLICT = "LAND_CONFLICT"  # a job's branch does not apply onto the target: nothing was changed

@@ -13,7 +13,8 @@ EXIT_ERROR = 2
 # Exit status of a command that failed with an exception relay did not expect (a bug; EX_SOFTWARE).
 EXIT_INTERNAL = 70
 # Exit status when relay's storage failed: the disk is full, RELAY_HOME is read-only, relay.db is
-# damaged (EX_IOERR); and when relay.db stayed locked by another process (EX_TEMPFAIL: try again).
+# damaged (EX_IOERR); and when relay.db stayed locked by another process or the PostgreSQL store cannot be
+# reached (EX_TEMPFAIL: try again).
 EXIT_STORAGE = 74
 EXIT_STORE_BUSY = 75
 _STORAGE = (ErrorCode.DISK_FULL, ErrorCode.STORE_READONLY, ErrorCode.STORE_DAMAGED)
@@ -63,6 +64,6 @@ def exit_status(err: RelayError) -> int:
     """A command's exit status for `err`: refusals 2, storage failures 74, a busy store 75, a bug 70."""
     if err.code is ErrorCode.INTERNAL:
         return EXIT_INTERNAL
-    if err.code is ErrorCode.STORE_BUSY:
+    if err.code in (ErrorCode.STORE_BUSY, ErrorCode.STORE_UNAVAILABLE):
         return EXIT_STORE_BUSY
     return EXIT_STORAGE if err.code in _STORAGE else EXIT_ERROR

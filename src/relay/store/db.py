@@ -17,6 +17,7 @@ from relay.audit import AuditLog, finished_data, open_audit, queued_data
 from relay.errors import ErrorCode
 from relay.events import Event
 from relay.osfiles import private, private_home
+from relay.store import outputs
 from relay.store.claims import Claims
 from relay.store.health import damage, damaged, move_aside, os_error, sqlite_error
 from relay.store.migrations import migrate
@@ -514,6 +515,19 @@ class Store(Claims):
             (job_id, after_seq, limit),
         ).fetchall()
         return [(int(r[0]), float(r[1]), Event(r[2], json.loads(r[3]))) for r in rows]
+
+    # outputs ----------------------------------------------------------------------------
+
+    def append_output(self, job_id: str, stream: str, data: bytes) -> int:
+        """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after."""
+        # The chunk's parameters, so that a large chunk bound to the cached statement is let go afterwards.
+        with self._running(outputs.INSERT_CHUNK, (job_id, stream, 0, 0, 0, data)) as db:
+            return outputs.append(db, job_id, stream, data)
+
+    def read_output_page(self, job_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        """Up to `limit` bytes of a job's output stream from `offset`, and the stream's whole length."""
+        with self._running(outputs.READ_PAGE, ()) as db:
+            return outputs.read_page(db, job_id, stream, offset, limit)
 
     # sessions ---------------------------------------------------------------------------
 

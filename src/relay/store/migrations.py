@@ -401,6 +401,24 @@ def m015_claims(db: sqlite3.Connection) -> None:
     )
 
 
+def m016_outputs(db: sqlite3.Connection) -> None:
+    """A job's outputs (stdout, stderr, transcript, result) in chunks of at most 1 MiB (store/outputs.py)."""
+    db.executescript(
+        """
+        CREATE TABLE outputs (
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            stream TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            byte_offset INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (job_id, stream, seq)
+        );
+        CREATE UNIQUE INDEX outputs_offset ON outputs(job_id, stream, byte_offset);
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -417,6 +435,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m013_mcp_server_state", m013_mcp_server_state),
     ("m014_principals", m014_principals),
     ("m015_claims", m015_claims),
+    ("m016_outputs", m016_outputs),
 ]
 
 

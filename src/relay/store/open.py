@@ -1,0 +1,39 @@
+"""Open the job store a setting names: a path is SQLite, a postgresql:// URL is PostgreSQL (loaded only then)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from relay.audit import AuditLog, open_audit
+from relay.errors import ErrorCode, RelayError
+from relay.store.api import JobStore
+from relay.store.db import Store
+
+PG_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_pg_url(target: str | Path) -> bool:
+    return isinstance(target, str) and target.startswith(PG_SCHEMES)
+
+
+def open_store(target: str | Path, *, home: Path, audit: AuditLog | None = None) -> JobStore:
+    """The job store at `target`: a SQLite file (a path, or `sqlite:///path`) or a PostgreSQL URL.
+
+    `home` is this process's RELAY_HOME: the audit log of the jobs it changes lives there, whichever
+    backend holds the jobs.
+    """
+    if is_pg_url(target):
+        from relay.store.pg import PgStore  # psycopg is loaded only by a relay that uses PostgreSQL
+
+        return PgStore(str(target), audit if audit is not None else open_audit(home))
+    text = str(target)
+    if text.startswith("sqlite://"):
+        return Store(Path(text.removeprefix("sqlite://")), audit)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"relay cannot keep its jobs in a {scheme}:// store",
+            "use a postgresql://user@host/db URL, or a SQLite file path (the default: RELAY_HOME/relay.db)",
+        )
+    return Store(Path(text), audit)

@@ -1,0 +1,173 @@
+"""The PostgreSQL store's numbered migrations: the queue's tables under the names SQLite's migrations have.
+
+Only the tables of the queue live in PostgreSQL (jobs, events, sessions, the audit mark, outputs);
+the stores beside it (threads, tracker, gateway, hooks, workspaces) keep their SQLite file in each
+front's home, so their migrations (m004 - m007, m009 - m011, m013) have no PostgreSQL side. Each
+step is the PostgreSQL translation of the SQLite step of the same name: REAL is double precision,
+pids and ticks bigint, flags boolean, ids compare byte by byte (COLLATE "C", as SQLite does).
+
+Every change of a job row, new events and new output notify channel `relay_jobs` with the job's id,
+and a job that becomes queued also `relay_queue` (triggers, so no writer can forget one).
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+# The advisory lock key (any constant) that serializes relays migrating one database at once.
+MIGRATION_LOCK = 0x72656C6179  # "relay"
+JOBS_CHANNEL = "relay_jobs"
+QUEUE_CHANNEL = "relay_queue"
+
+M001_JOBS = """
+CREATE TABLE jobs (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    agent TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'cli',
+    status TEXT NOT NULL,
+    request TEXT NOT NULL,
+    model TEXT,
+    cwd TEXT,
+    session_id TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    started_at DOUBLE PRECISION,
+    finished_at DOUBLE PRECISION,
+    deadline_at DOUBLE PRECISION,
+    idle_timeout_s DOUBLE PRECISION,
+    pid BIGINT,
+    pid_start_ticks BIGINT,
+    boot_id TEXT,
+    owner_pid BIGINT,
+    owner_start_ticks BIGINT,
+    cancel_requested BOOLEAN NOT NULL DEFAULT false,
+    stop_reason TEXT,
+    exit_code INTEGER,
+    result TEXT,
+    error TEXT
+);
+CREATE INDEX jobs_session ON jobs(session_id);
+CREATE FUNCTION relay_job_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('relay_jobs', NEW.id);
+    IF NEW.status = 'queued' AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM 'queued') THEN
+        PERFORM pg_notify('relay_queue', NEW.id);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_changed AFTER INSERT OR UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION relay_job_changed();
+"""
+
+# New rows of a job's table (events, outputs) notify once per job and statement.
+_ROWS_ADDED = """
+CREATE FUNCTION relay_rows_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('relay_jobs', job_id) FROM (SELECT DISTINCT job_id FROM added) AS jobs;
+    RETURN NULL;
+END $$;
+"""
+
+M002_EVENTS = (
+    """
+CREATE TABLE events (
+    job_id TEXT COLLATE "C" NOT NULL REFERENCES jobs(id),
+    seq INTEGER NOT NULL,
+    ts DOUBLE PRECISION NOT NULL,
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+);
+"""
+    + _ROWS_ADDED
+    + """
+CREATE TRIGGER events_added AFTER INSERT ON events REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION relay_rows_added();
+"""
+)
+
+M003_SESSIONS = """
+CREATE TABLE sessions (
+    agent TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    model TEXT,
+    permission TEXT NOT NULL,
+    title TEXT NOT NULL,
+    turns INTEGER NOT NULL DEFAULT 0,
+    total_cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+    created_at DOUBLE PRECISION NOT NULL,
+    last_used_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (agent, session_id)
+);
+CREATE INDEX sessions_last_used ON sessions(last_used_at);
+"""
+
+# SQLite's m008 replaced two single-column indexes; here they were never made.
+M008_INDEXES = """
+CREATE INDEX jobs_created_id ON jobs(created_at, id);
+CREATE INDEX jobs_status_created_id ON jobs(status, created_at, id);
+CREATE INDEX jobs_agent_created_id ON jobs(agent, created_at, id);
+"""
+
+# One mark per audit log (each front keeps its log in its own home: host and path name it).
+M012_AUDIT_MARK = """
+CREATE TABLE audit_mark (
+    log TEXT PRIMARY KEY,
+    seq BIGINT NOT NULL,
+    hash TEXT NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+"""
+
+M014_PRINCIPALS = """
+ALTER TABLE jobs ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE sessions ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+CREATE INDEX jobs_principal_created_id ON jobs(principal, created_at, id);
+"""
+
+# EXTERNAL: stored uncompressed, so substring() reads only the part of a chunk a page needs.
+M016_OUTPUTS = """
+CREATE TABLE outputs (
+    job_id TEXT COLLATE "C" NOT NULL REFERENCES jobs(id),
+    stream TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    byte_offset BIGINT NOT NULL,
+    size INTEGER NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (job_id, stream, seq)
+);
+ALTER TABLE outputs ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE UNIQUE INDEX outputs_offset ON outputs(job_id, stream, byte_offset);
+CREATE TRIGGER outputs_added AFTER INSERT ON outputs REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION relay_rows_added();
+"""
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("m001_jobs", M001_JOBS),
+    ("m002_events", M002_EVENTS),
+    ("m003_sessions", M003_SESSIONS),
+    ("m008_indexes", M008_INDEXES),
+    ("m012_audit_mark", M012_AUDIT_MARK),
+    ("m014_principals", M014_PRINCIPALS),
+    ("m016_outputs", M016_OUTPUTS),
+]
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """Apply the migrations not yet recorded, in one transaction under an advisory lock; the names applied now."""
+    applied: list[str] = []
+    with conn.transaction():
+        # Two relays starting at once on a new database: the second waits here, then finds all done.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        done = {str(row[0]) for row in conn.execute("SELECT name FROM migrations")}
+        for name, ddl in MIGRATIONS:
+            if name in done:
+                continue
+            conn.execute(ddl.encode())  # several statements: sent as one simple query
+            conn.execute("INSERT INTO migrations (name, applied_at) VALUES (%s, %s)", (name, time.time()))
+            applied.append(name)
+    return applied

@@ -1,0 +1,432 @@
+"""The PostgreSQL store: the job store's API (jobs, events, sessions, outputs) over a pool of connections.
+
+Same method names, signatures and return types as the SQLite `Store`, so the job engine does not know
+which one it holds. Each call borrows a connection from the pool (checked on the way out, so a server
+restart costs a reconnect, not an error), runs in autocommit or in one explicit transaction, and any
+psycopg error comes back as a RelayError (pg/errors.py). Every job state change is also announced by
+the tables' triggers on `relay_jobs` / `relay_queue` (pg/schema.py; pg/listen.py waits for them).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Generator, Iterable, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from relay.audit import AuditLog, finished_data, queued_data
+from relay.events import Event
+from relay.store import outputs
+from relay.store.db import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn
+from relay.store.pg.errors import pg_error
+from relay.store.pg.schema import migrate
+
+# Connections one process keeps to the server: the event loop and a few worker threads at once.
+POOL_SIZE = 4
+# How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
+POOL_WAIT_S = 10.0
+# How long one connection attempt may take (an address that drops packets answers nothing).
+CONNECT_TIMEOUT_S = 5
+# TCP keepalives, so a connection to a server that vanished (power loss, a cut link) is found dead in ~30 s.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 4}
+
+
+def conninfo(url: str) -> str:
+    """`url` with relay's connection settings (timeout, keepalives) added; the URL's own settings win."""
+    return make_conninfo(url, **({"connect_timeout": CONNECT_TIMEOUT_S} | KEEPALIVES | conninfo_to_dict(url)))
+
+
+_JOB_COLUMNS: LiteralString = (
+    "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
+    " idle_timeout_s, pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, cancel_requested, stop_reason,"
+    " exit_code, result, error, principal"
+)
+assert _JOB_COLUMNS == JOB_COLUMNS  # one column order for both backends (JobRecord's field order)
+
+_MARK_AUDIT = (
+    "INSERT INTO audit_mark (log, seq, hash, updated_at) VALUES (%s, %s, %s, %s) ON CONFLICT (log) DO UPDATE SET"
+    " seq=excluded.seq, hash=excluded.hash, updated_at=excluded.updated_at WHERE excluded.seq >= audit_mark.seq"
+)
+_UPSERT_SESSION = (
+    "INSERT INTO sessions (agent, session_id, cwd, model, permission, title, turns, total_cost_usd,"
+    " created_at, last_used_at, principal) VALUES (%s,%s,%s,%s,%s,%s,1,%s,%s,%s,%s)"
+    " ON CONFLICT (agent, session_id) DO UPDATE SET turns=sessions.turns+1,"
+    " total_cost_usd=sessions.total_cost_usd+excluded.total_cost_usd,"
+    " last_used_at=excluded.last_used_at, model=COALESCE(excluded.model, sessions.model)"
+)
+# A batch of events in one statement (one round trip, one notification); a seq already stored is kept.
+_ADD_EVENTS = (
+    "INSERT INTO events (job_id, seq, ts, type, data)"
+    " SELECT %s, s, %s, t, d FROM unnest(%s::integer[], %s::text[], %s::text[]) AS e(s, t, d)"
+    " ON CONFLICT (job_id, seq) DO NOTHING"
+)
+_READ_PAGE = (
+    "SELECT substring(data FROM greatest(%s - byte_offset, 0)::integer + 1"
+    " FOR (least(byte_offset + size, %s) - greatest(byte_offset, %s))::integer)"
+    " FROM outputs WHERE job_id=%s AND stream=%s AND byte_offset + size > %s AND byte_offset > %s AND byte_offset < %s"
+    " ORDER BY byte_offset"
+)
+_TOTAL = "SELECT COALESCE(MAX(byte_offset + size), 0) FROM outputs WHERE job_id=%s AND stream=%s"
+_LAST_CHUNK = "SELECT seq + 1, byte_offset + size FROM outputs WHERE job_id=%s AND stream=%s ORDER BY seq DESC LIMIT 1"
+_INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (%s, %s, %s, %s, %s, %s)"
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+def _job(row: tuple[Any, ...]) -> JobRecord:
+    return JobRecord(*row)  # the columns of JOB_COLUMNS, in JobRecord's field order
+
+
+class PgStore:
+    """The job store on PostgreSQL at `url`; safe to share between the event loop and worker threads."""
+
+    def __init__(self, url: str, audit: AuditLog, *, pool_size: int = POOL_SIZE, wait_s: float = POOL_WAIT_S) -> None:
+        self.url = url
+        self.audit = audit
+        # This process's audit log, as the mark table names it (several fronts share one database).
+        self._log = f"{socket.gethostname()}:{audit.home}"
+        try:
+            with psycopg.connect(conninfo(url), autocommit=True) as conn:
+                migrate(conn)
+        except psycopg.Error as exc:
+            raise pg_error(exc, url) from None
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            conninfo(url),
+            kwargs={"autocommit": True},
+            min_size=1,
+            max_size=pool_size,
+            timeout=wait_s,
+            check=ConnectionPool.check_connection,
+            name="relay-store",
+            open=True,
+        )
+        self.audit.marks.append(self._mark_audit)
+
+    def close(self) -> None:
+        with suppress(ValueError):
+            self.audit.marks.remove(self._mark_audit)
+        self._pool.close()
+
+    @contextmanager
+    def _conn(self) -> Generator[Conn]:
+        """A connection of the pool; a psycopg failure becomes a RelayError."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise pg_error(exc, self.url) from None
+
+    def _exec(self, sql: LiteralString, params: Sequence[Any] = ()) -> tuple[list[tuple[Any, ...]], int]:
+        """Run one statement; its rows (if it returns any) and how many rows it changed."""
+        with self._conn() as conn:
+            cur = conn.execute(sql, params)
+            return (cur.fetchall() if cur.description else []), cur.rowcount
+
+    def _mark_audit(self, seq: int, line_hash: str) -> None:
+        self._exec(_MARK_AUDIT, (self._log, seq, line_hash, time.time()))
+
+    def applied_migrations(self) -> list[str]:
+        return [str(r[0]) for r in self._exec("SELECT name FROM migrations ORDER BY name")[0]]
+
+    # jobs -------------------------------------------------------------------------------
+
+    def insert_job(
+        self,
+        job_id: str,
+        agent: str,
+        kind: str,
+        request: dict[str, Any],
+        model: str | None,
+        cwd: str | None,
+        *,
+        owner: tuple[int, int | None] | None = None,
+        principal: str = "local",
+    ) -> None:
+        """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given."""
+        owner_pid, owner_ticks = owner if owner is not None else (None, None)
+        self._exec(
+            "INSERT INTO jobs (id, agent, kind, status, request, model, cwd, session_id, created_at,"
+            " owner_pid, owner_start_ticks, principal) VALUES (%s, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                job_id,
+                agent,
+                kind,
+                json.dumps(request),
+                model,
+                cwd,
+                request.get("session_id"),
+                time.time(),
+                owner_pid,
+                owner_ticks,
+                principal,
+            ),
+        )
+        self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
+
+    def mark_running(
+        self,
+        job_id: str,
+        *,
+        pid: int | None,
+        pid_start_ticks: int | None,
+        boot_id: str | None,
+        owner_pid: int,
+        owner_start_ticks: int | None,
+        deadline_at: float | None,
+        idle_timeout_s: float | None,
+    ) -> None:
+        self._exec(
+            "UPDATE jobs SET status='running', started_at=%s, pid=%s, pid_start_ticks=%s, boot_id=%s, owner_pid=%s,"
+            " owner_start_ticks=%s, deadline_at=%s, idle_timeout_s=%s WHERE id=%s",
+            (
+                time.time(),
+                pid,
+                pid_start_ticks,
+                boot_id,
+                owner_pid,
+                owner_start_ticks,
+                deadline_at,
+                idle_timeout_s,
+                job_id,
+            ),
+        )
+        self.audit.record("running", job_id, {"pid": pid})
+
+    def set_owner(self, job_id: str, owner_pid: int, owner_start_ticks: int | None) -> None:
+        self._exec(
+            "UPDATE jobs SET owner_pid=%s, owner_start_ticks=%s WHERE id=%s", (owner_pid, owner_start_ticks, job_id)
+        )
+
+    def claim_job(self, rec: JobRecord, owner_pid: int, owner_start_ticks: int | None) -> bool:
+        """Take an unfinished job over from its dead owner, atomically: True for exactly one claimant."""
+        _, changed = self._exec(
+            "UPDATE jobs SET owner_pid=%s, owner_start_ticks=%s WHERE id=%s AND status IN ('queued', 'running')"
+            " AND owner_pid IS NOT DISTINCT FROM %s AND owner_start_ticks IS NOT DISTINCT FROM %s",
+            (owner_pid, owner_start_ticks, rec.id, rec.owner_pid, rec.owner_start_ticks),
+        )
+        return changed == 1
+
+    def request_cancel(self, job_id: str) -> None:
+        self._exec("UPDATE jobs SET cancel_requested=true WHERE id=%s", (job_id,))
+
+    def set_stop_reason(self, job_id: str, reason: str) -> None:
+        """Record why relay is stopping a job (cancelled / timed_out) before it kills it."""
+        self._exec("UPDATE jobs SET stop_reason=COALESCE(stop_reason, %s) WHERE id=%s", (reason, job_id))
+
+    def set_session(self, job_id: str, session_id: str) -> None:
+        self._exec("UPDATE jobs SET session_id=%s WHERE id=%s", (session_id, job_id))
+
+    def finish_job(
+        self,
+        job_id: str,
+        status: str,
+        *,
+        exit_code: int | None,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        session_id: str | None,
+        model: str | None,
+        output: str | None = None,
+        session: SessionTurn | None = None,
+    ) -> bool:
+        """Write the final state once (and its audit entry, with `output`); False if another process finished it first.
+
+        `session`: the agent session's turn, counted in the same transaction as the final state (one commit).
+        """
+        params = (
+            status,
+            time.time(),
+            exit_code,
+            json.dumps(result) if result is not None else None,
+            json.dumps(error) if error is not None else None,
+            session_id,
+            model,
+            job_id,
+        )
+        with self._conn() as conn, conn.transaction():
+            cur = conn.execute(
+                "UPDATE jobs SET status=%s, finished_at=%s, exit_code=%s, result=%s, error=%s,"
+                " session_id=COALESCE(%s, session_id), model=COALESCE(%s, model)"
+                " WHERE id=%s AND status IN ('queued', 'running')",
+                params,
+            )
+            changed = cur.rowcount == 1
+            if changed and session is not None:
+                conn.execute(_UPSERT_SESSION, session.params(time.time()))
+        if not changed:
+            return False
+        done = finished_data(
+            status, exit_code=exit_code, result=result, error=error, model=model, session_id=session_id, output=output
+        )
+        self.audit.record(status, job_id, done)
+        return True
+
+    def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None:
+        """The job `job_id`; with `principal`, only if that principal started it (else None, as for no job)."""
+        where, params = _of(principal)
+        jobs = self._jobs(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id=%s{where}", (job_id, *params))
+        return jobs[0] if jobs else None
+
+    def find_jobs(self, prefix: str, *, principal: str | None = None) -> list[JobRecord]:
+        """Jobs whose id starts with `prefix` (at most 5; with `principal`, only its own): a range on the key."""
+        where, params = _of(principal)
+        return self._jobs(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id >= %s AND id < %s{where} ORDER BY id LIMIT 5",
+            (prefix, prefix + "\U0010ffff", *params),
+        )
+
+    def list_jobs(
+        self,
+        *,
+        statuses: Iterable[str] = (),
+        agent: str | None = None,
+        since: float | None = None,
+        session_id: str | None = None,
+        limit: int = 50,
+        before: tuple[float, str] | None = None,
+        via: str | None = None,
+        principal: str | None = None,
+    ) -> list[JobRecord]:
+        """Jobs newest first (ties by id); `before` = (created_at, id) of the last job of the previous page."""
+        where: list[LiteralString] = []
+        params: list[Any] = []
+        if principal is not None:
+            where.append("principal = %s")
+            params.append(principal)
+        if before is not None:
+            where.append("(created_at, id) < (%s, %s)")
+            params += [before[0], before[1]]
+        status_list = list(statuses)
+        if status_list:
+            where.append("status = ANY(%s)")
+            params.append(status_list)
+        if agent:
+            where.append("agent = %s")
+            params.append(agent)
+        if since is not None:
+            where.append("created_at >= %s")
+            params.append(since)
+        if session_id:
+            where.append("session_id = %s")
+            params.append(session_id)
+        if via:
+            where.append("substr(request::json ->> 'via', 1, %s) = %s")
+            params += [len(via), via]
+        clause: LiteralString = f" WHERE {' AND '.join(where)}" if where else ""
+        params.append(limit)
+        return self._jobs(f"SELECT {_JOB_COLUMNS} FROM jobs{clause} ORDER BY created_at DESC, id DESC LIMIT %s", params)
+
+    def _jobs(self, sql: LiteralString, params: Sequence[Any]) -> list[JobRecord]:
+        return [_job(r) for r in self._exec(sql, params)[0]]
+
+    # events -----------------------------------------------------------------------------
+
+    def add_events(
+        self, job_id: str, first_seq: int, events: Sequence[Event], *, session_id: str | None = None
+    ) -> None:
+        """Store events (one statement, one commit for the batch), and the job's session id when it is new."""
+        if not events and session_id is None:
+            return
+        seqs = [first_seq + i for i in range(len(events))]
+        types = [e.type for e in events]
+        data = [json.dumps(e.data, default=str) for e in events]
+        with self._conn() as conn, conn.transaction():
+            if events:
+                conn.execute(_ADD_EVENTS, (job_id, time.time(), seqs, types, data))
+            if session_id is not None:
+                conn.execute("UPDATE jobs SET session_id=%s WHERE id=%s", (session_id, job_id))
+
+    def max_event_seq(self, job_id: str) -> int:
+        rows, _ = self._exec("SELECT MAX(seq) FROM events WHERE job_id=%s", (job_id,))
+        return int(rows[0][0]) if rows and rows[0][0] is not None else -1
+
+    def events(self, job_id: str, after_seq: int = -1, limit: int = 1000) -> list[tuple[int, float, Event]]:
+        rows, _ = self._exec(
+            "SELECT seq, ts, type, data FROM events WHERE job_id=%s AND seq>%s ORDER BY seq LIMIT %s",
+            (job_id, after_seq, limit),
+        )
+        return [(int(r[0]), float(r[1]), Event(r[2], json.loads(r[3]))) for r in rows]
+
+    # outputs ----------------------------------------------------------------------------
+
+    def append_output(self, job_id: str, stream: str, data: bytes) -> int:
+        """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after."""
+        outputs.check_stream(stream)
+        with self._conn() as conn, conn.transaction():
+            # One appender per stream at a time (a second waits here), so seq and offsets stay gapless.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{job_id}/{stream}",))
+            row = conn.execute(_LAST_CHUNK, (job_id, stream)).fetchone()
+            seq, total = (int(row[0]), int(row[1])) if row else (0, 0)
+            for at, piece in outputs.pieces(data, total):
+                conn.execute(_INSERT_CHUNK, (job_id, stream, seq, at, len(piece), piece))
+                seq += 1
+        return total + len(data)
+
+    def read_output_page(self, job_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        """Up to `limit` bytes of a job's output stream from `offset`, and the stream's whole length."""
+        outputs.check_stream(stream)
+        outputs.check_page(offset, limit)
+        end = outputs.page_end(offset, limit)
+        low = offset - outputs.CHUNK_BYTES  # no chunk that starts this early reaches `offset`: the index's bound
+        with self._conn() as conn, conn.transaction():
+            cur = conn.cursor(binary=True)
+            cur.execute(_READ_PAGE, (offset, end, offset, job_id, stream, offset, low, end))
+            parts = [bytes(r[0]) for r in cur]
+            total = conn.execute(_TOTAL, (job_id, stream)).fetchone()
+        return b"".join(parts), int(total[0]) if total else 0
+
+    # sessions ---------------------------------------------------------------------------
+
+    def upsert_session(
+        self,
+        agent: str,
+        session_id: str,
+        *,
+        cwd: str,
+        model: str | None,
+        permission: str,
+        title: str,
+        cost: float,
+    ) -> None:
+        turn = SessionTurn(agent, session_id, cwd, model, permission, title, cost)
+        self._exec(_UPSERT_SESSION, turn.params(time.time()))
+
+    def get_session(
+        self, session_id: str, agent: str | None = None, *, principal: str | None = None
+    ) -> SessionRecord | None:
+        """An agent session (of `agent` when given; with `principal`, only one that principal started)."""
+        where, params = _of(principal)
+        if agent:
+            where += " AND agent=%s"
+            params = (*params, agent)
+        rows = self._sessions(f"SELECT * FROM sessions WHERE session_id=%s{where}", (session_id, *params))
+        return rows[0] if rows else None
+
+    def list_sessions(
+        self, *, agent: str | None = None, limit: int = 50, principal: str | None = None
+    ) -> list[SessionRecord]:
+        """Agent sessions, last used first (of `agent`; with `principal`, the ones it started)."""
+        where, params = _of(principal)
+        if agent:
+            where += " AND agent=%s"
+            params = (*params, agent)
+        return self._sessions(
+            f"SELECT * FROM sessions WHERE true{where} ORDER BY last_used_at DESC LIMIT %s", (*params, limit)
+        )
+
+    def _sessions(self, sql: LiteralString, params: Sequence[Any]) -> list[SessionRecord]:
+        with self._conn() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            return [SessionRecord(**row) for row in cur.execute(sql, params)]
+
+
+def _of(principal: str | None) -> tuple[LiteralString, tuple[Any, ...]]:
+    """The condition (after a WHERE) that keeps one principal's rows; nothing for None (every principal's)."""
+    return (" AND principal=%s", (principal,)) if principal is not None else ("", ())
