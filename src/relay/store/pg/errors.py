@@ -33,6 +33,16 @@ _BY_STATE: dict[str, ErrorCode] = {
     "22": ErrorCode.INVALID_ARGUMENT,  # data exception: a NUL in text, a value out of range
 }
 
+# A refused connection carries no SQLSTATE (libpq reports the server's FATAL as text): what it says.
+_REFUSALS: tuple[tuple[str, ErrorCode], ...] = (
+    ("does not exist", ErrorCode.CONFIG_INVALID),  # no such database or role
+    ("authentication failed", ErrorCode.CONFIG_INVALID),
+    ("no password supplied", ErrorCode.CONFIG_INVALID),
+    ("no pg_hba.conf entry", ErrorCode.CONFIG_INVALID),
+    ("too many clients", ErrorCode.STORE_BUSY),
+    ("connection slots are reserved", ErrorCode.STORE_BUSY),
+)
+
 
 def redact(url: str) -> str:
     """`url` without its password (in the authority or as a `password=` query parameter)."""
@@ -48,10 +58,13 @@ def redact(url: str) -> str:
 
 
 def code_of(exc: psycopg.Error) -> ErrorCode:
-    """The relay code for a psycopg error: by its SQLSTATE (code, then class); no SQLSTATE is a connection failure."""
+    """The relay code for a psycopg error: by its SQLSTATE (code, then class), else by what a refused connection says."""
     state = exc.sqlstate
     if state is None:
-        return ErrorCode.STORE_UNAVAILABLE if isinstance(exc, psycopg.OperationalError) else ErrorCode.INTERNAL
+        if not isinstance(exc, psycopg.OperationalError):
+            return ErrorCode.INTERNAL
+        text = str(exc)
+        return next((code for words, code in _REFUSALS if words in text), ErrorCode.STORE_UNAVAILABLE)
     return _BY_STATE.get(state) or _BY_STATE.get(state[:2]) or ErrorCode.INTERNAL
 
 
