@@ -177,6 +177,8 @@ class Settings:
     worker_agents: tuple[str, ...] | None = None
     worker_labels: tuple[str, ...] = ()
     worker_slots: int | None = None
+    # Where the job queue lives (`RELAY_STORE` / `[store] url`): a postgresql:// URL, or None for relay.db in home.
+    store_url: str | None = field(default=None, repr=False)
 
     @property
     def allowed_roots(self) -> tuple[Path, ...]:
@@ -191,6 +193,11 @@ class Settings:
     @property
     def db_path(self) -> Path:
         return self.home / "relay.db"
+
+    @property
+    def store_target(self) -> str | Path:
+        """What `relay.store.open_store` opens for the job queue: the configured URL, else relay.db in home."""
+        return self.store_url or self.db_path
 
     @property
     def jobs_dir(self) -> Path:
@@ -377,6 +384,21 @@ def _grant(env: Mapping[str, str], security: Any, config_path: Path) -> tuple[st
     return value, source
 
 
+def _store_url(env_value: str | None, config_value: object) -> str | None:
+    """`RELAY_STORE`, else `[store] url`: a PostgreSQL URL (shown without anything after its scheme when refused)."""
+    value = (env_value or (config_value if isinstance(config_value, str) else "")).strip()
+    if not value:
+        return None
+    if not value.startswith(("postgresql://", "postgres://")):
+        where = "RELAY_STORE" if env_value else "[store] url"
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"{where} is not a PostgreSQL URL (it starts {value.split('://')[0][:20]!r})",
+            f"set {where} to postgresql://user@host:5432/dbname, or unset it to keep the jobs in relay.db",
+        )
+    return value
+
+
 def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
     """Build settings from config.toml in RELAY_HOME and the environment (which wins)."""
     env = dict(os.environ if environ is None else environ)
@@ -394,6 +416,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     spaces: dict[str, Any] = raw.get("workspaces", {}) if isinstance(raw.get("workspaces"), dict) else {}
     server: dict[str, Any] = raw.get("server", {}) if isinstance(raw.get("server"), dict) else {}
     queue: dict[str, Any] = raw.get("queue", {}) if isinstance(raw.get("queue"), dict) else {}
+    store: dict[str, Any] = raw.get("store", {}) if isinstance(raw.get("store"), dict) else {}
     agents_raw: dict[str, Any] = raw.get("agents", {}) if isinstance(raw.get("agents"), dict) else {}
     agents = {name: _agent_config(name, table) for name, table in agents_raw.items()}
 
@@ -472,4 +495,5 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         tokens=_tokens(server.get("tokens"), env),
         lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,
+        store_url=_store_url(env.get("RELAY_STORE"), store.get("url")),
     )

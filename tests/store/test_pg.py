@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
 from relay.store import Store, open_store
 from relay.store.pg import PgStore
@@ -129,3 +130,16 @@ def test_two_relays_migrating_a_new_database_at_once_both_start(pg_url: str, rel
     for t in threads:
         t.join(60)
     assert results == [sorted(name for name, _ in MIGRATIONS)] * 3
+
+
+def test_relay_store_or_the_config_file_names_the_postgresql_store(relay_home: Path) -> None:
+    base = {"RELAY_HOME": str(relay_home)}
+    assert load_settings(base).store_target == relay_home / "relay.db"
+    (relay_home / "config.toml").write_text('[store]\nurl = "postgresql://team@db.example/queue"\n')
+    assert load_settings(base).store_target == "postgresql://team@db.example/queue"
+    env = base | {"RELAY_STORE": "postgres://me@127.0.0.1/q"}
+    assert load_settings(env).store_target == "postgres://me@127.0.0.1/q"
+    with pytest.raises(RelayError) as err:
+        load_settings(base | {"RELAY_STORE": "mysql://u:secret@h/db"})
+    assert err.value.code is ErrorCode.CONFIG_INVALID and "RELAY_STORE" in err.value.message
+    assert "secret" not in err.value.message
