@@ -33,8 +33,8 @@ def pg_store(pg_url: str, relay_home: Path) -> Iterator[PgStore]:
 
 
 @pytest.fixture
-async def changes(pg_url: str, pg_store: PgStore) -> AsyncIterator[PgChanges]:
-    async with PgChanges(pg_url) as listener:
+async def changes(pg_store: PgStore) -> AsyncIterator[PgChanges]:
+    async with pg_store.changes() as listener:
         with anyio.fail_after(PROMPT_S):
             assert await listener.ready()
         yield listener

@@ -28,9 +28,9 @@ import psycopg
 from anyio.abc import TaskGroup
 
 from relay.errors import RelayError
+from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import pg_error
 from relay.store.pg.schema import JOBS_CHANNEL, QUEUE_CHANNEL
-from relay.store.pg.store import conninfo
 
 # The first wait before connecting again after the connection dropped, and the longest.
 RECONNECT_FIRST_S = 0.1

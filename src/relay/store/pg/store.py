@@ -17,7 +17,6 @@ from contextlib import contextmanager, suppress
 from typing import Any, LiteralString
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -25,24 +24,15 @@ from relay.audit import AuditLog, finished_data, queued_data
 from relay.events import Event
 from relay.store import outputs
 from relay.store.db import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn
+from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import pg_error
+from relay.store.pg.listen import PgChanges
 from relay.store.pg.schema import migrate
 
 # Connections one process keeps to the server: the event loop and a few worker threads at once.
 POOL_SIZE = 4
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
-# How long one connection attempt may take (an address that drops packets answers nothing).
-CONNECT_TIMEOUT_S = 5
-# TCP keepalives, so a connection to a server that vanished (power loss, a cut link) is found dead in ~30 s.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 4}
-
-
-def conninfo(url: str) -> str:
-    """`url` with relay's connection settings (timeout, keepalives) added; the URL's own settings win."""
-    return make_conninfo(url, **({"connect_timeout": CONNECT_TIMEOUT_S} | KEEPALIVES | conninfo_to_dict(url)))
-
-
 _JOB_COLUMNS: LiteralString = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
     " idle_timeout_s, pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, cancel_requested, stop_reason,"
@@ -108,6 +98,10 @@ class PgStore:
             open=True,
         )
         self.audit.marks.append(self._mark_audit)
+
+    def changes(self) -> PgChanges:
+        """A listener for this store's change notices (enter it with `async with` to start it)."""
+        return PgChanges(self.url)
 
     def close(self) -> None:
         with suppress(ValueError):
