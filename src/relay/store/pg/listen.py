@@ -69,12 +69,13 @@ class PgChanges:
         self.channels = channels
         self._subs: set[Subscription] = set()
         self._tg: TaskGroup | None = None
-        self._up = anyio.Event()
+        self._up: anyio.Event | None = None  # made once entered (an anyio.Event belongs to its event loop)
         # How many times the listener has connected (1 after the first), and why it last could not.
         self.connections = 0
         self.last_error: RelayError | None = None
 
     async def __aenter__(self) -> PgChanges:
+        self._up = anyio.Event()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._run)
@@ -89,10 +90,11 @@ class PgChanges:
 
     @property
     def listening(self) -> bool:
-        return self._up.is_set()
+        return self._up is not None and self._up.is_set()
 
     async def ready(self, timeout: float = math.inf) -> bool:
         """Wait until the listener is connected and LISTENing (True), or `timeout` seconds (False)."""
+        assert self._up is not None, "enter the listener first (async with)"
         with anyio.move_on_after(timeout):
             await self._up.wait()
         return self._up.is_set()
@@ -138,13 +140,14 @@ class PgChanges:
                     self.connections += 1
                     self.last_error = None
                     delay = RECONNECT_FIRST_S
+                    assert self._up is not None
                     self._up.set()
                     self._wake_all()  # changes made while no one listened were not announced
                     async for note in conn.notifies():
                         self._deliver(note.channel, note.payload)
             except psycopg.Error as exc:
                 self.last_error = pg_error(exc, self.url)
-            if self._up.is_set():
+            if self._up is None or self._up.is_set():
                 self._up = anyio.Event()
             self._wake_all()
             await anyio.sleep(delay)  # a server that accepts and drops at once is not hammered
