@@ -22,11 +22,13 @@ MAX_PAGE_BYTES = 16 << 20
 # The last chunk of a stream: the next seq, and the stream's length so far.
 LAST_CHUNK = "SELECT seq + 1, byte_offset + size FROM outputs WHERE job_id=? AND stream=? ORDER BY seq DESC LIMIT 1"
 INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (?, ?, ?, ?, ?, ?)"
-# The part of each chunk inside [start, end): chunks that end after `start` and begin before `end`.
-# Parameters: start, end, start, job_id, stream, start, end.
+# The part of each chunk inside [start, end): chunks that end after `start` and begin before `end` (and so
+# after `start - CHUNK_BYTES`: the bound the offset index seeks to). Parameters: start, end, start, job_id,
+# stream, start, start - CHUNK_BYTES, end.
 READ_PAGE = (
     "SELECT substr(data, max(? - byte_offset, 0) + 1, min(byte_offset + size, ?) - max(byte_offset, ?))"
-    " FROM outputs WHERE job_id=? AND stream=? AND byte_offset + size > ? AND byte_offset < ? ORDER BY byte_offset"
+    " FROM outputs WHERE job_id=? AND stream=? AND byte_offset + size > ? AND byte_offset > ? AND byte_offset < ?"
+    " ORDER BY byte_offset"
 )
 TOTAL = "SELECT COALESCE(MAX(byte_offset + size), 0) FROM outputs WHERE job_id=? AND stream=?"
 
@@ -86,7 +88,8 @@ def read_page(db: sqlite3.Connection, job_id: str, stream: str, offset: int, lim
     end = page_end(offset, limit)
     db.execute("BEGIN")  # one snapshot for the page and the total
     try:
-        parts = [bytes(r[0]) for r in db.execute(READ_PAGE, (offset, end, offset, job_id, stream, offset, end))]
+        low = offset - CHUNK_BYTES
+        parts = [bytes(r[0]) for r in db.execute(READ_PAGE, (offset, end, offset, job_id, stream, offset, low, end))]
         total = int(db.execute(TOTAL, (job_id, stream)).fetchone()[0])
     finally:
         db.execute("COMMIT")
