@@ -21,6 +21,10 @@ MIGRATION_LOCK = 0x72656C6179  # "relay"
 JOBS_CHANNEL = "relay_jobs"
 QUEUE_CHANNEL = "relay_queue"
 
+# The columns whose change is a change of a job's state (an update that sets none of them, such as a
+# lease renewal, announces nothing).
+_STATE_COLUMNS = "status, owner_pid, pid, started_at, finished_at, cancel_requested, stop_reason, session_id"
+
 M001_JOBS = """
 CREATE TABLE jobs (
     id TEXT COLLATE "C" PRIMARY KEY,
@@ -56,7 +60,9 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER jobs_changed AFTER INSERT OR UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION relay_job_changed();
+CREATE TRIGGER jobs_inserted AFTER INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION relay_job_changed();
+CREATE TRIGGER jobs_changed AFTER UPDATE OF """ + _STATE_COLUMNS + """ ON jobs
+    FOR EACH ROW EXECUTE FUNCTION relay_job_changed();
 """
 
 # New rows of a job's table (events, outputs) notify once per job and statement.
