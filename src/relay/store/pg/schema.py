@@ -25,7 +25,7 @@ QUEUE_CHANNEL = "relay_queue"
 # lease renewal, announces nothing).
 _STATE_COLUMNS = "status, owner_pid, pid, started_at, finished_at, cancel_requested, stop_reason, session_id"
 
-M001_JOBS = """
+M001_JOBS = f"""
 CREATE TABLE jobs (
     id TEXT COLLATE "C" PRIMARY KEY,
     agent TEXT NOT NULL,
@@ -61,7 +61,7 @@ BEGIN
     RETURN NULL;
 END $$;
 CREATE TRIGGER jobs_inserted AFTER INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION relay_job_changed();
-CREATE TRIGGER jobs_changed AFTER UPDATE OF """ + _STATE_COLUMNS + """ ON jobs
+CREATE TRIGGER jobs_changed AFTER UPDATE OF {_STATE_COLUMNS} ON jobs
     FOR EACH ROW EXECUTE FUNCTION relay_job_changed();
 """
 
