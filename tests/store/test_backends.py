@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from relay.events import Event
 from relay.store import JobStore, SessionTurn, open_store
 from relay.store.migrations import MIGRATIONS
 from relay.store.outputs import CHUNK_BYTES
+from tests.store.conftest import BACKENDS, target_of
 
-BACKENDS = ["sqlite", "postgresql"]
 # The migrations of the queue's tables: both backends have them, under the same names.
 QUEUE_MIGRATIONS = [
     "m001_jobs",
@@ -25,19 +24,9 @@ QUEUE_MIGRATIONS = [
     "m008_indexes",
     "m012_audit_mark",
     "m014_principals",
+    "m015_claims",
     "m016_outputs",
 ]
-
-
-def target_of(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
-    return tmp_path / "relay.db" if backend == "sqlite" else str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path, relay_home: Path) -> Iterator[JobStore]:
-    opened = open_store(target_of(request.param, request, tmp_path), home=relay_home)
-    yield opened
-    opened.close()
 
 
 def finish(store: JobStore, job_id: str, status: str = "completed", **kw: object) -> bool:
@@ -103,22 +92,11 @@ def test_an_error_and_a_cancel_request_and_a_stop_reason_are_kept(store: JobStor
     store.set_stop_reason("j1", "cancelled")
     store.set_stop_reason("j1", "timed_out")  # the first reason stays
     store.set_session("j1", "sess")
-    store.set_owner("j1", 7, None)
     error = {"code": "CANCELLED", "message": "stopped", "hint": ""}
     assert finish(store, "j1", "cancelled", exit_code=None, error=error)
     job = store.get_job("j1")
     assert job is not None and job.cancel_requested and job.stop_reason == "cancelled"
-    assert (job.session_id, job.owner_pid, job.owner_start_ticks, job.error) == ("sess", 7, None, error)
-
-
-def test_exactly_one_of_two_claimants_takes_a_job_over(store: JobStore) -> None:
-    store.insert_job("j1", "claude", "cli", {"prompt": "p"}, None, "/w", owner=(1, None))
-    rec = store.get_job("j1")
-    assert rec is not None
-    assert store.claim_job(rec, 2, 20)
-    assert not store.claim_job(rec, 3, 30)  # read with the old owner: too late
-    again = store.get_job("j1")
-    assert again is not None and (again.owner_pid, again.owner_start_ticks) == (2, 20)
+    assert (job.session_id, job.error) == ("sess", error)
 
 
 def test_jobs_are_listed_newest_first_filtered_and_paged(store: JobStore) -> None:

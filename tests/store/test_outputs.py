@@ -6,11 +6,8 @@ import hashlib
 import threading
 import tracemalloc
 from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from relay.store import JobStore, open_store
+from relay.store import JobStore
 from relay.store.outputs import CHUNK_BYTES
 
 OUTPUT_BYTES = 64 << 20
@@ -25,14 +22,6 @@ def output_pieces() -> Iterator[bytes]:
     block = hashlib.sha256(b"relay").digest() * (PIECE_BYTES // 32)
     for i in range(OUTPUT_BYTES // PIECE_BYTES):
         yield i.to_bytes(4, "big") + block[4:]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, relay_home: Path) -> Iterator[JobStore]:
-    target = tmp_path / "relay.db" if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
-    opened = open_store(target, home=relay_home)
-    yield opened
-    opened.close()
 
 
 def test_a_64_mb_output_is_appended_and_paged_back_whole_with_bounded_memory(store: JobStore) -> None:

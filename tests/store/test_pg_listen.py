@@ -9,12 +9,15 @@ import anyio
 import pytest
 
 from relay.events import Event
+from relay.store import WorkerInfo
 from relay.store.pg import QUEUE_CHANNEL, PgChanges, PgStore
 from relay.store.pg.listen import Subscription
 from relay.store.pg.store import POOL_WAIT_S
 from tests.postgres import Cluster
 
 pytestmark = pytest.mark.anyio
+
+WORKER = WorkerInfo("w/1", "w", "host", 1, None, "boot", None, (), 4, 15.0)
 
 # Bounds on waits that end by an event (a NOTIFY arrives in milliseconds; a restart takes seconds).
 PROMPT_S = 5.0
@@ -51,7 +54,7 @@ async def test_every_state_change_of_a_job_wakes_its_waiter_on_another_connectio
     with changes.subscribe("j1") as sub, changes.subscribe("other") as other:
         steps = [
             lambda: pg_store.insert_job("j1", "claude", "cli", {"prompt": "p"}, None, "/w"),
-            lambda: pg_store.set_owner("j1", 1, 2),
+            lambda: pg_store.claim(WORKER, free=1, max_total=4, per_agent=lambda _: 4),
             lambda: pg_store.mark_running(
                 "j1",
                 pid=5,
@@ -118,3 +121,19 @@ async def test_the_listener_reconnects_after_postgresql_restarts_and_hears_chang
             )
         assert await woken(sub)
     assert changes.last_error is None
+
+
+async def test_a_lease_renewal_announces_nothing_and_a_cancel_request_does(
+    changes: PgChanges, pg_store: PgStore
+) -> None:
+    pg_store.register_worker(WORKER)
+    with changes.subscribe("j1") as sub:
+        pg_store.insert_job("j1", "claude", "cli", {"prompt": "p"}, None, "/w")
+        assert pg_store.claim(WORKER, free=1, max_total=4, per_agent=lambda _: 4) == [("j1", "claude", 1)]
+        assert await woken(sub)
+        while await sub.wait(QUIET_S):  # the insert's and the claim's notices may come one by one
+            pass
+        assert pg_store.heartbeat(WORKER.id, 60)
+        assert not await sub.wait(QUIET_S)
+        pg_store.request_cancel("j1")
+        assert await woken(sub)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from relay.audit import AuditLog
 from relay.events import Event
+from relay.store.claims import WorkerInfo, WorkerRecord
 from relay.store.db import JobRecord, SessionRecord, SessionTurn
 
 
@@ -30,6 +31,8 @@ class JobStore(Protocol):
         *,
         owner: tuple[int, int | None] | None = None,
         principal: str = "local",
+        labels: Sequence[str] = (),
+        retry: str | None = None,
     ) -> None: ...
 
     def mark_running(
@@ -43,11 +46,8 @@ class JobStore(Protocol):
         owner_start_ticks: int | None,
         deadline_at: float | None,
         idle_timeout_s: float | None,
-    ) -> None: ...
-
-    def set_owner(self, job_id: str, owner_pid: int, owner_start_ticks: int | None) -> None: ...
-
-    def claim_job(self, rec: JobRecord, owner_pid: int, owner_start_ticks: int | None) -> bool: ...
+        epoch: int | None = None,
+    ) -> bool: ...
 
     def request_cancel(self, job_id: str) -> None: ...
 
@@ -67,6 +67,8 @@ class JobStore(Protocol):
         model: str | None,
         output: str | None = None,
         session: SessionTurn | None = None,
+        epoch: int | None = None,
+        fence: bool = False,
     ) -> bool: ...
 
     def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None: ...
@@ -87,8 +89,14 @@ class JobStore(Protocol):
     ) -> list[JobRecord]: ...
 
     def add_events(
-        self, job_id: str, first_seq: int, events: Sequence[Event], *, session_id: str | None = None
-    ) -> None: ...
+        self,
+        job_id: str,
+        first_seq: int,
+        events: Sequence[Event],
+        *,
+        session_id: str | None = None,
+        epoch: int | None = None,
+    ) -> bool: ...
 
     def max_event_seq(self, job_id: str) -> int: ...
 
@@ -117,3 +125,37 @@ class JobStore(Protocol):
     def list_sessions(
         self, *, agent: str | None = None, limit: int = 50, principal: str | None = None
     ) -> list[SessionRecord]: ...
+
+    # claims and workers (store/claims.py) --------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None: ...
+
+    def heartbeat(self, worker_id: str, lease_s: float) -> bool: ...
+
+    def stop_worker(self, worker_id: str, state: str) -> None: ...
+
+    def list_workers(self, *, include_stopped: bool = True) -> list[WorkerRecord]: ...
+
+    def get_worker(self, worker_id: str) -> WorkerRecord | None: ...
+
+    def claim(
+        self,
+        worker: WorkerInfo,
+        *,
+        free: int,
+        max_total: int,
+        per_agent: Callable[[str], int],
+        only: Sequence[str] = (),
+    ) -> list[tuple[str, str, int]]: ...
+
+    def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None: ...
+
+    def unclaim(self, job_id: str, epoch: int, *, requeue_running: bool = False) -> bool: ...
+
+    def expired_leases(self, now: float | None = None) -> list[tuple[str, str, int, str | None, str | None]]: ...
+
+    def claim_states(self, job_ids: Sequence[str]) -> dict[str, tuple[str | None, int, str, bool]]: ...
+
+    def queue_version(self) -> int: ...
+
+    def has_queued(self) -> bool: ...

@@ -1,6 +1,6 @@
 """The PostgreSQL store's numbered migrations: the queue's tables under the names SQLite's migrations have.
 
-Only the tables of the queue live in PostgreSQL (jobs, events, sessions, the audit mark, outputs);
+Only the tables of the queue live in PostgreSQL (jobs, events, sessions, the audit mark, workers, outputs);
 the stores beside it (threads, tracker, gateway, hooks, workspaces) keep their SQLite file in each
 front's home, so their migrations (m004 - m007, m009 - m011, m013) have no PostgreSQL side. Each
 step is the PostgreSQL translation of the SQLite step of the same name: REAL is double precision,
@@ -132,6 +132,47 @@ ALTER TABLE sessions ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
 CREATE INDEX jobs_principal_created_id ON jobs(principal, created_at, id);
 """
 
+# A job is claimable when it is queued and no worker holds it: announced on relay_queue when it becomes so
+# (inserted, handed back, its lost worker's claim ended). The claim's columns are part of its state.
+M015_CLAIMS = f"""
+ALTER TABLE jobs ADD COLUMN worker TEXT;
+ALTER TABLE jobs ADD COLUMN lease_until DOUBLE PRECISION;
+ALTER TABLE jobs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN labels TEXT;
+ALTER TABLE jobs ADD COLUMN retry TEXT;
+CREATE INDEX jobs_active_worker ON jobs(status, worker) WHERE status IN ('queued', 'running');
+CREATE INDEX jobs_claimable ON jobs(created_at, id) WHERE status = 'queued' AND worker IS NULL;
+CREATE TABLE workers (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid BIGINT NOT NULL,
+    start_ticks BIGINT,
+    boot_id TEXT,
+    agents TEXT,
+    labels TEXT NOT NULL DEFAULT '[]',
+    slots INTEGER NOT NULL,
+    lease_s DOUBLE PRECISION NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    heartbeat_at DOUBLE PRECISION NOT NULL,
+    stopped_at DOUBLE PRECISION,
+    state TEXT NOT NULL DEFAULT 'running',
+    ran INTEGER NOT NULL DEFAULT 0
+);
+CREATE OR REPLACE FUNCTION relay_job_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('relay_jobs', NEW.id);
+    IF NEW.status = 'queued' AND NEW.worker IS NULL AND (TG_OP = 'INSERT'
+            OR OLD.status IS DISTINCT FROM 'queued' OR OLD.worker IS NOT NULL) THEN
+        PERFORM pg_notify('relay_queue', NEW.id);
+    END IF;
+    RETURN NULL;
+END $$;
+DROP TRIGGER jobs_changed ON jobs;
+CREATE TRIGGER jobs_changed AFTER UPDATE OF {_STATE_COLUMNS}, worker, epoch ON jobs
+    FOR EACH ROW EXECUTE FUNCTION relay_job_changed();
+"""
+
 # EXTERNAL: stored uncompressed, so substring() reads only the part of a chunk a page needs.
 M016_OUTPUTS = """
 CREATE TABLE outputs (
@@ -156,6 +197,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m008_indexes", M008_INDEXES),
     ("m012_audit_mark", M012_AUDIT_MARK),
     ("m014_principals", M014_PRINCIPALS),
+    ("m015_claims", M015_CLAIMS),
     ("m016_outputs", M016_OUTPUTS),
 ]
 

@@ -24,10 +24,12 @@ from relay.audit import AuditLog, finished_data, queued_data
 from relay.events import Event
 from relay.store import outputs
 from relay.store.db import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn
+from relay.store.pg.claims import Conn, PgClaims
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import pg_error
 from relay.store.pg.listen import PgChanges
 from relay.store.pg.schema import migrate
+from relay.store.pg.watch import ChangeCount
 
 # Connections one process keeps to the server: the event loop and a few worker threads at once.
 POOL_SIZE = 4
@@ -36,7 +38,7 @@ POOL_WAIT_S = 10.0
 _JOB_COLUMNS: LiteralString = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
     " idle_timeout_s, pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, cancel_requested, stop_reason,"
-    " exit_code, result, error, principal"
+    " exit_code, result, error, principal, worker, epoch"
 )
 assert _JOB_COLUMNS == JOB_COLUMNS  # one column order for both backends (JobRecord's field order)
 
@@ -67,14 +69,12 @@ _TOTAL = "SELECT COALESCE(MAX(byte_offset + size), 0) FROM outputs WHERE job_id=
 _LAST_CHUNK = "SELECT seq + 1, byte_offset + size FROM outputs WHERE job_id=%s AND stream=%s ORDER BY seq DESC LIMIT 1"
 _INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (%s, %s, %s, %s, %s, %s)"
 
-Conn = psycopg.Connection[tuple[Any, ...]]
-
 
 def _job(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*row)  # the columns of JOB_COLUMNS, in JobRecord's field order
 
 
-class PgStore:
+class PgStore(PgClaims):
     """The job store on PostgreSQL at `url`; safe to share between the event loop and worker threads."""
 
     def __init__(self, url: str, audit: AuditLog, *, pool_size: int = POOL_SIZE, wait_s: float = POOL_WAIT_S) -> None:
@@ -97,6 +97,7 @@ class PgStore:
             name="relay-store",
             open=True,
         )
+        self._notices = ChangeCount(url)
         self.audit.marks.append(self._mark_audit)
 
     def changes(self) -> PgChanges:
@@ -106,6 +107,7 @@ class PgStore:
     def close(self) -> None:
         with suppress(ValueError):
             self.audit.marks.remove(self._mark_audit)
+        self._notices.close()
         self._pool.close()
 
     @contextmanager
@@ -117,6 +119,12 @@ class PgStore:
         except psycopg.Error as exc:
             raise pg_error(exc, self.url) from None
 
+    @contextmanager
+    def _tx(self) -> Generator[Conn]:
+        """A connection of the pool inside one transaction (committed at the end, rolled back on an error)."""
+        with self._conn() as conn, conn.transaction():
+            yield conn
+
     def _exec(self, sql: LiteralString, params: Sequence[Any] = ()) -> tuple[list[tuple[Any, ...]], int]:
         """Run one statement; its rows (if it returns any) and how many rows it changed."""
         with self._conn() as conn:
@@ -125,6 +133,15 @@ class PgStore:
 
     def _mark_audit(self, seq: int, line_hash: str) -> None:
         self._exec(_MARK_AUDIT, (self._log, seq, line_hash, time.time()))
+
+    def queue_version(self) -> int:
+        """A number that changes whenever a job changed in any process (counted from the store's notices)."""
+        return self._notices.version()
+
+    def wait_queue_change(self, version: int, timeout: float) -> bool:
+        """Block this thread until `queue_version()` passes `version` (True) or `timeout` seconds (False):
+        an idle worker's wait for work or a cancel, woken by the store's notices instead of a poll."""
+        return self._notices.wait_past(version, timeout)
 
     def applied_migrations(self) -> list[str]:
         return [str(r[0]) for r in self._exec("SELECT name FROM migrations ORDER BY name")[0]]
@@ -142,12 +159,16 @@ class PgStore:
         *,
         owner: tuple[int, int | None] | None = None,
         principal: str = "local",
+        labels: Sequence[str] = (),
+        retry: str | None = None,
     ) -> None:
-        """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given."""
+        """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given
+        (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker."""
         owner_pid, owner_ticks = owner if owner is not None else (None, None)
         self._exec(
             "INSERT INTO jobs (id, agent, kind, status, request, model, cwd, session_id, created_at,"
-            " owner_pid, owner_start_ticks, principal) VALUES (%s, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s)",
+            " owner_pid, owner_start_ticks, principal, labels, retry)"
+            " VALUES (%s, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 job_id,
                 agent,
@@ -160,6 +181,8 @@ class PgStore:
                 owner_pid,
                 owner_ticks,
                 principal,
+                json.dumps(sorted(labels)) if labels else None,
+                retry,
             ),
         )
         self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
@@ -175,10 +198,13 @@ class PgStore:
         owner_start_ticks: int | None,
         deadline_at: float | None,
         idle_timeout_s: float | None,
-    ) -> None:
-        self._exec(
+        epoch: int | None = None,
+    ) -> bool:
+        """The job's process runs; with `epoch`, only while the job's claim is still that one (else False)."""
+        fence, fenced = _fence(epoch)
+        _, changed = self._exec(
             "UPDATE jobs SET status='running', started_at=%s, pid=%s, pid_start_ticks=%s, boot_id=%s, owner_pid=%s,"
-            " owner_start_ticks=%s, deadline_at=%s, idle_timeout_s=%s WHERE id=%s",
+            f" owner_start_ticks=%s, deadline_at=%s, idle_timeout_s=%s WHERE id=%s{fence}",
             (
                 time.time(),
                 pid,
@@ -189,23 +215,13 @@ class PgStore:
                 deadline_at,
                 idle_timeout_s,
                 job_id,
+                *fenced,
             ),
         )
+        if changed != 1:
+            return False
         self.audit.record("running", job_id, {"pid": pid})
-
-    def set_owner(self, job_id: str, owner_pid: int, owner_start_ticks: int | None) -> None:
-        self._exec(
-            "UPDATE jobs SET owner_pid=%s, owner_start_ticks=%s WHERE id=%s", (owner_pid, owner_start_ticks, job_id)
-        )
-
-    def claim_job(self, rec: JobRecord, owner_pid: int, owner_start_ticks: int | None) -> bool:
-        """Take an unfinished job over from its dead owner, atomically: True for exactly one claimant."""
-        _, changed = self._exec(
-            "UPDATE jobs SET owner_pid=%s, owner_start_ticks=%s WHERE id=%s AND status IN ('queued', 'running')"
-            " AND owner_pid IS NOT DISTINCT FROM %s AND owner_start_ticks IS NOT DISTINCT FROM %s",
-            (owner_pid, owner_start_ticks, rec.id, rec.owner_pid, rec.owner_start_ticks),
-        )
-        return changed == 1
+        return True
 
     def request_cancel(self, job_id: str) -> None:
         self._exec("UPDATE jobs SET cancel_requested=true WHERE id=%s", (job_id,))
@@ -229,11 +245,16 @@ class PgStore:
         model: str | None,
         output: str | None = None,
         session: SessionTurn | None = None,
+        epoch: int | None = None,
+        fence: bool = False,
     ) -> bool:
         """Write the final state once (and its audit entry, with `output`); False if another process finished it first.
 
         `session`: the agent session's turn, counted in the same transaction as the final state (one commit).
+        `epoch`: only while the job's claim is still that one (a worker whose lease was taken over is refused);
+        `fence`: and end that claim (a lost worker's job: nothing it writes later is taken).
         """
+        guard, fenced = _fence(epoch)
         params = (
             status,
             time.time(),
@@ -242,13 +263,15 @@ class PgStore:
             json.dumps(error) if error is not None else None,
             session_id,
             model,
+            int(fence),
             job_id,
+            *fenced,
         )
-        with self._conn() as conn, conn.transaction():
+        with self._tx() as conn:
             cur = conn.execute(
                 "UPDATE jobs SET status=%s, finished_at=%s, exit_code=%s, result=%s, error=%s,"
-                " session_id=COALESCE(%s, session_id), model=COALESCE(%s, model)"
-                " WHERE id=%s AND status IN ('queued', 'running')",
+                " session_id=COALESCE(%s, session_id), model=COALESCE(%s, model), epoch=epoch+%s"
+                f" WHERE id=%s AND status IN ('queued', 'running'){guard}",
                 params,
             )
             changed = cur.rowcount == 1
@@ -323,19 +346,32 @@ class PgStore:
     # events -----------------------------------------------------------------------------
 
     def add_events(
-        self, job_id: str, first_seq: int, events: Sequence[Event], *, session_id: str | None = None
-    ) -> None:
-        """Store events (one statement, one commit for the batch), and the job's session id when it is new."""
+        self,
+        job_id: str,
+        first_seq: int,
+        events: Sequence[Event],
+        *,
+        session_id: str | None = None,
+        epoch: int | None = None,
+    ) -> bool:
+        """Store events (one statement, one commit for the batch), and the job's session id when it is new;
+        with `epoch`, only while the job's claim is still that one (else nothing is stored: False)."""
         if not events and session_id is None:
-            return
+            return True
         seqs = [first_seq + i for i in range(len(events))]
         types = [e.type for e in events]
         data = [json.dumps(e.data, default=str) for e in events]
-        with self._conn() as conn, conn.transaction():
+        with self._tx() as conn:
+            if epoch is not None:
+                # The job's row, locked until the commit: a take-over cannot change its epoch in between.
+                row = conn.execute("SELECT epoch FROM jobs WHERE id=%s FOR NO KEY UPDATE", (job_id,)).fetchone()
+                if row is None or row[0] != epoch:
+                    return False
             if events:
                 conn.execute(_ADD_EVENTS, (job_id, time.time(), seqs, types, data))
             if session_id is not None:
                 conn.execute("UPDATE jobs SET session_id=%s WHERE id=%s", (session_id, job_id))
+        return True
 
     def max_event_seq(self, job_id: str) -> int:
         rows, _ = self._exec("SELECT MAX(seq) FROM events WHERE job_id=%s", (job_id,))
@@ -353,7 +389,7 @@ class PgStore:
     def append_output(self, job_id: str, stream: str, data: bytes) -> int:
         """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after."""
         outputs.check_stream(stream)
-        with self._conn() as conn, conn.transaction():
+        with self._tx() as conn:
             # One appender per stream at a time (a second waits here), so seq and offsets stay gapless.
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{job_id}/{stream}",))
             row = conn.execute(_LAST_CHUNK, (job_id, stream)).fetchone()
@@ -369,7 +405,7 @@ class PgStore:
         outputs.check_page(offset, limit)
         end = outputs.page_end(offset, limit)
         low = offset - outputs.CHUNK_BYTES  # no chunk that starts this early reaches `offset`: the index's bound
-        with self._conn() as conn, conn.transaction():
+        with self._tx() as conn:
             cur = conn.cursor(binary=True)
             cur.execute(_READ_PAGE, (offset, end, offset, job_id, stream, offset, low, end))
             parts = [bytes(r[0]) for r in cur]
@@ -419,6 +455,11 @@ class PgStore:
         with self._conn() as conn:
             cur = conn.cursor(row_factory=dict_row)
             return [SessionRecord(**row) for row in cur.execute(sql, params)]
+
+
+def _fence(epoch: int | None) -> tuple[LiteralString, tuple[Any, ...]]:
+    """The condition (after a WHERE) that holds only under the claim of `epoch`; nothing for None."""
+    return (" AND epoch=%s", (epoch,)) if epoch is not None else ("", ())
 
 
 def _of(principal: str | None) -> tuple[LiteralString, tuple[Any, ...]]:

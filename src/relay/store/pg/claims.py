@@ -1,0 +1,246 @@
+"""Claims on PostgreSQL: the same API as the SQLite store's (store/claims.py), race-free across hosts.
+
+A claim runs in one transaction that first takes CLAIM_LOCK, an advisory lock held to its end: the
+slots every worker holds are then counted from committed rows that no other claim can change before
+this one commits, so the global and per-agent limits hold across any number of processes and hosts
+(a per-agent count read without it could be read by two claimers at once, each then taking the last
+slot). The candidates are read oldest first `FOR UPDATE SKIP LOCKED`: a row another transaction is
+changing (a cancel, an end) is passed over instead of waited on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, LiteralString
+
+import psycopg
+
+from relay.store.claims import CLAIM_WINDOW, HOLDS_SLOT, WorkerInfo, WorkerRecord
+from relay.store.pg.schema import MIGRATION_LOCK
+
+# The advisory lock every claim holds for its transaction (any constant other than the migrations').
+CLAIM_LOCK = MIGRATION_LOCK + 1
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+_HOLDS_SLOT: LiteralString = "status IN ('queued', 'running') AND worker IS NOT NULL AND kind = 'cli'"
+assert _HOLDS_SLOT == HOLDS_SLOT  # one meaning of "holds a slot" for both backends
+
+# Queued, unclaimed CLI jobs the worker can run, oldest first: of its agents (NULL: any), none of the agents
+# already at their limit, every label the job asks for among the worker's; `only` (NULL: any) narrows them.
+_CANDIDATES: LiteralString = (
+    "SELECT id, agent FROM jobs WHERE status = 'queued' AND worker IS NULL AND kind = 'cli'"
+    " AND (%(only)s::text[] IS NULL OR id = ANY(%(only)s::text[]))"
+    " AND (%(agents)s::text[] IS NULL OR agent = ANY(%(agents)s::text[])) AND agent <> ALL(%(full)s::text[])"
+    " AND (labels IS NULL OR labels::jsonb <@ %(labels)s::jsonb)"
+    " ORDER BY created_at, id LIMIT %(window)s FOR UPDATE SKIP LOCKED"
+)
+_TAKE: LiteralString = (
+    "UPDATE jobs SET worker=%s, lease_until=%s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
+    " WHERE id = ANY(%s::text[]) RETURNING id, epoch"
+)
+_WORKER_COLUMNS: LiteralString = (
+    "w.id, w.name, w.host, w.pid, w.start_ticks, w.boot_id, w.agents, w.labels, w.slots, w.lease_s,"
+    " w.started_at, w.heartbeat_at, w.stopped_at, w.state, w.ran"
+)
+
+
+def _worker(r: tuple[Any, ...]) -> WorkerRecord:
+    agents, labels = (json.loads(r[6]) if r[6] else None), json.loads(r[7] or "[]")
+    return WorkerRecord(*r[:6], agents, labels, *r[8:])  # pyright: ignore[reportCallIssue]
+
+
+class PgClaims:
+    """The claim half of the PostgreSQL store (mixed into `PgStore`, which provides the connections)."""
+
+    def _conn(self) -> AbstractContextManager[Conn]:
+        raise NotImplementedError
+
+    def _tx(self) -> AbstractContextManager[Conn]:
+        raise NotImplementedError
+
+    # workers ------------------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        now = time.time()
+        agents = json.dumps(list(info.agents)) if info.agents is not None else None
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO workers (id, name, host, pid, start_ticks, boot_id, agents, labels, slots, lease_s,"
+                " started_at, heartbeat_at, state) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s, 'running')"
+                " ON CONFLICT (id) DO UPDATE SET name=excluded.name, host=excluded.host, pid=excluded.pid,"
+                " start_ticks=excluded.start_ticks, boot_id=excluded.boot_id, agents=excluded.agents,"
+                " labels=excluded.labels, slots=excluded.slots, lease_s=excluded.lease_s,"
+                " started_at=excluded.started_at, heartbeat_at=excluded.heartbeat_at, stopped_at=NULL,"
+                " state='running', ran=0",
+                (
+                    info.id,
+                    info.name,
+                    info.host,
+                    info.pid,
+                    info.start_ticks,
+                    info.boot_id,
+                    agents,
+                    json.dumps(list(info.labels)),
+                    info.slots,
+                    info.lease_s,
+                    now,
+                    now,
+                ),
+            )
+
+    def heartbeat(self, worker_id: str, lease_s: float) -> bool:
+        """The worker is alive: its row and the lease of every job it holds are renewed (False: it has no row)."""
+        now = time.time()
+        with self._tx() as conn:
+            known = conn.execute("UPDATE workers SET heartbeat_at=%s WHERE id=%s", (now, worker_id)).rowcount == 1
+            conn.execute(
+                "UPDATE jobs SET lease_until=%s WHERE worker=%s AND status IN ('queued', 'running')",
+                (now + lease_s, worker_id),
+            )
+        return known
+
+    def stop_worker(self, worker_id: str, state: str) -> None:
+        """Record a worker's end (`stopping`, `stopped`, `lost`)."""
+        stopped = time.time() if state != "stopping" else None
+        with self._conn() as conn:
+            conn.execute(
+                "UPDATE workers SET state=%s, stopped_at=COALESCE(%s, stopped_at) WHERE id=%s",
+                (state, stopped, worker_id),
+            )
+
+    def list_workers(self, *, include_stopped: bool = True) -> list[WorkerRecord]:
+        """Workers, the most recently alive first, with how many jobs each holds now."""
+        where: LiteralString = "" if include_stopped else " WHERE w.state IN ('running', 'stopping')"
+        sql: LiteralString = (
+            f"SELECT {_WORKER_COLUMNS}, (SELECT count(*) FROM jobs j WHERE j.worker = w.id"
+            " AND j.status IN ('queued', 'running') AND j.kind = 'cli')"
+            f" FROM workers w{where} ORDER BY w.heartbeat_at DESC"
+        )
+        with self._conn() as conn:
+            return [_worker(r) for r in conn.execute(sql)]
+
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        return next((w for w in self.list_workers() if w.id == worker_id), None)
+
+    # claims ------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        worker: WorkerInfo,
+        *,
+        free: int,
+        max_total: int,
+        per_agent: Callable[[str], int],
+        only: Sequence[str] = (),
+    ) -> list[tuple[str, str, int]]:
+        """Claim up to `free` queued jobs this worker can run, oldest first, within the limits counted over
+        every worker; returns (job id, agent, epoch) of each. `only`: consider just these jobs."""
+        if free <= 0:
+            return []
+        with self._tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
+            held = {
+                str(a): int(n)
+                for a, n in conn.execute(f"SELECT agent, count(*) FROM jobs WHERE {_HOLDS_SLOT} GROUP BY agent")
+            }
+            won = _take(conn, worker, min(free, max_total - sum(held.values())), held, per_agent, only)
+            if won:
+                conn.execute("UPDATE workers SET ran = ran + %s WHERE id=%s", (len(won), worker.id))
+        return won
+
+    def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:
+        """Take a claimed job over from a worker that is gone (only if its claim is still `epoch`): the new
+        epoch, or None when another worker took it first or it ended."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "UPDATE jobs SET worker=%s, lease_until=%s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
+                " WHERE id=%s AND epoch=%s AND status IN ('queued', 'running') RETURNING epoch",
+                (worker.id, time.time() + worker.lease_s, worker.pid, worker.start_ticks, job_id, epoch),
+            ).fetchone()
+        return int(row[0]) if row is not None else None
+
+    def unclaim(self, job_id: str, epoch: int, *, requeue_running: bool = False) -> bool:
+        """Hand a claim back (a worker stopping before it started the job; a lost worker's job that asked
+        to be retried): the job is queued again for any worker, under a new epoch."""
+        statuses = ["queued", "running"] if requeue_running else ["queued"]
+        with self._conn() as conn:
+            cur = conn.execute(
+                "UPDATE jobs SET worker=NULL, lease_until=NULL, epoch=epoch+1, status='queued', owner_pid=NULL,"
+                " owner_start_ticks=NULL, pid=NULL, pid_start_ticks=NULL, started_at=NULL"
+                " WHERE id=%s AND epoch=%s AND status = ANY(%s::text[])",
+                (job_id, epoch, statuses),
+            )
+            return cur.rowcount == 1
+
+    def expired_leases(self, now: float | None = None) -> list[tuple[str, str, int, str | None, str | None]]:
+        """Claimed jobs whose lease ran out: (job id, worker, epoch, status, retry) of each."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT id, worker, epoch, status, retry FROM jobs WHERE status IN ('queued', 'running')"
+                " AND worker IS NOT NULL AND lease_until < %s",
+                (now if now is not None else time.time(),),
+            ).fetchall()
+        return [(str(r[0]), str(r[1]), int(r[2]), r[3], r[4]) for r in rows]
+
+    def claim_states(self, job_ids: Sequence[str]) -> dict[str, tuple[str | None, int, str, bool]]:
+        """(worker, epoch, status, cancel requested) of each job: whether a claim is still ours, and what to do."""
+        if not job_ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT id, worker, epoch, status, cancel_requested FROM jobs WHERE id = ANY(%s::text[])",
+                (list(job_ids),),
+            ).fetchall()
+        return {str(r[0]): (r[1], int(r[2]), str(r[3]), bool(r[4])) for r in rows}
+
+    def has_queued(self) -> bool:
+        """Whether any CLI job waits for a claim."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT 1 FROM jobs WHERE status='queued' AND worker IS NULL AND kind='cli' LIMIT 1")
+            return row.fetchone() is not None
+
+
+def _take(
+    conn: Conn,
+    worker: WorkerInfo,
+    room: int,
+    held: dict[str, int],
+    per_agent: Callable[[str], int],
+    only: Sequence[str],
+) -> list[tuple[str, str, int]]:
+    """Pick and claim up to `room` candidates oldest first, counting each agent's slots in `held` as it goes."""
+    full = {agent for agent, n in held.items() if n >= per_agent(agent)}
+    params: dict[str, Any] = {
+        "only": list(only) if only else None,
+        "agents": list(worker.agents) if worker.agents is not None else None,
+        "labels": json.dumps(list(worker.labels)),
+        "window": CLAIM_WINDOW,
+    }
+    won: list[tuple[str, str, int]] = []
+    while room > 0:
+        rows = conn.execute(_CANDIDATES, params | {"full": sorted(full)}).fetchall()
+        picked: list[tuple[str, str]] = []
+        known_full = len(full)
+        for job_id, agent in rows:
+            if len(picked) >= room:
+                break
+            if agent not in full and held.get(agent, 0) >= per_agent(agent):
+                full.add(agent)
+            if agent in full:
+                continue
+            picked.append((str(job_id), str(agent)))
+            held[agent] = held.get(agent, 0) + 1
+        if not picked and (len(full) == known_full or len(rows) < CLAIM_WINDOW):
+            break  # nothing left that fits (a fuller window is looked at again without the agents found full)
+        if picked:
+            taking = (worker.id, time.time() + worker.lease_s, worker.pid, worker.start_ticks, [j for j, _ in picked])
+            epochs = dict(conn.execute(_TAKE, taking).fetchall())
+            won += [(job_id, agent, int(epochs[job_id])) for job_id, agent in picked]
+            room -= len(picked)
+        if len(rows) < CLAIM_WINDOW:
+            break  # the window held every candidate: none is left
+    return won

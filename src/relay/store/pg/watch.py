@@ -1,0 +1,84 @@
+"""The store's version on PostgreSQL: a count of the change notices a thread hears on a connection of its own.
+
+SQLite tells cheaply that another connection committed (`PRAGMA data_version`); PostgreSQL has no such
+number, but every change of a job is announced after its commit (the triggers of pg/schema.py). A
+thread LISTENs for those notices and counts them, so `queue_version()` reads a number in memory and
+the engine's watch loop asks the database nothing until something changed. While the thread is not
+listening (PostgreSQL restarting) every call returns a new number: the caller then reads the store
+itself, as it would without notices; each (re)connection counts as a change, since what happened
+meanwhile was not announced.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+
+from relay.store.pg.connect import CONNECT_TIMEOUT_S, conninfo
+from relay.store.pg.schema import JOBS_CHANNEL, QUEUE_CHANNEL
+
+# How often the listening thread looks at whether its store was closed (it waits for notices meanwhile).
+STOP_CHECK_S = 1.0
+# The first wait before connecting again after the connection dropped, and the longest.
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 2.0
+
+
+class ChangeCount:
+    """How many change notices of the store this process has heard; started by the first `version()`."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._count = 0
+        self._mu = threading.Condition()
+        self._up = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def version(self) -> int:
+        with self._mu:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="relay-store-notices", daemon=True)
+                self._thread.start()
+        # The first call waits for the LISTEN, so a change committed after it returns is counted.
+        if not self._up.wait(CONNECT_TIMEOUT_S if self._count == 0 else 0):
+            self._bump()  # not listening: a new number, so the caller looks at the store itself
+        with self._mu:
+            return self._count
+
+    def wait_past(self, version: int, timeout: float) -> bool:
+        """Block until the count passes `version` (True) or `timeout` seconds went by (False)."""
+        self.version()  # listening from now on
+        with self._mu:
+            return self._mu.wait_for(lambda: self._count > version, timeout)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(STOP_CHECK_S + CONNECT_TIMEOUT_S)
+
+    def _bump(self) -> None:
+        with self._mu:
+            self._count += 1
+            self._mu.notify_all()
+
+    def _run(self) -> None:
+        delay = RECONNECT_FIRST_S
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(conninfo(self._url), autocommit=True) as conn:
+                    for channel in (JOBS_CHANNEL, QUEUE_CHANNEL):
+                        conn.execute(f"LISTEN {channel}".encode())
+                    self._bump()
+                    self._up.set()
+                    delay = RECONNECT_FIRST_S
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=STOP_CHECK_S):
+                            self._bump()
+            except psycopg.Error:
+                pass
+            self._up.clear()
+            self._bump()
+            self._stop.wait(delay)
+            delay = min(delay * 2, RECONNECT_MAX_S)
