@@ -216,3 +216,9 @@ def test_concurrent_claimers_never_hold_more_than_the_limits_and_never_claim_a_j
     assert max(total for total, _ in seen) == MAX_TOTAL  # the limit was reached, so it was tested
     assert set(claimed.values()) == {1} and len(claimed) == RACE_JOBS
     assert set(ended.values()) == {1} and len(ended) == RACE_JOBS
+
+
+def test_a_job_behind_many_of_an_agent_at_its_limit_is_still_claimed(store: JobStore) -> None:
+    queue(store, *[(f"c{i:03d}", "claude") for i in range(60)], ("x", "codex"))
+    assert store.claim(W, free=1, **limits(claude=1)) == [("c000", "claude", 1)]  # type: ignore[arg-type]
+    assert store.claim(W, free=1, **limits(claude=1)) == [("x", "codex", 1)]  # type: ignore[arg-type]

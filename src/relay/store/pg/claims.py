@@ -21,6 +21,8 @@ import psycopg
 from relay.store.claims import CLAIM_WINDOW, HOLDS_SLOT, WorkerInfo, WorkerRecord
 from relay.store.pg.schema import MIGRATION_LOCK
 
+# Candidates a claim reads beyond twice its free slots (passed over when their agent is at its limit).
+WINDOW_SPARE = 16
 # The advisory lock every claim holds for its transaction (any constant other than the migrations').
 CLAIM_LOCK = MIGRATION_LOCK + 1
 
@@ -38,9 +40,12 @@ _CANDIDATES: LiteralString = (
     " AND (labels IS NULL OR labels::jsonb <@ %(labels)s::jsonb)"
     " ORDER BY created_at, id LIMIT %(window)s FOR UPDATE SKIP LOCKED"
 )
+# The claim of the picked jobs, and the count of what their worker ran, in one statement.
 _TAKE: LiteralString = (
-    "UPDATE jobs SET worker=%s, lease_until=%s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
-    " WHERE id = ANY(%s::text[]) RETURNING id, epoch"
+    "WITH taken AS (UPDATE jobs SET worker=%s, lease_until=%s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
+    " WHERE id = ANY(%s::text[]) RETURNING id, epoch),"
+    " ran AS (UPDATE workers SET ran = ran + %s WHERE id = %s)"
+    " SELECT id, epoch FROM taken"
 )
 _WORKER_COLUMNS: LiteralString = (
     "w.id, w.name, w.host, w.pid, w.start_ticks, w.boot_id, w.agents, w.labels, w.slots, w.lease_s,"
@@ -141,16 +146,23 @@ class PgClaims:
         every worker; returns (job id, agent, epoch) of each. `only`: consider just these jobs."""
         if free <= 0:
             return []
-        with self._tx() as conn:
+        params: dict[str, Any] = {
+            "only": list(only) if only else None,
+            "agents": list(worker.agents) if worker.agents is not None else None,
+            "labels": json.dumps(list(worker.labels)),
+            # Each candidate read is locked (FOR UPDATE): a window just larger than the slots to fill.
+            "window": min(CLAIM_WINDOW, 2 * free + WINDOW_SPARE),
+            "full": [],
+        }
+        # Pipelined: the lock, the count and the first window go in one round trip, the take and the commit in
+        # one more each; the lock is held for as short a time as the network allows.
+        with self._conn() as conn, conn.pipeline(), conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
-            held = {
-                str(a): int(n)
-                for a, n in conn.execute(f"SELECT agent, count(*) FROM jobs WHERE {_HOLDS_SLOT} GROUP BY agent")
-            }
-            won = _take(conn, worker, min(free, max_total - sum(held.values())), held, per_agent, only)
-            if won:
-                conn.execute("UPDATE workers SET ran = ran + %s WHERE id=%s", (len(won), worker.id))
-        return won
+            counts = conn.execute(f"SELECT agent, count(*) FROM jobs WHERE {_HOLDS_SLOT} GROUP BY agent")
+            first = conn.execute(_CANDIDATES, params)
+            held = {str(a): int(n) for a, n in counts.fetchall()}
+            room = min(free, max_total - sum(held.values()))
+            return _take(conn, worker, room, held, per_agent, params, first.fetchall()) if room > 0 else []
 
     def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:
         """Take a claimed job over from a worker that is gone (only if its claim is still `epoch`): the new
@@ -210,21 +222,16 @@ def _take(
     room: int,
     held: dict[str, int],
     per_agent: Callable[[str], int],
-    only: Sequence[str],
+    params: dict[str, Any],
+    rows: list[tuple[Any, ...]],
 ) -> list[tuple[str, str, int]]:
-    """Pick and claim up to `room` candidates oldest first, counting each agent's slots in `held` as it goes."""
+    """Pick and claim up to `room` candidates oldest first from `rows` (the first window), counting each agent's
+    slots in `held` as it goes; a window whose jobs were all of agents at their limit is followed by the next."""
     full = {agent for agent, n in held.items() if n >= per_agent(agent)}
-    params: dict[str, Any] = {
-        "only": list(only) if only else None,
-        "agents": list(worker.agents) if worker.agents is not None else None,
-        "labels": json.dumps(list(worker.labels)),
-        "window": CLAIM_WINDOW,
-    }
     won: list[tuple[str, str, int]] = []
-    while room > 0:
-        rows = conn.execute(_CANDIDATES, params | {"full": sorted(full)}).fetchall()
+    while True:
         picked: list[tuple[str, str]] = []
-        known_full = len(full)
+        passed_over = set(params["full"])  # the agents the query of `rows` left out
         for job_id, agent in rows:
             if len(picked) >= room:
                 break
@@ -234,13 +241,12 @@ def _take(
                 continue
             picked.append((str(job_id), str(agent)))
             held[agent] = held.get(agent, 0) + 1
-        if not picked and (len(full) == known_full or len(rows) < CLAIM_WINDOW):
-            break  # nothing left that fits (a fuller window is looked at again without the agents found full)
         if picked:
             taking = (worker.id, time.time() + worker.lease_s, worker.pid, worker.start_ticks, [j for j, _ in picked])
-            epochs = dict(conn.execute(_TAKE, taking).fetchall())
+            epochs = dict(conn.execute(_TAKE, (*taking, len(picked), worker.id)).fetchall())
             won += [(job_id, agent, int(epochs[job_id])) for job_id, agent in picked]
             room -= len(picked)
-        if len(rows) < CLAIM_WINDOW:
-            break  # the window held every candidate: none is left
-    return won
+        if room <= 0 or len(rows) < params["window"] or (not picked and full == passed_over):
+            return won  # full, or the window held every candidate, or nothing new could start
+        params = params | {"full": sorted(full)}
+        rows = conn.execute(_CANDIDATES, params).fetchall()
