@@ -42,3 +42,35 @@ async def test_a_job_runs_to_completion_on_the_postgresql_store_and_another_stor
     assert other.get_session(env["session_id"], "claude") is not None
     other.close()
     store.close()
+
+
+async def test_a_front_queues_and_two_workers_on_one_postgresql_store_run_within_the_limit(
+    make_settings: SettingsFactory, workdir: Path, pg_url: str, relay_home: Path
+) -> None:
+    """A front that runs nothing submits; engines that run jobs claim them through the store (they learn of
+    them from its notices), never more than the global limit at once."""
+    front_settings = make_settings(RELAY_MAX_CONCURRENT="2", RELAY_RUN_JOBS="0")
+    worker_settings = make_settings(RELAY_MAX_CONCURRENT="2")
+    stores = [open_store(pg_url, home=relay_home) for _ in range(3)]
+    spawner = Spawner()  # both workers spawn through it: it sees every process of either
+    jobs = 6
+    async with (
+        Engine(front_settings, spawn=spawner, store=stores[0]).running() as front,  # type: ignore[arg-type]
+        Engine(worker_settings, spawn=spawner, store=stores[1]).running(),  # type: ignore[arg-type]
+        Engine(worker_settings, spawn=spawner, store=stores[2]).running(),  # type: ignore[arg-type]
+    ):
+        ids = [front.submit(JobRequest(agent="claude", prompt=f"p{i}", cwd=str(workdir))) for i in range(jobs)]
+        for done in range(jobs):
+            procs = await spawner.wait_for(min(done + 2, jobs))  # a freed slot is claimed by one of the two
+            live = [p for p in procs if not p.exited.is_set()]
+            assert 1 <= len(live) <= 2
+            live[0].write(TEXT_RUN)
+            live[0].exit(0)
+        with anyio.fail_after(10):
+            records = await front.wait(ids, "all", 10)
+    assert [r.status for r in records] == ["completed"] * jobs and len(spawner.procs) == jobs
+    registered = {w.id: w.ran for w in stores[0].list_workers()}
+    assert len(registered) == 2  # the two workers; the front runs nothing, so it is none
+    assert {r.worker for r in records} <= set(registered) and sum(registered.values()) == jobs
+    for store in stores:
+        store.close()
