@@ -69,6 +69,7 @@ class JobStore(Protocol):
         session: SessionTurn | None = None,
         epoch: int | None = None,
         fence: bool = False,
+        output_chars: int | None = None,
     ) -> bool: ...
 
     def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None: ...

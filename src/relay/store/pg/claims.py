@@ -119,17 +119,20 @@ class PgClaims:
 
     def list_workers(self, *, include_stopped: bool = True) -> list[WorkerRecord]:
         """Workers, the most recently alive first, with how many jobs each holds now."""
-        where: LiteralString = "" if include_stopped else " WHERE w.state IN ('running', 'stopping')"
+        return self._workers("" if include_stopped else " WHERE w.state IN ('running', 'stopping')", ())
+
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        found = self._workers(" WHERE w.id = %s", (worker_id,))
+        return found[0] if found else None
+
+    def _workers(self, where: LiteralString, params: Sequence[Any]) -> list[WorkerRecord]:
         sql: LiteralString = (
             f"SELECT {_WORKER_COLUMNS}, (SELECT count(*) FROM jobs j WHERE j.worker = w.id"
             " AND j.status IN ('queued', 'running') AND j.kind = 'cli')"
             f" FROM workers w{where} ORDER BY w.heartbeat_at DESC"
         )
         with self._conn() as conn:
-            return [_worker(r) for r in conn.execute(sql)]
-
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        return next((w for w in self.list_workers() if w.id == worker_id), None)
+            return [_worker(r) for r in conn.execute(sql, params)]
 
     # claims ------------------------------------------------------------------------------
 

@@ -247,12 +247,14 @@ class PgStore(PgClaims):
         session: SessionTurn | None = None,
         epoch: int | None = None,
         fence: bool = False,
+        output_chars: int | None = None,
     ) -> bool:
         """Write the final state once (and its audit entry, with `output`); False if another process finished it first.
 
         `session`: the agent session's turn, counted in the same transaction as the final state (one commit).
         `epoch`: only while the job's claim is still that one (a worker whose lease was taken over is refused);
         `fence`: and end that claim (a lost worker's job: nothing it writes later is taken).
+        `output_chars`: the output's length when `output` is already bounded (a text too large to hold).
         """
         guard, fenced = _fence(epoch)
         params = (
@@ -280,7 +282,14 @@ class PgStore(PgClaims):
         if not changed:
             return False
         done = finished_data(
-            status, exit_code=exit_code, result=result, error=error, model=model, session_id=session_id, output=output
+            status,
+            exit_code=exit_code,
+            result=result,
+            error=error,
+            model=model,
+            session_id=session_id,
+            output=output,
+            output_chars=output_chars,
         )
         self.audit.record(status, job_id, done)
         return True
