@@ -35,6 +35,7 @@ from relay.store.pg.watch import ChangeCount
 POOL_SIZE = 4
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
+
 _JOB_COLUMNS: LiteralString = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
     " idle_timeout_s, pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, cancel_requested, stop_reason,"
