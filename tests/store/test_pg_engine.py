@@ -12,6 +12,7 @@ from relay.store import open_store
 from relay.store.pg import PgStore
 from tests.conftest import RECORDINGS, SettingsFactory
 from tests.jobs.fakeproc import Spawner
+from tests.postgres import Cluster
 
 pytestmark = pytest.mark.anyio
 
@@ -74,3 +75,26 @@ async def test_a_front_queues_and_two_workers_on_one_postgresql_store_run_within
     assert {r.worker for r in records} <= set(registered) and sum(registered.values()) == jobs
     for store in stores:
         store.close()
+
+
+async def test_a_job_running_while_postgresql_restarts_lands_its_result_once_the_store_is_back(
+    make_settings: SettingsFactory, workdir: Path, pg_url: str, pg_cluster: Cluster, relay_home: Path
+) -> None:
+    settings = make_settings()
+    store = open_store(pg_url, home=relay_home)
+    spawner = Spawner()
+    async with Engine(settings, spawn=spawner, store=store).running() as engine:  # type: ignore[arg-type]
+        job_id = engine.submit(JobRequest(agent="claude", prompt="hi", cwd=str(workdir)))
+        (proc,) = await spawner.wait_for(1)
+        await anyio.to_thread.run_sync(pg_cluster.restart)  # every connection of the pool is closed under it
+        proc.write(TEXT_RUN)
+        proc.exit(0)
+        with anyio.fail_after(30):
+            rec = await engine.wait_one(job_id, 30)
+    assert rec.status == "completed"
+    assert [e.type for _, _, e in store.events(job_id)] != []
+    other = open_store(pg_url, home=relay_home)
+    job = other.get_job(job_id)
+    assert job is not None and job.status == "completed" and job.result is not None
+    other.close()
+    store.close()
