@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -12,7 +14,7 @@ import pytest
 
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
-from relay.store import Store, open_store
+from relay.store import Store, WorkerInfo, open_store
 from relay.store.pg import PgStore
 from relay.store.pg.errors import code_of, pg_error, redact
 from relay.store.pg.schema import MIGRATIONS
@@ -143,3 +145,28 @@ def test_relay_store_or_the_config_file_names_the_postgresql_store(relay_home: P
         load_settings(base | {"RELAY_STORE": "mysql://u:secret@h/db"})
     assert err.value.code is ErrorCode.CONFIG_INVALID and "RELAY_STORE" in err.value.message
     assert "secret" not in err.value.message
+
+
+def test_relay_workers_lists_the_workers_of_the_postgresql_store_relay_store_names(
+    pg_url: str, relay_home: Path
+) -> None:
+    store = open_store(pg_url, home=relay_home)
+    store.register_worker(WorkerInfo("far/1", "far", "host-b", 42, None, "boot-b", ("codex",), ("gpu",), 3, 15.0))
+    store.close()
+    env = {**os.environ, "RELAY_HOME": str(relay_home), "RELAY_STORE": pg_url}
+    out = subprocess.run(
+        [sys.executable, "-m", "relay.cli.main", "workers", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    [far] = json.loads(out.stdout)
+    assert (far["name"], far["host"], far["agents"], far["labels"], far["slots"]) == (
+        "far",
+        "host-b",
+        ["codex"],
+        ["gpu"],
+        3,
+    )

@@ -89,9 +89,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_workers(args: argparse.Namespace) -> int:
     from relay.config import load_settings
-    from relay.store import Store
+    from relay.store import open_store
 
-    store = Store(load_settings().db_path)
+    settings = load_settings()
+    store = open_store(settings.store_target, home=settings.home)  # RELAY_STORE, else relay.db in the home
     now = time.time()
     rows = [w for w in store.list_workers() if args.all or w.state in ("running", "stopping")]
     if args.json:
