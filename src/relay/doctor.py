@@ -162,8 +162,12 @@ def table_rows(reports: list[AgentReport]) -> list[list[str]]:
 
 
 def store_report(settings: Settings) -> tuple[str, bool]:
-    """One line about relay.db (SQLite's integrity check, free space beside it) and whether all is well."""
+    """One line about relay.db (SQLite's integrity check, free space beside it) and whether all is well;
+    for a PostgreSQL store (RELAY_STORE), whether it answers and its migrations."""
     from relay.store.health import LOW_SPACE_BYTES, check_store
+
+    if settings.store_url is not None:
+        return _pg_store_report(settings.store_url, settings.home)
 
     check = check_store(settings.db_path)
     free = f"{check.free_bytes / (1 << 30):.1f} GB free" if check.free_bytes is not None else "free space unknown"
@@ -176,6 +180,22 @@ def store_report(settings: Settings) -> tuple[str, bool]:
     if check.free_bytes is not None and check.free_bytes < LOW_SPACE_BYTES:
         free = f"LOW SPACE: {check.free_bytes} bytes free (free some, or move RELAY_HOME)"
     return f"store: {check.path}: {state}; {free}", check.ok
+
+
+def _pg_store_report(url: str, home: Path) -> tuple[str, bool]:
+    from relay.errors import RelayError
+    from relay.store import open_store
+    from relay.store.pg.errors import redact
+
+    try:
+        store = open_store(url, home=home)
+    except RelayError as err:
+        return f"store: {redact(url)}: {err.code.value}: {err.message} (hint: {err.hint})", False
+    try:
+        applied = store.applied_migrations()
+    finally:
+        store.close()
+    return f"store: {redact(url)} (PostgreSQL): answers; {len(applied)} migrations, the last {applied[-1]}", True
 
 
 def worktree_report(settings: Settings) -> tuple[str, dict[str, Any]]:
@@ -227,12 +247,16 @@ def queue_report(settings: Settings) -> tuple[str, dict[str, Any]]:
     the jobs waiting for a claim; with a hint when jobs wait and no worker runs. And the details."""
     import time
 
-    from relay.store import Store
+    from relay.errors import RelayError
+    from relay.store import open_store
 
     details: dict[str, Any] = {"workers_running": [], "stale": [], "queued": 0, "oldest_queued_s": None, "hint": None}
-    if not settings.db_path.exists():
+    if settings.store_url is None and not settings.db_path.exists():
         return "queue: no store yet (no job was ever submitted)", details
-    store = Store(settings.db_path)
+    try:
+        store = open_store(settings.store_target, home=settings.home)
+    except RelayError as err:
+        return f"queue: the store cannot be read: {err.code.value}", details
     try:
         workers = store.list_workers(include_stopped=False)
         queued = [

@@ -170,3 +170,21 @@ def test_relay_workers_lists_the_workers_of_the_postgresql_store_relay_store_nam
         ["gpu"],
         3,
     )
+
+
+def test_relay_doctor_says_whether_the_postgresql_store_answers_and_reads_its_queue(
+    pg_url: str, relay_home: Path
+) -> None:
+    from relay.doctor import queue_report, store_report
+
+    store = open_store(pg_url, home=relay_home)
+    store.register_worker(WorkerInfo("far/1", "far", "host-b", 42, None, "boot-b", None, (), 3, 600.0))
+    store.close()
+    settings = load_settings({"RELAY_HOME": str(relay_home), "RELAY_STORE": pg_url})
+    line, ok = store_report(settings)
+    assert ok and "answers" in line and "m016_outputs" in line
+    queue, details = queue_report(settings)
+    assert queue.startswith("queue: 1 worker running") and details["workers_running"][0]["name"] == "far"
+    dead = f"postgresql://relay:pw@127.0.0.1:{free_port()}/q"
+    line, ok = store_report(load_settings({"RELAY_HOME": str(relay_home), "RELAY_STORE": dead}))
+    assert not ok and "STORE_UNAVAILABLE" in line and ":pw@" not in line
