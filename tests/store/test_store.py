@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from relay.events import Event
 from relay.store import Store
@@ -50,3 +52,33 @@ def test_sessions_accumulate_turns_and_cost(tmp_path: Path) -> None:
     session = store.get_session("s1", "claude")
     assert session is not None and session.turns == 2 and session.total_cost_usd == 1.0 and session.permission == "edit"
     assert [s.session_id for s in store.list_sessions()] == ["s1"]
+
+
+def _open_at_once(path: str, barrier: Any, out: Any) -> None:
+    from relay.store import Store
+
+    barrier.wait()
+    try:
+        Store(Path(path)).close()
+        out.put("ok")
+    except Exception as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_relays_starting_at_once_on_a_new_home_each_find_every_migration_applied_once(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    for round_ in range(3):
+        path = tmp_path / f"round{round_}" / "relay.db"
+        barrier, out = ctx.Barrier(RACERS), ctx.Queue()
+        procs = [ctx.Process(target=_open_at_once, args=(str(path), barrier, out)) for _ in range(RACERS)]
+        for p in procs:
+            p.start()
+        answers = [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(60)
+        assert answers == ["ok"] * RACERS
+        assert Store(path).applied_migrations() == sorted(name for name, _ in MIGRATIONS)
+
+
+# How many processes open one new relay.db at the same instant.
+RACERS = 5

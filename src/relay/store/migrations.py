@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+
+from relay.osfiles import lock
 
 
 def m001_jobs(db: sqlite3.Connection) -> None:
@@ -440,19 +444,45 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 
 
 def migrate(db: sqlite3.Connection) -> list[str]:
-    """Apply the migrations not yet recorded; return the names applied now."""
+    """Apply the migrations not yet recorded; return the names applied now.
+
+    Processes that start together on one new database take turns (a lock on a file beside it): each
+    step's `executescript()` commits the `BEGIN IMMEDIATE` taken before it, so the database's own lock
+    would let two of them run one step at once ("table ... already exists").
+    """
     db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    if _pending(db):
+        with _migrating(db):
+            return [name for name, step in _pending(db) if _apply(db, name, step)]
+    return []
+
+
+def _pending(db: sqlite3.Connection) -> list[tuple[str, Callable[[sqlite3.Connection], None]]]:
     done = {row[0] for row in db.execute("SELECT name FROM migrations")}
-    applied: list[str] = []
-    for name, step in MIGRATIONS:
-        if name in done:
-            continue
-        with db:
-            db.execute("BEGIN IMMEDIATE")
-            # Another process may have applied it between our read and our lock.
-            if db.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone():
-                continue
-            step(db)
-            db.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
-        applied.append(name)
-    return applied
+    return [(name, step) for name, step in MIGRATIONS if name not in done]
+
+
+def _apply(db: sqlite3.Connection, name: str, step: Callable[[sqlite3.Connection], None]) -> bool:
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        # Another process may have applied it between our read and our lock.
+        if db.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone():
+            return False
+        step(db)
+        db.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
+    return True
+
+
+@contextmanager
+def _migrating(db: sqlite3.Connection) -> Generator[None]:
+    """Hold the lock on `<database>.migrating` (none for an in-memory database) while migrations run."""
+    path = next((str(row[2]) for row in db.execute("PRAGMA database_list") if row[1] == "main"), "")
+    if not path:
+        yield
+        return
+    fd = os.open(path + ".migrating", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        lock(fd)
+        yield
+    finally:
+        os.close(fd)
