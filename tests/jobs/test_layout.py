@@ -25,6 +25,7 @@ LAYERS = [
     "gitprobe",
     "state",
     "envelope",
+    "mirror",
     "output",
     "bounds",
 ]

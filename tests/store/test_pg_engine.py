@@ -98,3 +98,38 @@ async def test_a_job_running_while_postgresql_restarts_lands_its_result_once_the
     assert job is not None and job.status == "completed" and job.result is not None
     other.close()
     store.close()
+
+
+async def test_a_front_on_another_host_pages_the_output_of_a_job_a_worker_ran_from_the_store(
+    make_settings: SettingsFactory, workdir: Path, pg_url: str, tmp_path: Path
+) -> None:
+    """Front and worker share only the PostgreSQL store (each its own home, as on two machines): the worker copies
+    the job's output into the store as it runs, and the front's envelope, transcript and raw events come from
+    there, a page at a time, non-ASCII text included."""
+    worker_settings = make_settings(RELAY_STORE=pg_url)
+    front_home = tmp_path / "front-home"
+    front_home.mkdir()
+    front_settings = worker_settings.with_(home=front_home, runs_jobs=False)
+    spawner = Spawner()
+    async with (
+        Engine(front_settings, store=open_store(pg_url, home=front_home)).running() as front,  # type: ignore[arg-type]
+        Engine(worker_settings, spawn=spawner).running() as worker,
+    ):
+        job_id = front.submit(JobRequest(agent="claude", prompt="hi", cwd=str(workdir)))
+        (proc,) = await spawner.wait_for(1)
+        proc.write(TEXT_RUN.replace("hi from mock", "héllo wörld " * 50_000))
+        proc.exit(0)
+        with anyio.fail_after(20):
+            rec = await front.wait_one(job_id, 20)
+        assert rec.status == "completed"
+        assert not front.files(job_id).result.exists() and worker.files(job_id).result.exists()
+        env = front.envelope(job_id)
+        assert env["output"] == ("héllo wörld " * 50_000)[: front_settings.output_limit_chars]
+        assert env["output_chars"] == len("héllo wörld " * 50_000) and env["truncated"]
+        page = front.read_output(job_id, "final", 600_000 - 24, 24)
+        assert page["text"] == "héllo wörld " * 2 and page["total_chars"] == 600_000
+        mine = worker.read_output(job_id, "transcript", 0, 10_000_000)
+        theirs = front.read_output(job_id, "transcript", 0, 10_000_000)
+        assert theirs["text"] == mine["text"] != ""
+        raw = front.read_output(job_id, "events", 0, 10_000_000)
+        assert raw["text"] == worker.read_output(job_id, "events", 0, 10_000_000)["text"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from relay.hooks.store import HookStore
-from relay.store import Store
+from relay.store import JobStore
 
 
 def merged_sessions(
-    store: Store, hooks: HookStore, *, agent: str | None = None, limit: int = 20, principal: str | None = None
+    store: JobStore, hooks: HookStore, *, agent: str | None = None, limit: int = 20, principal: str | None = None
 ) -> list[dict[str, Any]]:
     """Sessions newest first, each once: `origin` says who knows it (relay: a job ran it; hook: a CLI reported it).
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -48,8 +49,9 @@ from relay.jobs.workspace import JobWorkspaces, next_for
 from relay.principal import visible_to
 from relay.runtime import choice, supervisor
 from relay.runtime.supervisor import JobFiles
-from relay.store import JobRecord, SessionRecord, Store, WorkerInfo
+from relay.store import JobRecord, JobStore, SessionRecord, WorkerInfo
 from relay.store.health import os_error
+from relay.store.open import open_store
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
 
@@ -78,13 +80,13 @@ class Engine:
         self,
         settings: Settings,
         *,
-        store: Store | None = None,
+        store: JobStore | None = None,
         spawn: SpawnFn = supervisor.spawn,
         which: Callable[[str], str | None] = shutil.which,
     ) -> None:
         self.settings = settings
         choice.use(settings.runtime)  # the process runtime, chosen once here at start-up (pidfd or portable)
-        self.store = store or Store(settings.db_path)
+        self.store = store or open_store(settings.store_target, home=settings.home)
         # A relay started inside a job is one level deeper than that job, whatever its environment says.
         settings = self.settings = with_inherited_depth(settings, self.store)
         self._state = JobState(settings, self.store)
@@ -267,7 +269,12 @@ class Engine:
 
     def envelope(self, job_id: str) -> dict[str, Any]:
         rec = self.get(job_id)
-        env = envelope(rec, self.files(rec.id), self.settings.output_limit_chars)
+        state = self._state
+
+        def page(path: Path, offset: int, limit: int) -> tuple[str, int]:
+            return state.text_page(rec.id, "result", path, offset, limit)
+
+        env = envelope(rec, self.files(rec.id), self.settings.output_limit_chars, page)
         env["workspace"] = ws = self._workspaces.current(rec)
         if ws is not None and rec.is_final and env["next"] is None:
             env["next"] = next_for(rec.id, ws.get("state"))

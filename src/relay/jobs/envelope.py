@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from relay.events import Event
@@ -65,12 +67,14 @@ def next_step(rec: JobRecord, truncated: bool, limit: int) -> str | None:
     return None
 
 
-def envelope(rec: JobRecord, files: JobFiles, limit: int) -> dict[str, Any]:
-    """The envelope for a job in any state; `output` holds at most `limit` characters."""
+def envelope(
+    rec: JobRecord, files: JobFiles, limit: int, page: Callable[[Path, int, int], tuple[str, int]] = read_text_page
+) -> dict[str, Any]:
+    """The envelope for a job in any state; `output` holds at most `limit` characters (read by `page`)."""
     result = rec.result or {}
     output, total = ("", 0)
     if rec.is_final:
-        output, total = read_text_page(files.result, 0, limit)
+        output, total = page(files.result, 0, limit)
     truncated = total > len(output)
     duration_ms = None
     if rec.started_at is not None and rec.finished_at is not None:

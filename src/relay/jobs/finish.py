@@ -11,6 +11,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult
 from relay.jobs.envelope import job_title
 from relay.jobs.gitprobe import changed_files
+from relay.jobs.mirror import Mirror
 from relay.jobs.output import keep_text_file, write_bytes
 from relay.jobs.state import JobState
 from relay.jobs.workspace import JobWorkspaces
@@ -20,7 +21,13 @@ from relay.store.health import disk_full, low_space, os_error
 
 # A stop reason for a job whose output the store could not keep: `store:<ErrorCode>`.
 STORE_STOP = "store:"
-_STORAGE_CODES = (ErrorCode.DISK_FULL, ErrorCode.STORE_READONLY, ErrorCode.STORE_BUSY, ErrorCode.STORE_DAMAGED)
+_STORAGE_CODES = (
+    ErrorCode.DISK_FULL,
+    ErrorCode.STORE_READONLY,
+    ErrorCode.STORE_BUSY,
+    ErrorCode.STORE_DAMAGED,
+    ErrorCode.STORE_UNAVAILABLE,
+)
 
 
 def storage_failure(exc: BaseException, where: Path) -> RelayError | None:
@@ -152,6 +159,8 @@ class Finisher:
                 cost=result.cost_usd or 0.0,
                 principal=rec.principal,
             )
+        if state.store.spans_hosts:  # the outputs reach the store before the end does (a front then pages them)
+            Mirror(state.store, rec.id, files).sync_all()
         # The final state and the session's turn in one transaction (one commit on the way to the reply).
         state.store.finish_job(
             rec.id,

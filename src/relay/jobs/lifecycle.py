@@ -19,6 +19,7 @@ from relay.jobs.admission import Admission
 from relay.jobs.finish import STORE_STOP, Finisher, storage_failure
 from relay.jobs.gitprobe import git_status
 from relay.jobs.grants import as_allowed
+from relay.jobs.mirror import Mirror
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
@@ -248,6 +249,8 @@ class Lifecycle:
         files = state.files(job_id)
         live = state.live.setdefault(job_id, Live())
         reader = LineReader(files.stdout)
+        # A store other hosts use gets a copy of the job's output as it grows (their fronts have no files).
+        mirror = Mirror(state.store, job_id, files) if state.store.spans_hosts else None
         stored_seq = -1 if fresh else state.store.max_event_seq(job_id)
         seq = -1
         last_output = last_output or time.time()
@@ -258,12 +261,18 @@ class Lifecycle:
                 exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
                 try:
                     seq, active = self.publisher.consume(job_id, live, reader, parser, seq, stored_seq, final=exited)
+                    if mirror is not None:
+                        mirror.sync()
                 except (OSError, RelayError) as exc:
                     # The job's output cannot be kept (disk full, read-only home): stop it, it ends failed.
                     failure = storage_failure(exc, state.settings.home)
                     if failure is None:
                         raise
                     active = False
+                    if failure.code is ErrorCode.STORE_UNAVAILABLE:
+                        # A store across the network is away (PostgreSQL restarting): the agent goes on, its
+                        # output stays in its files, and what is written once the store is back lands.
+                        continue
                     store_stop = f"{STORE_STOP}{failure.code.value}"
                     if stop_reason is None and not live.stop.is_set():
                         live.stop_reason = store_stop

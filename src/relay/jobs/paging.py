@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from relay.errors import invalid
-from relay.jobs.output import read_text_page
 from relay.jobs.state import JobState
 from relay.jobs.workspace import JobWorkspaces
 from relay.secrets import redact
@@ -36,7 +35,8 @@ def read_page(
     if view in ("final", "diff") and not rec.is_final:
         text, total = "", 0
     else:
-        text, total = read_text_page(paths[view], offset, limit)
+        stream = {"final": "result", "events": "stdout"}.get(view, view)
+        text, total = state.text_page(rec.id, stream, paths[view], offset, limit)
     end = offset + len(text)
     if view in ("events", "stderr"):
         # The agent's own output, kept as printed: what relay hands back is redacted (offsets stay raw).

@@ -18,7 +18,7 @@ from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.grants import Permit, permit
 from relay.principal import current
 from relay.runtime import choice, procinfo
-from relay.store import JobRecord, SessionRecord, Store
+from relay.store import JobRecord, JobStore, SessionRecord
 
 # Agents whose CLI takes a system prompt / a turn limit as flags.
 SYSTEM_PROMPT_AGENTS = ("claude",)
@@ -142,7 +142,7 @@ def _ancestors(pid: int) -> set[int]:
     return found
 
 
-def with_inherited_depth(settings: Settings, store: Store) -> Settings:
+def with_inherited_depth(settings: Settings, store: JobStore) -> Settings:
     """Settings whose depth is at least one more than the depth relay recorded for the job this process runs under.
 
     The job is found from the RELAY_JOB_ID token relay gives its children and from this process's
@@ -215,7 +215,7 @@ def resolve_cwd(settings: Settings, raw: str | None) -> str:
 LATEST_SESSION_SCAN = 200
 
 
-def latest_session(settings: Settings, store: Store, agent: str, cwd_raw: str | None) -> SessionRecord | None:
+def latest_session(settings: Settings, store: JobStore, agent: str, cwd_raw: str | None) -> SessionRecord | None:
     """The agent's most recently used session relay knows in this cwd (what `continue_latest` resumes)."""
     cwd = resolve_cwd(settings, cwd_raw)
     return next((s for s in store.list_sessions(agent=agent, limit=LATEST_SESSION_SCAN) if s.cwd == cwd), None)
@@ -252,7 +252,7 @@ def check_claim_needs(labels: tuple[str, ...], retry: str | None) -> None:
 
 
 def prepare(
-    settings: Settings, store: Store, which: Callable[[str], str | None], req: JobRequest, job_id: str
+    settings: Settings, store: JobStore, which: Callable[[str], str | None], req: JobRequest, job_id: str
 ) -> Prepared:
     """Validate `req` and build its invocation; raises RelayError(code, message, hint) on bad input."""
     check_depth(settings)

@@ -19,12 +19,14 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.jobs.bounds import limit_worker_threads, spare_folders
+from relay.jobs.mirror import store_text_page
+from relay.jobs.output import read_text_page
 from relay.principal import current
 from relay.runtime import procinfo
 from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
-from relay.store import JobRecord, Store, WorkerInfo
+from relay.store import JobRecord, JobStore, WorkerInfo
 from relay.store.health import make_reserve
 from relay.workspaces import Workspaces
 
@@ -57,7 +59,7 @@ def new_job_id() -> str:
 class JobState:
     """The engine's shared state. Rooms read and change it; only `Engine.running()` opens and closes it."""
 
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: JobStore) -> None:
         self.settings = settings
         self.store = store
         self.tg: TaskGroup | None = None
@@ -105,6 +107,13 @@ class JobState:
         """Make spare job folders in a worker thread (called once a job has ended: off every job's way)."""
         if self.tg is not None and self.spares.wants_fill():
             self.tg.start_soon(anyio.to_thread.run_sync, self.spares.fill)
+
+    def text_page(self, job_id: str, stream: str, path: Path, offset: int, limit: int) -> tuple[str, int]:
+        """A page of characters of one of a job's outputs: from its file, or from the store when the job ran on
+        another host (its file is there, its copy in the store: jobs/mirror.py)."""
+        if self.store.spans_hosts and not path.exists():
+            return store_text_page(self.store, job_id, stream, offset, limit)
+        return read_text_page(path, offset, limit)
 
     def runs_here(self, job_id: str) -> bool:
         """Whether this process runs the job (holds its claim, or runs it as an in-process task)."""

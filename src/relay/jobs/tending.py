@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 import anyio
 
@@ -39,8 +40,13 @@ class Tending:
         state = self._state
         beat = max(state.settings.lease_s / 3, 0.1)
         next_beat = time.monotonic() + beat
+        # A store that announces changes (PostgreSQL's NOTIFY) wakes the loop at once; SQLite's is looked at.
+        woken: Callable[[int, float], bool] | None = getattr(state.store, "wait_queue_change", None)
         while True:
-            await anyio.sleep(WATCH_S)
+            if woken is None:
+                await anyio.sleep(WATCH_S)
+            else:
+                await anyio.to_thread.run_sync(woken, self._seen_version, WATCH_S, abandon_on_cancel=True)
             # A store that cannot be written now (disk full, lock held) is tried again at the next turn.
             with contextlib.suppress(RelayError):
                 self.watch()

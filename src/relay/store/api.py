@@ -15,6 +15,9 @@ class JobStore(Protocol):
     """Jobs, their events and outputs, agent sessions: `Store` (SQLite) and `PgStore` (PostgreSQL) both are one."""
 
     audit: AuditLog
+    # Whether processes of other hosts use this store: then a job's output files are copied into it
+    # (jobs/mirror.py), for fronts that have no such files. False for SQLite (one host, one home).
+    spans_hosts: bool
 
     def close(self) -> None: ...
 

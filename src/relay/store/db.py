@@ -202,6 +202,8 @@ def _open(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
 class Store(Claims):
     """Typed access to relay.db. Safe to share between the event loop and worker threads."""
 
+    spans_hosts = False  # one file in one home: the jobs' files are beside it
+
     def __init__(self, path: Path, audit: AuditLog | None = None) -> None:
         _prepare_home(path)
         self.path = path

@@ -19,7 +19,7 @@ import anyio
 
 from relay.errors import RelayError
 from relay.jobs.engine import Engine
-from relay.store import Store
+from relay.store import JobStore
 from relay.web.views import ACTIVE, TRANSCRIPT_TAIL_CHARS, job_row
 from relay.web.workers import ACTIVE_WORKER_STATES, WORKERS_LIMIT, worker_row
 
@@ -170,7 +170,7 @@ class WorkersFeed:
     Each look reads only the running and stopping workers; a worker the feed showed that left that list
     (stopped, or judged lost) is read once more among all workers, so the page sees how it ended."""
 
-    def __init__(self, store: Callable[[], Store], show_all: bool, max_s: float = FEED_MAX_S) -> None:
+    def __init__(self, store: Callable[[], JobStore], show_all: bool, max_s: float = FEED_MAX_S) -> None:
         self._store = store
         self._show_all = show_all
         self._max_s = max_s

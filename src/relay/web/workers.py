@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from relay.store import Store, WorkerRecord
+from relay.store import JobStore, WorkerRecord
 from relay.web._queries import JobQueries
 
 ACTIVE_WORKER_STATES = ("running", "stopping")
@@ -49,7 +49,7 @@ def worker_row(w: WorkerRecord, now: float | None = None) -> dict[str, Any]:
     return row
 
 
-def workers_view(store: Store, show_all: bool) -> dict[str, Any]:
+def workers_view(store: JobStore, show_all: bool) -> dict[str, Any]:
     """The workers table: the running and stopping ones (with `show_all`, the stopped and lost ones too)."""
     now = time.time()
     listed = store.list_workers(include_stopped=show_all)

@@ -78,6 +78,8 @@ def _job(row: tuple[Any, ...]) -> JobRecord:
 class PgStore(PgClaims):
     """The job store on PostgreSQL at `url`; safe to share between the event loop and worker threads."""
 
+    spans_hosts = True  # fronts and workers of any host: a job's outputs are copied into it
+
     def __init__(self, url: str, audit: AuditLog, *, pool_size: int = POOL_SIZE, wait_s: float = POOL_WAIT_S) -> None:
         self.url = url
         self.audit = audit

@@ -1,0 +1,81 @@
+"""Mirror: a job's output files copied into the store as they grow, for fronts on other hosts.
+
+A worker writes a job's stdout, stderr, transcript and final text to files in its own home (the shim
+writes them there). When the store is shared across hosts (PostgreSQL), a front on another host has
+no such files: the worker appends what each file gained to the store's `outputs` (in chunks, from an
+offset it remembers, so memory stays flat whatever the size), and the front pages it from there. On a
+store of one host (SQLite, the home's files shared), nothing is copied.
+"""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+from relay.runtime.supervisor import JobFiles
+from relay.store.api import JobStore
+
+# The most read from a file and appended at once.
+MIRROR_CHUNK = 1 << 20
+
+
+def streams_of(files: JobFiles) -> dict[str, Path]:
+    """Each stream of the store's `outputs` and the job file it mirrors."""
+    return {
+        "stdout": files.stdout,
+        "stderr": files.stderr,
+        "transcript": files.dir / "transcript.txt",
+        "result": files.result,
+    }
+
+
+class Mirror:
+    """Copies what a job's files gained since the last call; one per job, kept by the job's monitor."""
+
+    def __init__(self, store: JobStore, job_id: str, files: JobFiles) -> None:
+        self._store = store
+        self._job_id = job_id
+        self._paths = streams_of(files)
+        # What the store holds already (a job re-attached after a restart was mirrored up to there).
+        self._copied = {stream: store.read_output_page(job_id, stream, 0, 0)[1] for stream in self._paths}
+
+    def sync(self, streams: tuple[str, ...] = ("stdout", "transcript")) -> None:
+        """Append what `streams` gained (at the job's end: every stream, the final text and stderr too)."""
+        for stream in streams:
+            path = self._paths[stream]
+            try:
+                fh = path.open("rb")
+            except FileNotFoundError:
+                continue
+            with fh:
+                fh.seek(self._copied[stream])
+                while chunk := fh.read(MIRROR_CHUNK):
+                    self._store.append_output(self._job_id, stream, chunk)
+                    self._copied[stream] += len(chunk)
+
+    def sync_all(self) -> None:
+        self.sync(tuple(self._paths))
+
+
+def store_text_page(store: JobStore, job_id: str, stream: str, offset: int, limit: int) -> tuple[str, int]:
+    """Up to `limit` characters of a stream kept in the store, from character `offset`; (text, total chars).
+
+    The stream is decoded from its start a chunk at a time (the store pages bytes; a page of characters
+    needs the characters before it), so memory stays within a chunk and the page.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    parts: list[str] = []
+    seen = wanted = 0
+    at = 0
+    while True:
+        data, total = store.read_output_page(job_id, stream, at, MIRROR_CHUNK)
+        at += len(data)
+        text = decoder.decode(data, final=at >= total or not data)
+        start = max(offset - seen, 0)
+        if start < len(text) and wanted < limit:
+            piece = text[start : start + limit - wanted]
+            parts.append(piece)
+            wanted += len(piece)
+        seen += len(text)
+        if at >= total or not data:
+            return "".join(parts), seen
