@@ -23,6 +23,7 @@ from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
 from relay.jobs.state import LEASE_LOST, JobState, Live
+from relay.jobs.workspace import JobWorkspaces
 from relay.runtime import procinfo, supervisor
 from relay.runtime.folders import MARKER, mark_spawning
 from relay.runtime.supervisor import JobFiles, JobProcess
@@ -46,6 +47,10 @@ FINALIZE_IN_THREAD_WHEN_RUNNING = 2
 SPAWN_MARKER = MARKER
 
 
+def _reason(live: Live) -> str | None:  # read again after an await (another task may have set it)
+    return live.stop_reason
+
+
 class _SpawnError(Exception):
     """The agent's process could not be started (the cause says why)."""
 
@@ -61,6 +66,9 @@ class Lifecycle:
         self.which = which
         self.publisher = Publisher(state)
         self.finisher = Finisher(state)
+        self.spaces = JobWorkspaces(state)
+        # Jobs whose end pushes their branch to a repository URL: recorded in a worker thread, off the event loop.
+        self.pushes: set[str] = set()
         # Requests validated at submit, kept until the job starts (prepared again after a restart).
         self.prepared: dict[str, Prepared] = {}
         # Jobs admitted whose process is not spawned yet.
@@ -92,6 +100,7 @@ class Lifecycle:
         state.running.pop(job_id, None)
         state.epochs.pop(job_id, None)
         state.tasks.discard(job_id)
+        self.pushes.discard(job_id)
         # Forgotten once ended (its waiters hold it): what this process keeps per job lasts as long as the job.
         live = state.live.pop(job_id, None)
         if live is not None:
@@ -143,7 +152,16 @@ class Lifecycle:
             return
         prepared = self.prepared.pop(job_id, None)
         try:
-            if prepared is None:
+            if rec.request.get("repo"):  # a job by repository URL: fetched and placed here (a thread: it waits on git)
+                req = await anyio.to_thread.run_sync(self.spaces.place, rec, state.epochs.get(job_id))
+                self.pushes.add(job_id)
+                if live.stop.is_set():  # cancelled (or taken over) while it was fetched; its end pushes: a thread
+                    if _reason(live) != LEASE_LOST:
+                        await anyio.to_thread.run_sync(self.finisher.finish_without_process, rec)
+                    return
+                with as_allowed(rec.request):
+                    prepared = prepare(state.settings, state.store, self.which, req, job_id)
+            elif prepared is None:
                 with as_allowed(rec.request):  # prepared again after a restart: what allowed it still holds
                     prepared = prepare(state.settings, state.store, self.which, request_from(rec), job_id)
             # Creating a process takes milliseconds (more on a loaded machine). A job starting alone
@@ -290,7 +308,7 @@ class Lifecycle:
             if stop_reason == LEASE_LOST:
                 return  # the job is another worker's now: its end is not this one's to record
             args = (job_id, parser, proc.exit_code(), stop_reason or store_stop)
-            if len(state.running) >= FINALIZE_IN_THREAD_WHEN_RUNNING:
+            if len(state.running) >= FINALIZE_IN_THREAD_WHEN_RUNNING or job_id in self.pushes:
                 # Other jobs run too, and many may end together: this one's end (the parser's result, a
                 # `git status` in a repository, the result file, the final row) is recorded in a worker
                 # thread, so the event loop goes on seeing the others' exits and answering calls. A job

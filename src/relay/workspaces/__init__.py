@@ -20,13 +20,22 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.workspaces import cleanup, fetch, land, make, remote, seal
+from relay.workspaces import _net, cleanup, fetch, land, make, remote, seal
 from relay.workspaces.land import STRATEGIES, LandError
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
-__all__ = ["STRATEGIES", "LandError", "WorkspaceRecord", "Workspaces", "commit_message"]
+__all__ = ["STRATEGIES", "LandError", "WorkspaceRecord", "Workspaces", "check_remote", "commit_message", "shown_url"]
 
 commit_message = seal.commit_message
+shown_url = _net.shown  # a URL as a message may show it: a password in it replaced by ***
+
+
+def check_remote(url: str, ref: str | None, subdir: str) -> str:
+    """A workspace by URL checked without reaching it (malformed URL, ref or subdir: INVALID_ARGUMENT); the clean subdir."""
+    _net.check_url(url)
+    if ref is not None:
+        _net.check_ref(ref)
+    return remote.check_subdir(subdir)
 
 
 class Workspaces:

@@ -95,7 +95,7 @@ def resolve(cache: Path, url: str, ref: str | None, timeout_s: float = _net.FETC
     )
 
 
-def _check_subdir(subdir: str) -> str:
+def check_subdir(subdir: str) -> str:
     """`subdir` as a clean relative path inside the repository ("" for its top)."""
     parts = PurePosixPath(subdir.strip("/")).parts if subdir else ()
     if subdir.startswith("/") or any(p in ("..", ".") for p in parts) or "\x00" in subdir:
@@ -130,7 +130,7 @@ def place(
     _net.check_url(url)
     if ref is not None:
         _net.check_ref(ref)
-    sub = _check_subdir(subdir)
+    sub = check_subdir(subdir)
     cache = cache_of(repos_dir, url)
     branch = branch_of(job_id)
     path = worktrees_dir / job_id

@@ -1,0 +1,201 @@
+"""Jobs by repository URL, end to end: a front that runs no jobs queues one, a worker on the same home claims it,
+fetches the repository from a real `git daemon`, runs the agent in a worktree of it and pushes the branch back;
+`job_land` on the front fetches that branch into the caller's clone and lands it there."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from relay.config import Settings
+from relay.errors import ErrorCode, RelayError
+from relay.jobs.engine import Engine, JobRequest
+from relay.store import Store, WorkerInfo
+from relay.workspaces import Workspaces
+from tests.conftest import SettingsFactory
+from tests.git_daemon import GitDaemon, bare_repo, free_port, git_daemon
+from tests.workspaces.conftest import git
+
+pytestmark = pytest.mark.anyio
+
+EDIT = "Make app.txt say hello [[fake:write=app.txt~hello\\n;new.txt~from the worker\\n]]"
+
+
+@pytest.fixture
+def served(tmp_path: Path, repo: Path) -> Path:
+    base = tmp_path / "served"
+    base.mkdir()
+    bare_repo(base, "app.git", repo)
+    return base
+
+
+@pytest.fixture
+def daemon(served: Path) -> Iterator[GitDaemon]:
+    with git_daemon(served) as d:
+        yield d
+
+
+@pytest.fixture
+def clone(daemon: GitDaemon, tmp_path: Path) -> Path:
+    """The caller's checkout: a clone of the served repository, somewhere the worker never looks."""
+    path = tmp_path / "caller-clone"
+    git(tmp_path, "clone", "--quiet", daemon.url("app.git"), str(path))
+    return path
+
+
+@asynccontextmanager
+async def front_and_worker(settings: Settings) -> AsyncIterator[tuple[Engine, Engine]]:
+    """A front that only queues jobs and a worker that claims them, on one RELAY_HOME (one store)."""
+    async with (
+        Engine(settings.with_(runs_jobs=False)).running() as front,
+        Engine(settings).running() as worker,
+    ):
+        yield front, worker
+
+
+async def ended(front: Engine, job_id: str) -> dict[str, object]:
+    with anyio.fail_after(60):
+        rec = await front.wait_one(job_id, 60)
+    assert rec.is_final, rec.status
+    return front.envelope(job_id)
+
+
+async def test_a_job_by_url_runs_on_the_worker_pushes_its_branch_and_lands_in_the_callers_clone(
+    make_settings: SettingsFactory, daemon: GitDaemon, served: Path, clone: Path
+) -> None:
+    url = daemon.url("app.git")
+    settings = make_settings()
+    async with front_and_worker(settings) as (front, worker):
+        job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd=str(clone)))
+        assert not settings.repos_dir.exists()  # the front checked the URL; only the worker fetches it
+        env = await ended(front, job_id)
+        rec = front.get(job_id)
+        assert rec.worker == worker.worker.id and rec.cwd == str(settings.worktrees_dir / job_id)
+        landed = await front.land(job_id)
+        after = front.envelope(job_id)
+    assert env["status"] == "completed"
+    ws = env["workspace"]
+    assert isinstance(ws, dict)
+    branch = f"relay/{job_id}"
+    assert (ws["branch"], ws["base"], ws["files_changed"]) == (branch, "main", ["app.txt", "new.txt"])
+    assert ws["remote"] == {"url": url, "branch": branch, "head": ws["head"], "pushed": True}
+    assert git(served / "app.git", "rev-parse", branch) == ws["head"]  # pushed to the daemon
+    assert git(served / "app.git", "show", f"{branch}:app.txt") == "hello"
+    assert landed["into"] == "main" and git(clone, "rev-parse", "main") == landed["new"]
+    assert (clone / "app.txt").read_text() == "hello\n" and (clone / "new.txt").read_text() == "from the worker\n"
+    assert git(clone, "status", "--porcelain") == ""
+    assert isinstance(after["workspace"], dict) and after["workspace"]["state"] == "landed"
+
+
+async def test_a_job_in_a_sub_folder_of_a_ref_runs_there_and_its_diff_is_read_from_the_callers_side(
+    make_settings: SettingsFactory, daemon: GitDaemon, repo: Path, clone: Path
+) -> None:
+    first = git(repo, "rev-parse", "main^")  # the first commit: app.txt only, no src/
+    settings = make_settings()
+    async with front_and_worker(settings) as (front, _):
+        prompt = "edit lib [[fake:write=lib.txt~changed\\n]]"
+        job_id = front.submit(
+            JobRequest(
+                agent="claude", prompt=prompt, repo=daemon.url("app.git"), base="main", subdir="src", cwd=str(clone)
+            )
+        )
+        env = await ended(front, job_id)
+        page = front.read_output(job_id, "diff", 0, 10_000)
+        missing = front.submit(
+            JobRequest(
+                agent="claude", prompt=prompt, repo=daemon.url("app.git"), base=first, subdir="src", cwd=str(clone)
+            )
+        )
+        lost = await ended(front, missing)
+    assert env["status"] == "completed" and front.get(job_id).cwd.endswith(f"{job_id}/src")
+    assert env["files_changed"] == ["src/lib.txt"]
+    assert "+changed" in str(page["text"]) and git(clone, "rev-parse", f"relay/{job_id}") == env["workspace"]["head"]  # type: ignore[index]
+    assert lost["status"] == "failed" and lost["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    assert "no folder 'src'" in lost["error"]["message"]  # type: ignore[index]
+
+
+async def test_an_unreachable_repository_fails_the_job_with_upstream_error_and_a_hint(
+    make_settings: SettingsFactory, clone: Path
+) -> None:
+    url = f"git://127.0.0.1:{free_port('127.0.0.1')}/app.git"  # nothing listens there
+    async with front_and_worker(make_settings()) as (front, _):
+        job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd=str(clone)))
+        env = await ended(front, job_id)
+        with pytest.raises(RelayError) as caught:
+            await front.land(job_id)
+    error = env["error"]
+    assert env["status"] == "failed" and isinstance(error, dict)
+    assert error["code"] == "UPSTREAM_ERROR" and url in error["message"] and f"git ls-remote {url}" in error["hint"]
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+async def test_a_refused_push_completes_the_job_and_its_workspace_says_the_push_failed(
+    make_settings: SettingsFactory, served: Path, tmp_path: Path
+) -> None:
+    with git_daemon(served, push=False) as daemon:
+        url = daemon.url("app.git")
+        clone = tmp_path / "clone"
+        git(tmp_path, "clone", "--quiet", url, str(clone))
+        async with front_and_worker(make_settings()) as (front, _):
+            job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd=str(clone)))
+            env = await ended(front, job_id)
+            with pytest.raises(RelayError) as caught:
+                await front.land(job_id)
+    ws = env["workspace"]
+    assert env["status"] == "completed" and isinstance(ws, dict)
+    assert ws["files_changed"] == ["app.txt", "new.txt"] and ws["remote"]["pushed"] is False
+    assert ws["remote"]["error"]["code"] == "PUSH_REFUSED" and "receive-pack" in ws["remote"]["error"]["hint"]
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT and "refused the push" in caught.value.message
+    assert git(served / "app.git", "branch", "--list", f"relay/{job_id}") == ""
+
+
+async def test_a_job_run_again_after_its_first_claim_replaces_what_the_earlier_run_left_and_pushed(
+    make_settings: SettingsFactory, daemon: GitDaemon, served: Path, clone: Path
+) -> None:
+    url = daemon.url("app.git")
+    settings = make_settings()
+    async with Engine(settings.with_(runs_jobs=False)).running() as front:
+        job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd=str(clone)))
+        # An earlier run on this host: placed, an edit committed and pushed, then its worker was lost.
+        spaces = Workspaces(settings)
+        earlier = spaces.place(job_id, url)
+        Path(earlier.path, "app.txt").write_text("the lost run's edit\n")
+        spaces.seal_and_push(earlier, "lost run\n")
+        spaces.close()
+        store = Store(settings.db_path)
+        lost = WorkerInfo("lost/1", "lost", "h", 1, None, None, None, (), 1, 15.0)
+        store.register_worker(lost)
+        [(_, _, epoch)] = store.claim(lost, free=1, max_total=10, per_agent=lambda _: 10)
+        assert store.unclaim(job_id, epoch)  # queued again, as for retry="on_lost_worker"
+        store.close()
+        async with Engine(settings).running():
+            env = await ended(front, job_id)
+    assert env["status"] == "completed"
+    assert env["workspace"]["remote"]["pushed"] is True  # type: ignore[index]
+    assert git(served / "app.git", "show", f"relay/{job_id}:app.txt") == "hello"
+    assert "lost run" not in git(served / "app.git", "log", "--format=%s", f"relay/{job_id}")
+
+
+async def test_a_bad_url_ref_or_subdir_is_refused_at_submit_and_the_callers_folder_need_not_exist(
+    make_settings: SettingsFactory, daemon: GitDaemon
+) -> None:
+    url = daemon.url("app.git")
+    async with Engine(make_settings().with_(runs_jobs=False)).running() as front:
+        for bad in (
+            JobRequest(agent="claude", prompt="x", repo="ext::sh -c touch% /tmp/pwned"),
+            JobRequest(agent="claude", prompt="x", repo=url, base="a..b"),
+            JobRequest(agent="claude", prompt="x", repo=url, subdir="../up"),
+            JobRequest(agent="claude", prompt="x", repo=url, workspace="job:abc"),
+            JobRequest(agent="claude", prompt="x", repo=url, cwd="relative/clone"),
+        ):
+            with pytest.raises(RelayError) as caught:
+                front.submit(bad)
+            assert caught.value.code is ErrorCode.INVALID_ARGUMENT and caught.value.hint, bad
+        job_id = front.submit(JobRequest(agent="claude", prompt="x", repo=url, cwd="/nowhere/on/this/front"))
+        rec = front.get(job_id)
+    assert rec.status == "queued" and rec.request["caller_cwd"] == "/nowhere/on/this/front"
+    assert rec.request["worktree"] == {"url": url, "base": None, "subdir": ""}
