@@ -4,16 +4,22 @@ fetches the repository from a real `git daemon`, runs the agent in a worktree of
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
+from relay.server.app import build_server
 from relay.store import Store, WorkerInfo
 from relay.workspaces import Workspaces
 from tests.conftest import SettingsFactory
@@ -199,3 +205,39 @@ async def test_a_bad_url_ref_or_subdir_is_refused_at_submit_and_the_callers_fold
         rec = front.get(job_id)
     assert rec.status == "queued" and rec.request["caller_cwd"] == "/nowhere/on/this/front"
     assert rec.request["worktree"] == {"url": url, "base": None, "subdir": ""}
+
+
+async def test_delegate_with_repo_over_mcp_runs_the_job_from_the_url_and_job_land_lands_it_in_cwd(
+    make_settings: SettingsFactory, daemon: GitDaemon, clone: Path
+) -> None:
+    args = {"prompt": EDIT, "repo": daemon.url("app.git"), "subdir": "src", "cwd": str(clone), "mode": "sync"}
+    async with Client(build_server(make_settings())) as c:
+        with anyio.fail_after(60):
+            done = await c.call_tool("delegate", args)
+            env = done.structured_content or {}
+            land = {"job_id": env.get("job_id"), "test_command": "test -f new.txt"}
+            landed = await c.call_tool(
+                "call_tool", {"server_name": "workspaces", "tool_name": "job_land", "arguments": land}
+            )
+    assert not done.is_error and env["status"] == "completed", env
+    assert env["workspace"]["remote"]["pushed"] is True and env["files_changed"] == ["src/app.txt", "src/new.txt"]
+    assert not landed.is_error, landed.content
+    assert (clone / "src" / "new.txt").read_text() == "from the worker\n"
+
+
+def test_relay_run_with_repo_and_ref_runs_from_the_url_and_relay_land_lands_it_in_the_folder_it_ran_from(
+    make_settings: SettingsFactory, daemon: GitDaemon, served: Path, clone: Path
+) -> None:
+    settings = make_settings()
+    relay = [str(Path(sys.executable).with_name("relay"))]
+    env = {**os.environ, "RELAY_HOME": str(settings.home)}
+    argv = [*relay, "run", "claude", EDIT, "--repo", daemon.url("app.git"), "--ref", "main", "--json"]
+    ran = subprocess.run(argv, env=env, cwd=clone, capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    out = json.loads(ran.stdout)
+    assert out["workspace"]["remote"]["pushed"] is True and out["workspace"]["base"] == "main"
+    landed = subprocess.run(
+        [*relay, "land", out["job_id"]], env=env, cwd=clone, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert landed.returncode == 0, landed.stderr
+    assert (clone / "new.txt").read_text() == "from the worker\n" and git(clone, "status", "--porcelain") == ""

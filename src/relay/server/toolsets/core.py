@@ -86,6 +86,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             Field(description="worktree: own git worktree+branch relay/<job-id>; job:<id>: that job's; default cwd"),
         ] = None,
         base: Annotated[str | None, Field(description="ref a new worktree starts from; default HEAD")] = None,
+        repo: Annotated[
+            str | None, Field(description="git URL: a worker runs it in a worktree at base, pushes back")
+        ] = None,
+        subdir: Annotated[str, Field(description="with repo: folder it runs in")] = "",
         carry_changes: Annotated[bool, Field(description="new worktree starts from uncommitted changes")] = False,
         reasoning_effort: Annotated[
             Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None,
@@ -98,6 +102,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 workspace=workspace,
                 base=base,
                 carry_changes=carry_changes,
+                repo=repo,
+                subdir=subdir,
                 agent=agent,
                 prompt=prompt,
                 cwd=cwd,
