@@ -47,10 +47,6 @@ FINALIZE_IN_THREAD_WHEN_RUNNING = 2
 SPAWN_MARKER = MARKER
 
 
-def _reason(live: Live) -> str | None:  # read again after an await (another task may have set it)
-    return live.stop_reason
-
-
 class _SpawnError(Exception):
     """The agent's process could not be started (the cause says why)."""
 
@@ -155,9 +151,8 @@ class Lifecycle:
             if rec.request.get("repo"):  # a job by repository URL: fetched and placed here (a thread: it waits on git)
                 req = await anyio.to_thread.run_sync(self.spaces.place, rec, state.epochs.get(job_id))
                 self.pushes.add(job_id)
-                if live.stop.is_set():  # cancelled (or taken over) while it was fetched; its end pushes: a thread
-                    if _reason(live) != LEASE_LOST:
-                        await anyio.to_thread.run_sync(self.finisher.finish_without_process, rec)
+                if live.stop.is_set():  # cancelled while it was fetched (an end under a lost claim is refused)
+                    await anyio.to_thread.run_sync(self.finisher.finish_without_process, rec)
                     return
                 with as_allowed(rec.request):
                     prepared = prepare(state.settings, state.store, self.which, req, job_id)
@@ -232,6 +227,8 @@ class Lifecycle:
     async def run_attached(self, rec: JobRecord, proc: JobProcess, parser: Parser, last_output: float) -> None:
         """Watch a job an earlier relay started (re-attached after a restart) to its end."""
         settings = self._state.settings
+        if rec.request.get("repo"):
+            self.pushes.add(rec.id)  # its end pushes: recorded in a worker thread
         try:
             await self.monitor(
                 rec.id,

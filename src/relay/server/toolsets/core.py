@@ -5,6 +5,7 @@ import shutil
 import time
 from typing import Annotated, Any, Literal
 
+import anyio
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
@@ -143,7 +144,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         limit: Annotated[int, Field(ge=1, le=200_000, description="characters per page")] = 20_000,
     ) -> Annotated[CallToolResult, OutputPage]:
         async def go() -> CallToolResult:
-            page = deps.engine().read_output(job_id, view, offset, limit)
+            engine = deps.engine()
+            if view == "diff":  # git, and for a job by repository URL a fetch of its branch: off the event loop
+                page = await anyio.to_thread.run_sync(engine.read_output, job_id, view, offset, limit)
+            else:
+                page = engine.read_output(job_id, view, offset, limit)
             return model_result(OutputPage.model_validate(page))
 
         return await run_guarded(go)
