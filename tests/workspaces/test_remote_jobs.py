@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -136,7 +137,9 @@ async def test_an_unreachable_repository_fails_the_job_with_upstream_error_and_a
     error = env["error"]
     assert env["status"] == "failed" and isinstance(error, dict)
     assert error["code"] == "UPSTREAM_ERROR" and url in error["message"] and f"git ls-remote {url}" in error["hint"]
-    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT and "before a worker placed its worktree" in str(
+        caught.value
+    )
 
 
 async def test_a_refused_push_completes_the_job_and_its_workspace_says_the_push_failed(
@@ -241,3 +244,47 @@ def test_relay_run_with_repo_and_ref_runs_from_the_url_and_relay_land_lands_it_i
     )
     assert landed.returncode == 0, landed.stderr
     assert (clone / "new.txt").read_text() == "from the worker\n" and git(clone, "status", "--porcelain") == ""
+
+
+async def test_a_relay_worker_process_runs_a_job_by_url_for_a_front_and_the_front_lands_it(
+    make_settings: SettingsFactory, daemon: GitDaemon, served: Path, clone: Path, workdir: Path
+) -> None:
+    settings = make_settings()
+    env = {**os.environ, "RELAY_HOME": str(settings.home)}
+    argv = [str(Path(sys.executable).with_name("relay")), "worker", "--name", "host-b"]
+    worker = subprocess.Popen(argv, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        async with Engine(settings.with_(runs_jobs=False)).running() as front:
+            job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=daemon.url("app.git"), cwd=str(clone)))
+            env_ = await ended(front, job_id)
+            landed = await front.land(job_id)
+            ran_by = front.get(job_id).worker or ""
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = await anyio.to_thread.run_sync(lambda: worker.communicate(timeout=30))
+    assert worker.returncode == 0, err
+    assert ran_by.startswith("host-b/") and env_["status"] == "completed"
+    assert git(served / "app.git", "rev-parse", f"relay/{job_id}") == env_["workspace"]["head"]  # type: ignore[index]
+    assert git(clone, "rev-parse", "main") == landed["new"] and (clone / "new.txt").read_text() == "from the worker\n"
+
+
+async def test_landing_is_refused_while_the_job_runs_and_from_a_checkout_that_is_not_on_this_host(
+    make_settings: SettingsFactory, daemon: GitDaemon
+) -> None:
+    url = daemon.url("app.git")
+    async with front_and_worker(make_settings()) as (front, _):
+        slow = front.submit(JobRequest(agent="claude", prompt="wait [[fake:hang]]", repo=url, cwd="/elsewhere"))
+        with anyio.fail_after(30):
+            while front.get(slow).status != "running":
+                await front.wait_one(slow, 0.2)
+        with pytest.raises(RelayError) as running:
+            front._workspaces.land(slow, None, "rebase", None)  # pyright: ignore[reportPrivateUsage]
+        await front.cancel(slow)
+        job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd="/elsewhere/clone"))
+        env = await ended(front, job_id)
+        with pytest.raises(RelayError) as elsewhere:
+            await front.land(job_id)
+    assert "runs on a worker" in running.value.message and "job_wait" in running.value.hint
+    assert env["status"] == "completed"
+    assert elsewhere.value.code is ErrorCode.INVALID_ARGUMENT and "'/elsewhere/clone'" in elsewhere.value.message
+    assert f"git merge relay/{job_id}" in elsewhere.value.hint

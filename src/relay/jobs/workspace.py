@@ -180,10 +180,15 @@ class JobWorkspaces:
         req = job.request
         sealed: dict[str, Any] = (job.result or {}).get("workspace") or {}
         pushed: dict[str, Any] = sealed.get("remote") or {}
-        if not job.is_final or not sealed.get("base_sha"):
+        if not job.is_final:
             raise invalid(
                 f"job {job.id} runs on a worker: its branch is there until the job ends and pushes it",
                 f"job_wait(job_ids=['{job.id}']) first",
+            )
+        if not sealed.get("base_sha"):
+            raise invalid(
+                f"job {job.id} ended ({job.status}) before a worker placed its worktree: there is no branch",
+                "job_status shows why; submit it again",
             )
         if not pushed.get("pushed"):
             error: dict[str, Any] = pushed.get("error") or {}
