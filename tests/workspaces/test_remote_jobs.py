@@ -200,6 +200,7 @@ async def test_a_bad_url_ref_or_subdir_is_refused_at_submit_and_the_callers_fold
             JobRequest(agent="claude", prompt="x", repo=url, subdir="../up"),
             JobRequest(agent="claude", prompt="x", repo=url, workspace="job:abc"),
             JobRequest(agent="claude", prompt="x", repo=url, cwd="relative/clone"),
+            JobRequest(agent="claude", prompt="x", subdir="src"),  # subdir without repo
         ):
             with pytest.raises(RelayError) as caught:
                 front.submit(bad)

@@ -178,7 +178,7 @@ class Engine:
         if req.repo is not None:  # checked here, fetched by the worker that claims it
             req, placed = spaces.by_url(req, job_id)
             return req, self._prepare(req, job_id), placed
-        spaces.check(req.workspace, req.base, req.carry_changes)
+        spaces.check(req.workspace, req.base, req.carry_changes, req.subdir)
         follow = spaces.follow_up_target(req.workspace, req.session_id, req.agent)
         if follow is not None:  # an earlier job's worktree: made again if it was removed, never shared at once
             ws = spaces.reopen(follow)

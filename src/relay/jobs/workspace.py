@@ -71,7 +71,9 @@ class JobWorkspaces:
         )
 
     @staticmethod
-    def check(workspace: str | None, base: str | None, carry_changes: bool) -> None:
+    def check(workspace: str | None, base: str | None, carry_changes: bool, subdir: str = "") -> None:
+        if subdir:
+            raise invalid("subdir applies only to a job by repository URL", "pass repo with it, or leave it out")
         if workspace not in (None, "cwd", "worktree") and not (workspace or "").startswith(JOB_PREFIX):
             raise invalid(
                 f"workspace {workspace!r} is not one of cwd, worktree, job:<job-id>",
