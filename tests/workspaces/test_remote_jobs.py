@@ -4,11 +4,14 @@ fetches the repository from a real `git daemon`, runs the agent in a worktree of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -289,3 +292,63 @@ async def test_landing_is_refused_while_the_job_runs_and_from_a_checkout_that_is
     assert env["status"] == "completed"
     assert elsewhere.value.code is ErrorCode.INVALID_ARGUMENT and "'/elsewhere/clone'" in elsewhere.value.message
     assert f"git merge relay/{job_id}" in elsewhere.value.hint
+
+
+class HeldProxy:
+    """A TCP proxy to the git daemon that holds its first connection until `release` (a fetch under way)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.accepted = threading.Event()
+        self.released = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.server.getsockname()[1])
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(client,), daemon=True).start()
+
+    def _one(self, client: socket.socket) -> None:
+        self.accepted.set()
+        self.released.wait(60)
+        upstream = socket.create_connection(self.target)
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.close()
+
+
+async def test_a_job_cancelled_while_its_repository_is_fetched_stays_cancelled_and_its_agent_never_runs(
+    make_settings: SettingsFactory, daemon: GitDaemon, clone: Path
+) -> None:
+    proxy = HeldProxy((daemon.host, daemon.port))
+    settings = make_settings()
+    try:
+        async with front_and_worker(settings) as (front, worker):
+            url = f"git://127.0.0.1:{proxy.port}/app.git"
+            job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd=str(clone)))
+            assert await anyio.to_thread.run_sync(proxy.accepted.wait, 30)  # the worker is fetching
+            cancelled = await front.cancel(job_id)
+            proxy.released.set()  # the fetch goes on, and succeeds
+            with anyio.fail_after(60):
+                await worker.drained()
+            rec = front.get(job_id)
+    finally:
+        proxy.close()
+    assert cancelled.status == "cancelled" and rec.status == "cancelled" and rec.pid is None
+    assert not (settings.worktrees_dir / job_id / "new.txt").exists()  # placed, but no agent ran there

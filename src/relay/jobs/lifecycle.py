@@ -23,7 +23,6 @@ from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
 from relay.jobs.state import LEASE_LOST, JobState, Live
-from relay.jobs.workspace import JobWorkspaces
 from relay.runtime import procinfo, supervisor
 from relay.runtime.folders import MARKER, mark_spawning
 from relay.runtime.supervisor import JobFiles, JobProcess
@@ -62,7 +61,6 @@ class Lifecycle:
         self.which = which
         self.publisher = Publisher(state)
         self.finisher = Finisher(state)
-        self.spaces = JobWorkspaces(state)
         # Jobs whose end pushes their branch to a repository URL: recorded in a worker thread, off the event loop.
         self.pushes: set[str] = set()
         # Requests validated at submit, kept until the job starts (prepared again after a restart).
@@ -149,9 +147,11 @@ class Lifecycle:
         prepared = self.prepared.pop(job_id, None)
         try:
             if rec.request.get("repo"):  # a job by repository URL: fetched and placed here (a thread: it waits on git)
-                req = await anyio.to_thread.run_sync(self.spaces.place, rec, state.epochs.get(job_id))
+                req = await anyio.to_thread.run_sync(self.finisher.workspaces.place, rec, state.epochs.get(job_id))
                 self.pushes.add(job_id)
-                if live.stop.is_set():  # cancelled while it was fetched (an end under a lost claim is refused)
+                # Cancelled while it was fetched (here, or ended by a front): it never starts. Its end (refused when
+                # another process already wrote one, or under a lost claim) seals and pushes: a thread too.
+                if live.stop.is_set() or (state.store.get_job(job_id) or rec).is_final:
                     await anyio.to_thread.run_sync(self.finisher.finish_without_process, rec)
                     return
                 with as_allowed(rec.request):
@@ -227,8 +227,6 @@ class Lifecycle:
     async def run_attached(self, rec: JobRecord, proc: JobProcess, parser: Parser, last_output: float) -> None:
         """Watch a job an earlier relay started (re-attached after a restart) to its end."""
         settings = self._state.settings
-        if rec.request.get("repo"):
-            self.pushes.add(rec.id)  # its end pushes: recorded in a worker thread
         try:
             await self.monitor(
                 rec.id,
