@@ -333,7 +333,29 @@ class HeldProxy:
         self.server.close()
 
 
-async def test_a_job_cancelled_while_its_repository_is_fetched_stays_cancelled_and_its_agent_never_runs(
+@pytest.mark.parametrize("through", ["front", "worker"])
+async def test_a_job_cancelled_while_its_repository_is_fetched_stops_the_fetch_and_never_runs_its_agent(
+    through: str, make_settings: SettingsFactory, daemon: GitDaemon, clone: Path
+) -> None:
+    proxy = HeldProxy((daemon.host, daemon.port))  # the fetch hangs until the test ends
+    settings = make_settings()
+    try:
+        async with front_and_worker(settings) as (front, worker):
+            url = f"git://127.0.0.1:{proxy.port}/app.git"
+            job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd=str(clone)))
+            assert await anyio.to_thread.run_sync(proxy.accepted.wait, 30)  # the worker is fetching
+            cancelled = await (front if through == "front" else worker).cancel(job_id)
+            with anyio.fail_after(15):  # far less than the fetch's own timeout (600 s)
+                await worker.drained()
+            rec = front.get(job_id)
+    finally:
+        proxy.close()
+    assert cancelled.status == "cancelled" and rec.status == "cancelled" and rec.pid is None
+    assert rec.error is not None and rec.error["code"] == "CANCELLED"
+    assert not (settings.worktrees_dir / job_id).exists()  # nothing placed, no agent ran
+
+
+async def test_a_fetch_that_ends_just_as_its_job_is_cancelled_places_nothing_and_runs_no_agent(
     make_settings: SettingsFactory, daemon: GitDaemon, clone: Path
 ) -> None:
     proxy = HeldProxy((daemon.host, daemon.port))
@@ -342,13 +364,13 @@ async def test_a_job_cancelled_while_its_repository_is_fetched_stays_cancelled_a
         async with front_and_worker(settings) as (front, worker):
             url = f"git://127.0.0.1:{proxy.port}/app.git"
             job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=url, cwd=str(clone)))
-            assert await anyio.to_thread.run_sync(proxy.accepted.wait, 30)  # the worker is fetching
-            cancelled = await front.cancel(job_id)
-            proxy.released.set()  # the fetch goes on, and succeeds
-            with anyio.fail_after(60):
+            assert await anyio.to_thread.run_sync(proxy.accepted.wait, 30)
+            await front.cancel(job_id)
+            proxy.released.set()  # the fetch goes on at once, and may end before the worker looks at the store
+            with anyio.fail_after(30):
                 await worker.drained()
             rec = front.get(job_id)
     finally:
         proxy.close()
-    assert cancelled.status == "cancelled" and rec.status == "cancelled" and rec.pid is None
-    assert not (settings.worktrees_dir / job_id / "new.txt").exists()  # placed, but no agent ran there
+    assert rec.status == "cancelled" and rec.pid is None
+    assert not (settings.worktrees_dir / job_id).exists()

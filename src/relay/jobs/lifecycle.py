@@ -147,13 +147,9 @@ class Lifecycle:
         prepared = self.prepared.pop(job_id, None)
         try:
             if rec.request.get("repo"):  # a job by repository URL: fetched and placed here (a thread: it waits on git)
-                req = await anyio.to_thread.run_sync(self.finisher.workspaces.place, rec, state.epochs.get(job_id))
+                place, epoch = self.finisher.workspaces.place, state.epochs.get(job_id)
+                req = await anyio.to_thread.run_sync(place, rec, epoch, live.stop.is_set)  # CANCELLED when stopped
                 self.pushes.add(job_id)
-                # Cancelled while it was fetched (here, or ended by a front): it never starts. Its end (refused when
-                # another process already wrote one, or under a lost claim) seals and pushes: a thread too.
-                if live.stop.is_set() or (state.store.get_job(job_id) or rec).is_final:
-                    await anyio.to_thread.run_sync(self.finisher.finish_without_process, rec)
-                    return
                 with as_allowed(rec.request):
                     prepared = prepare(state.settings, state.store, self.which, req, job_id)
             elif prepared is None:
@@ -168,7 +164,10 @@ class Lifecycle:
             else:
                 proc, deadline = self._launch(job_id, live, prepared)
         except RelayError as err:
-            self.finisher.fail(rec, err)
+            if live.stop.is_set():  # cancelled while its repository was fetched (and placed: that was undone)
+                self.finisher.finish_without_process(rec)
+            else:
+                self.finisher.fail(rec, err)
             return
         except (_SpawnError, OSError, ValueError) as exc:
             self.finisher.fail(

@@ -8,6 +8,8 @@ its branch). The stored request says `workspace="job:<owner>"` and `worktree={pa
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from relay.workspaces import WorkspaceRecord, check_remote, commit_message, show
 from relay.workspaces.land import run_test
 
 JOB_PREFIX = "job:"
+# How often a job's fetch looks in the store whether another process ended the job (a cancel through a front).
+ENDED_CHECK_S = 1.0
 
 
 def owner_of(request: dict[str, Any]) -> str | None:
@@ -112,17 +116,45 @@ class JobWorkspaces:
         where = {"url": shown_url(req.repo or ""), "base": req.base, "subdir": subdir}
         return req, {"workspace": req.workspace, "caller_cwd": caller, "worktree": where}
 
-    def place(self, rec: JobRecord, epoch: int | None) -> JobRequest:
+    def place(self, rec: JobRecord, epoch: int | None, stop: Callable[[], bool] | None = None) -> JobRequest:
         """On the worker that claimed a `repo` job: its worktree fetched and added here, recorded on its row (under
         the claim's epoch); the request to prepare, in that worktree. A second run of the job (its earlier worker
-        was lost, or never started it) replaces what an earlier run left here and pushed."""
+        was lost, or never started it) replaces what an earlier run left here and pushed. `stop`: a cancel, which
+        ends the fetch (CANCELLED)."""
         req = request_from(rec)
         again = (epoch if epoch is not None else rec.epoch) > 1
-        ws = self.spaces.place(rec.id, req.repo or "", ref=req.base, subdir=req.subdir, again=again)
+        stopped = self._stop_or_ended(rec.id, stop)
+        ws = self.spaces.place(rec.id, req.repo or "", ref=req.base, subdir=req.subdir, again=again, stop=stopped)
+        if stopped(now=True):  # cancelled as the fetch ended: it is not run
+            self.spaces.discard(ws)
+            raise RelayError(
+                ErrorCode.CANCELLED,
+                "the job was cancelled while its repository was fetched",
+                "submit it again if needed",
+            )
         stored = self.stored(ws)
         stored["worktree"] |= {"url": shown_url(req.repo or "")}
         self._state.store.place_job(rec.id, rec.request | stored | {"cwd": ws.cwd}, ws.cwd, epoch=epoch)
         return replace(req, cwd=ws.cwd)
+
+    def _stop_or_ended(self, job_id: str, stop: Callable[[], bool] | None) -> Callable[..., bool]:
+        """`stop()`, or the job ended meanwhile by another process (a front's cancel), as the store says: looked up
+        at most every ENDED_CHECK_S (and at once with `now=True`)."""
+        last = [time.monotonic()]
+
+        def stopped(*, now: bool = False) -> bool:
+            if stop is not None and stop():
+                return True
+            if not now and time.monotonic() - last[0] < ENDED_CHECK_S:
+                return False
+            last[0] = time.monotonic()
+            try:
+                rec = self._state.store.get_job(job_id)
+            except RelayError:  # the store cannot answer now: asked again later
+                return False
+            return rec is None or rec.is_final
+
+        return stopped
 
     # a job's end --------------------------------------------------------------------------
 

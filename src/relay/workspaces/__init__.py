@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,19 @@ class Workspaces:
     # on a worker host: a workspace given by repository URL and ref --------------------------
 
     def place(
-        self, job_id: str, url: str, *, ref: str | None = None, subdir: str = "", again: bool = False
+        self,
+        job_id: str,
+        url: str,
+        *,
+        ref: str | None = None,
+        subdir: str = "",
+        again: bool = False,
+        stop: Callable[[], bool] | None = None,
     ) -> WorkspaceRecord:
         """A job's worktree on relay/<job-id> from `url` at `ref` (default: its default branch), through this host's cache.
 
         `again`: a job run a second time (retry after a lost worker) replaces what its earlier run left here.
+        `stop`: the fetch is killed once it says so (a job cancelled meanwhile): CANCELLED.
         """
         return remote.place(
             self.settings.repos_dir,
@@ -79,6 +88,7 @@ class Workspaces:
             ref=ref,
             subdir=subdir,
             again=again,
+            stop=stop,
         )
 
     def url_of(self, rec: WorkspaceRecord) -> str | None:
