@@ -374,3 +374,20 @@ async def test_a_fetch_that_ends_just_as_its_job_is_cancelled_places_nothing_and
         proxy.close()
     assert rec.status == "cancelled" and rec.pid is None
     assert not (settings.worktrees_dir / job_id).exists()
+
+
+async def test_discarding_a_job_by_url_removes_the_callers_copy_and_leaves_the_pushed_branch(
+    make_settings: SettingsFactory, daemon: GitDaemon, served: Path, clone: Path
+) -> None:
+    async with front_and_worker(make_settings()) as (front, _):
+        job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=daemon.url("app.git"), cwd=str(clone)))
+        env = await ended(front, job_id)
+        tested = await front.test_worktree(job_id, "test -f new.txt")  # fetched into the clone, its worktree made
+        discarded = await front.discard(job_id)
+        with pytest.raises(RelayError) as again:
+            await front.land(job_id)
+    branch = f"relay/{job_id}"
+    assert env["status"] == "completed" and tested["passed"] is True and discarded["discarded"] is True
+    assert git(clone, "branch", "--list", branch) == "" and not Path(discarded["path"]).exists()
+    assert git(served / "app.git", "rev-parse", branch) == env["workspace"]["head"]  # type: ignore[index]
+    assert again.value.code is ErrorCode.INVALID_ARGUMENT and "discarded" in again.value.message

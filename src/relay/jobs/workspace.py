@@ -200,8 +200,9 @@ class JobWorkspaces:
         job = self._state.get(job_id, visible_to())  # the caller's job, as every engine query
         owner = owner_of(job.request)
         ws = self.spaces.get(owner) if owner else None
-        if job.request.get("repo") and owner == job.id and (fetch or ws is None or self.spaces.url_of(ws)):
-            return self._fetched(job)
+        by_url = job.request.get("repo") and owner == job.id
+        if by_url and (ws is None or self.spaces.url_of(ws) or (fetch and ws.state != "discarded")):
+            return self._fetched(job)  # (a copy discarded here is not fetched again)
         if ws is None:
             raise invalid(
                 f"job {job.id} did not run in a worktree",
