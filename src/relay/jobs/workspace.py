@@ -194,14 +194,15 @@ class JobWorkspaces:
     def record_for(self, job_id: str, *, fetch: bool = False) -> WorkspaceRecord:
         """The workspace of a job (a follow-up's is its owner's); INVALID_ARGUMENT when it ran in a plain folder.
 
-        A `repo` job's is its pushed branch fetched into the caller's checkout first (`fetch`: again, for what a
-        later push added), so it lands, diffs and is discarded there like any worktree job's.
+        A `repo` job's is where this home has it (the cache of a worker that shares the home, or the caller's
+        checkout it was fetched into), else its pushed branch fetched into the caller's checkout; `fetch` (a land):
+        fetched into the caller's checkout in any case, for what the last push holds.
         """
         job = self._state.get(job_id, visible_to())  # the caller's job, as every engine query
         owner = owner_of(job.request)
         ws = self.spaces.get(owner) if owner else None
         by_url = job.request.get("repo") and owner == job.id
-        if by_url and (ws is None or self.spaces.url_of(ws) or (fetch and ws.state != "discarded")):
+        if by_url and (ws is None or (fetch and ws.state != "discarded")):
             return self._fetched(job)  # (a copy discarded here is not fetched again)
         if ws is None:
             raise invalid(
