@@ -101,7 +101,7 @@ async def test_a_job_by_url_runs_on_the_worker_pushes_its_branch_and_lands_in_th
     assert isinstance(after["workspace"], dict) and after["workspace"]["state"] == "landed"
 
 
-async def test_a_job_in_a_sub_folder_of_a_ref_runs_there_and_its_diff_is_read_from_the_callers_side(
+async def test_a_job_in_a_sub_folder_of_a_ref_runs_there_and_its_diff_is_read_through_the_front(
     make_settings: SettingsFactory, daemon: GitDaemon, repo: Path, clone: Path
 ) -> None:
     first = git(repo, "rev-parse", "main^")  # the first commit: app.txt only, no src/
