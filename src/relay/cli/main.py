@@ -78,7 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
     run.add_argument("--json", action="store_true", help="print the whole result envelope as JSON")
     run.add_argument("--worktree", action="store_true", help="run in a new git worktree on branch relay/<job-id>")
-    run.add_argument("--base", help="with --worktree: the ref it starts from (default HEAD)")
+    run.add_argument("--base", "--ref", dest="base", help="with --worktree or --repo: the ref it starts from")
+    run.add_argument(
+        "--repo", help="a git URL: a worker runs the job in a worktree of it and pushes relay/<job-id> back"
+    )
+    run.add_argument("--subdir", default="", help="with --repo: the folder of the repository the job runs in")
     run.add_argument("--carry-changes", action="store_true", help="with --worktree: start from uncommitted changes")
     run.add_argument(
         "--labels", help="comma-separated labels the worker that runs it must have (relay worker --labels)"
@@ -220,6 +224,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         carry_changes=args.carry_changes,
         labels=tuple(x.strip() for x in (args.labels or "").split(",") if x.strip()),
         retry=args.retry,
+        repo=args.repo,
+        subdir=args.subdir,
         via="cli/run",
     )
 

@@ -171,12 +171,16 @@ class Engine:
     # submitting ---------------------------------------------------------------------------
 
     def _prepare(self, req: JobRequest, job_id: str) -> Prepared:
-        return prepare(self.settings, self.store, self._lifecycle.which, req, job_id)
+        # A job by repository URL is placed, and prepared again, by the worker that claims it.
+        return prepare(self.settings, self.store, self._lifecycle.which, req, job_id, place_later=bool(req.repo))
 
     def _place(self, req: JobRequest, job_id: str) -> tuple[JobRequest, Prepared, dict[str, Any]]:
         """The request validated, moved into its worktree when it asks for one, and what to store of that."""
         spaces = self._workspaces
-        spaces.check(req.workspace, req.base, req.carry_changes)
+        if req.repo is not None:  # checked here, fetched by the worker that claims it
+            req, placed = spaces.by_url(req, job_id)
+            return req, self._prepare(req, job_id), placed
+        spaces.check(req.workspace, req.base, req.carry_changes, req.subdir)
         follow = spaces.follow_up_target(req.workspace, req.session_id, req.agent)
         if follow is not None:  # an earlier job's worktree: made again if it was removed, never shared at once
             ws = spaces.reopen(follow)

@@ -54,7 +54,7 @@ class Finisher:
 
     def __init__(self, state: JobState) -> None:
         self._state = state
-        self._workspaces = JobWorkspaces(state)
+        self.workspaces = JobWorkspaces(state)
 
     def finalize(self, job_id: str, parser: Parser, exit_code: int | None, stop_reason: str | None) -> None:
         """A CLI job's process has ended: ask the parser for the result and record the outcome."""
@@ -143,7 +143,7 @@ class Finisher:
             }
         )
         # A worktree job: what the agent left becomes a commit on its branch, whatever the job's end.
-        payload = self._workspaces.seal(rec, payload)
+        payload = self.workspaces.seal(rec, payload)
         if error is not None:
             error = RelayError(error.code, redact(error.message, state.secrets), redact(error.hint, state.secrets))
         session = None

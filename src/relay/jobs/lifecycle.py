@@ -62,6 +62,8 @@ class Lifecycle:
         self.which = which
         self.publisher = Publisher(state)
         self.finisher = Finisher(state)
+        # Jobs whose end pushes their branch to a repository URL: recorded in a worker thread, off the event loop.
+        self.pushes: set[str] = set()
         # Requests validated at submit, kept until the job starts (prepared again after a restart).
         self.prepared: dict[str, Prepared] = {}
         # Jobs admitted whose process is not spawned yet.
@@ -93,6 +95,7 @@ class Lifecycle:
         state.running.pop(job_id, None)
         state.epochs.pop(job_id, None)
         state.tasks.discard(job_id)
+        self.pushes.discard(job_id)
         # Forgotten once ended (its waiters hold it): what this process keeps per job lasts as long as the job.
         live = state.live.pop(job_id, None)
         if live is not None:
@@ -144,7 +147,13 @@ class Lifecycle:
             return
         prepared = self.prepared.pop(job_id, None)
         try:
-            if prepared is None:
+            if rec.request.get("repo"):  # a job by repository URL: fetched and placed here (a thread: it waits on git)
+                place, epoch = self.finisher.workspaces.place, state.epochs.get(job_id)
+                req = await anyio.to_thread.run_sync(place, rec, epoch, live.stop.is_set)  # CANCELLED when stopped
+                self.pushes.add(job_id)
+                with as_allowed(rec.request):
+                    prepared = prepare(state.settings, state.store, self.which, req, job_id)
+            elif prepared is None:
                 with as_allowed(rec.request):  # prepared again after a restart: what allowed it still holds
                     prepared = prepare(state.settings, state.store, self.which, request_from(rec), job_id)
             # Creating a process takes milliseconds (more on a loaded machine). A job starting alone
@@ -156,7 +165,10 @@ class Lifecycle:
             else:
                 proc, deadline = self._launch(job_id, live, prepared)
         except RelayError as err:
-            self.finisher.fail(rec, err)
+            if live.stop.is_set():  # cancelled while its repository was fetched (and placed: that was undone)
+                self.finisher.finish_without_process(rec)
+            else:
+                self.finisher.fail(rec, err)
             return
         except (_SpawnError, OSError, ValueError) as exc:
             self.finisher.fail(
@@ -299,7 +311,7 @@ class Lifecycle:
             if stop_reason == LEASE_LOST:
                 return  # the job is another worker's now: its end is not this one's to record
             args = (job_id, parser, proc.exit_code(), stop_reason or store_stop)
-            if len(state.running) >= FINALIZE_IN_THREAD_WHEN_RUNNING:
+            if len(state.running) >= FINALIZE_IN_THREAD_WHEN_RUNNING or job_id in self.pushes:
                 # Other jobs run too, and many may end together: this one's end (the parser's result, a
                 # `git status` in a repository, the result file, the final row) is recorded in a worker
                 # thread, so the event loop goes on seeing the others' exits and answering calls. A job

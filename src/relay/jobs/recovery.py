@@ -133,6 +133,8 @@ class Recovery:
             proc = supervisor.attach(rec.pid, rec.pid_start_ticks, files)
             state.live[rec.id] = Live()
             state.running[rec.id] = rec.agent
+            if rec.request.get("repo"):
+                lifecycle.pushes.add(rec.id)  # its end pushes its branch: recorded in a worker thread
             last_output = max(mtime(files.stdout), mtime(files.stderr), rec.started_at or 0.0)
             state.tg.start_soon(lifecycle.run_attached, rec, proc, adapter.parser(), last_output)
             return

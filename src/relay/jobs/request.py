@@ -19,6 +19,7 @@ from relay.jobs.grants import Permit, permit
 from relay.principal import current
 from relay.runtime import choice, procinfo
 from relay.store import JobRecord, JobStore, SessionRecord
+from relay.workspaces import shown_url
 
 # Agents whose CLI takes a system prompt / a turn limit as flags.
 SYSTEM_PROMPT_AGENTS = ("claude",)
@@ -70,6 +71,11 @@ class JobRequest:
     workspace: str | None = None
     base: str | None = None  # the ref a new worktree starts from (default: HEAD of cwd's repository)
     carry_changes: bool = False  # start a new worktree from the checkout's uncommitted state
+    # A job by repository URL: the worker that claims it fetches `repo` at `base` (default: its default branch)
+    # into its cache, runs in a worktree of it (in `subdir`), and pushes relay/<job-id> back; `cwd` is the
+    # caller's checkout, where job_land fetches and lands that branch (it need not exist where the job runs).
+    repo: str | None = None
+    subdir: str = ""
     # What the job asks of the worker that claims it (store/claims.py): labels it must have, and whether the job
     # runs again on another worker when its worker is lost ("on_lost_worker"; by default it ends interrupted).
     labels: tuple[str, ...] = ()
@@ -252,9 +258,19 @@ def check_claim_needs(labels: tuple[str, ...], retry: str | None) -> None:
 
 
 def prepare(
-    settings: Settings, store: JobStore, which: Callable[[str], str | None], req: JobRequest, job_id: str
+    settings: Settings,
+    store: JobStore,
+    which: Callable[[str], str | None],
+    req: JobRequest,
+    job_id: str,
+    *,
+    place_later: bool = False,
 ) -> Prepared:
-    """Validate `req` and build its invocation; raises RelayError(code, message, hint) on bad input."""
+    """Validate `req` and build its invocation; raises RelayError(code, message, hint) on bad input.
+
+    `place_later`: a job by repository URL at its submit: its folder is made by the worker that claims it
+    (and prepared again there), so no cwd is checked here; the URL stands for it (what a person is asked about).
+    """
     check_depth(settings)
     if not req.prompt.strip():
         raise invalid("prompt is empty", "pass the task to delegate as prompt")
@@ -306,7 +322,7 @@ def prepare(
             "use read-only, edit or full",
         )
     model = resolve_model(req.agent, model or cfg.default_model, cfg.aliases)
-    cwd = resolve_cwd(settings, cwd_raw)
+    cwd = shown_url(req.repo) if place_later and req.repo else resolve_cwd(settings, cwd_raw)
     if req.max_turns is not None and req.max_turns < 1:
         raise invalid("max_turns must be at least 1", "omit max_turns or pass a positive number")
     if req.max_turns is not None and req.agent not in MAX_TURNS_AGENTS:

@@ -7,19 +7,25 @@ its branch). The stored request says `workspace="job:<owner>"` and `worktree={pa
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.gitprobe import in_work_tree
-from relay.jobs.request import Prepared
+from relay.jobs.request import JobRequest, Prepared, request_from
 from relay.jobs.state import JobState
 from relay.principal import visible_to
 from relay.store import JobRecord
-from relay.workspaces import WorkspaceRecord, commit_message
+from relay.workspaces import WorkspaceRecord, check_remote, commit_message, shown_url
 from relay.workspaces.land import run_test
 
 JOB_PREFIX = "job:"
+# How often a job's fetch looks in the store whether another process ended the job (a cancel through a front).
+ENDED_CHECK_S = 1.0
 
 
 def owner_of(request: dict[str, Any]) -> str | None:
@@ -69,7 +75,9 @@ class JobWorkspaces:
         )
 
     @staticmethod
-    def check(workspace: str | None, base: str | None, carry_changes: bool) -> None:
+    def check(workspace: str | None, base: str | None, carry_changes: bool, subdir: str = "") -> None:
+        if subdir:
+            raise invalid("subdir applies only to a job by repository URL", "pass repo with it, or leave it out")
         if workspace not in (None, "cwd", "worktree") and not (workspace or "").startswith(JOB_PREFIX):
             raise invalid(
                 f"workspace {workspace!r} is not one of cwd, worktree, job:<job-id>",
@@ -88,6 +96,66 @@ class JobWorkspaces:
             "worktree": {"path": rec.cwd, "branch": rec.branch, "base": rec.base_ref or rec.base_sha},
         }
 
+    # a job by repository URL (`repo`): checked at submit, placed by the worker that claims it ---------
+
+    @staticmethod
+    def by_url(req: JobRequest, job_id: str) -> tuple[JobRequest, dict[str, Any]]:
+        """A `repo` request checked without reaching the URL (the worker fetches it), and what to store of it:
+        the caller's checkout (`caller_cwd`, where job_land lands the branch; it need not exist here)."""
+        assert req.repo is not None
+        if req.workspace not in (None, "worktree") or req.carry_changes or req.session_id or req.continue_latest:
+            raise invalid(
+                "a job by repository URL runs in a new worktree of it on the worker that claims it",
+                "leave out workspace, carry_changes, session_id and continue_latest with repo",
+            )
+        subdir = check_remote(req.repo, req.base, req.subdir)
+        caller = req.cwd or os.getcwd()
+        if not os.path.isabs(caller):
+            raise invalid(f"cwd must be an absolute path, got {caller!r}", "pass the absolute path of your checkout")
+        req = replace(req, workspace=f"{JOB_PREFIX}{job_id}", subdir=subdir, cwd=caller)
+        where = {"url": shown_url(req.repo or ""), "base": req.base, "subdir": subdir}
+        return req, {"workspace": req.workspace, "caller_cwd": caller, "worktree": where}
+
+    def place(self, rec: JobRecord, epoch: int | None, stop: Callable[[], bool] | None = None) -> JobRequest:
+        """On the worker that claimed a `repo` job: its worktree fetched and added here, recorded on its row (under
+        the claim's epoch); the request to prepare, in that worktree. A second run of the job (its earlier worker
+        was lost, or never started it) replaces what an earlier run left here and pushed. `stop`: a cancel, which
+        ends the fetch (CANCELLED)."""
+        req = request_from(rec)
+        again = (epoch if epoch is not None else rec.epoch) > 1
+        stopped = self._stop_or_ended(rec.id, stop)
+        ws = self.spaces.place(rec.id, req.repo or "", ref=req.base, subdir=req.subdir, again=again, stop=stopped)
+        if stopped(now=True):  # cancelled as the fetch ended: it is not run
+            self.spaces.discard(ws)
+            raise RelayError(
+                ErrorCode.CANCELLED,
+                "the job was cancelled while its repository was fetched",
+                "submit it again if needed",
+            )
+        stored = self.stored(ws)
+        stored["worktree"] |= {"url": shown_url(req.repo or "")}
+        self._state.store.place_job(rec.id, rec.request | stored | {"cwd": ws.cwd}, ws.cwd, epoch=epoch)
+        return replace(req, cwd=ws.cwd)
+
+    def _stop_or_ended(self, job_id: str, stop: Callable[[], bool] | None) -> Callable[..., bool]:
+        """`stop()`, or the job ended meanwhile by another process (a front's cancel), as the store says: looked up
+        at most every ENDED_CHECK_S (and at once with `now=True`)."""
+        last = [time.monotonic()]
+
+        def stopped(*, now: bool = False) -> bool:
+            if stop is not None and stop():
+                return True
+            if not now and time.monotonic() - last[0] < ENDED_CHECK_S:
+                return False
+            last[0] = time.monotonic()
+            try:
+                rec = self._state.store.get_job(job_id)
+            except RelayError:  # the store cannot answer now: asked again later
+                return False
+            return rec is None or rec.is_final
+
+        return stopped
+
     # a job's end --------------------------------------------------------------------------
 
     def seal(self, rec: JobRecord, payload: dict[str, Any]) -> dict[str, Any]:
@@ -96,8 +164,12 @@ class JobWorkspaces:
         ws = self.spaces.get(owner) if owner else None
         if ws is None:
             return payload
+        message = commit_message(str(rec.request.get("prompt", "")), rec.id, rec.agent)
         try:
-            found = self.spaces.seal(ws, commit_message(str(rec.request.get("prompt", "")), rec.id, rec.agent))
+            if self.spaces.url_of(ws) is not None:  # placed from a URL on this worker: pushed back there too
+                found = self.spaces.seal_and_push(ws, message, again=rec.epoch > 1)
+            else:
+                found = self.spaces.seal(ws, message)
         except RelayError as err:
             found = {"path": ws.cwd, "branch": ws.branch, "base": ws.base_ref or ws.base_sha, "note": err.message}
             return payload | {"workspace": found}
@@ -119,17 +191,63 @@ class JobWorkspaces:
 
     # after the job ------------------------------------------------------------------------
 
-    def record_for(self, job_id: str) -> WorkspaceRecord:
-        """The workspace of a job (a follow-up's is its owner's); INVALID_ARGUMENT when it ran in a plain folder."""
+    def record_for(self, job_id: str, *, fetch: bool = False) -> WorkspaceRecord:
+        """The workspace of a job (a follow-up's is its owner's); INVALID_ARGUMENT when it ran in a plain folder.
+
+        A `repo` job's is where this home has it (the cache of a worker that shares the home, or the caller's
+        checkout it was fetched into), else its pushed branch fetched into the caller's checkout; `fetch` (a land):
+        fetched into the caller's checkout in any case, for what the last push holds.
+        """
         job = self._state.get(job_id, visible_to())  # the caller's job, as every engine query
         owner = owner_of(job.request)
         ws = self.spaces.get(owner) if owner else None
+        by_url = job.request.get("repo") and owner == job.id
+        if by_url and (ws is None or (fetch and ws.state != "discarded")):
+            return self._fetched(job)  # (a copy discarded here is not fetched again)
         if ws is None:
             raise invalid(
                 f"job {job.id} did not run in a worktree",
                 "only jobs delegated with workspace='worktree' have a branch to land, diff or discard",
             )
         return ws
+
+    def _fetched(self, job: JobRecord) -> WorkspaceRecord:
+        """A `repo` job's branch fetched from its URL into the checkout its caller submitted it from."""
+        req = job.request
+        sealed: dict[str, Any] = (job.result or {}).get("workspace") or {}
+        pushed: dict[str, Any] = sealed.get("remote") or {}
+        if not job.is_final:
+            raise invalid(
+                f"job {job.id} runs on a worker: its branch is there until the job ends and pushes it",
+                f"job_wait(job_ids=['{job.id}']) first",
+            )
+        if not sealed.get("base_sha"):
+            raise invalid(
+                f"job {job.id} ended ({job.status}) before a worker placed its worktree: there is no branch",
+                "job_status shows why; submit it again",
+            )
+        if not pushed.get("pushed"):
+            error: dict[str, Any] = pushed.get("error") or {}
+            said = str(error.get("message") or sealed.get("note") or "it was not pushed")
+            raise invalid(
+                f"job {job.id}'s branch is not at {shown_url(str(req['repo']))}: {said}",
+                "its branch stays in the cache of the worker that ran it; allow pushes to relay/* there and run it again",
+            )
+        caller = str(req.get("caller_cwd") or "")
+        if not Path(caller).is_dir():
+            raise invalid(
+                f"job {job.id} was submitted from {caller!r}, which is not a folder here",
+                f"land it from a clone of {shown_url(str(req['repo']))} (git fetch it, then git merge relay/{job.id})",
+            )
+        base, base_sha = str(sealed.get("base") or ""), str(sealed["base_sha"])
+        return self.spaces.fetch_result(
+            job.id,
+            url=str(req["repo"]),
+            cwd=caller,
+            base_sha=base_sha,
+            base_ref=base if base and base != base_sha else None,
+            subdir=str(req.get("subdir") or ""),
+        )
 
     def running_in(self) -> dict[str, str]:
         """Workspace (its owner job) -> a queued or running job in it; these are never pruned, landed or discarded."""
@@ -146,7 +264,7 @@ class JobWorkspaces:
             )
 
     def land(self, job_id: str, into: str | None, strategy: str, test_command: str | None) -> dict[str, Any]:
-        ws = self.record_for(job_id)
+        ws = self.record_for(job_id, fetch=True)
         self.check_idle(ws, "landed")
         rec = self._state.get(job_id)
         owner = self._state.get(ws.job_id)

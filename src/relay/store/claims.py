@@ -247,6 +247,14 @@ class Claims:
             rows = db.execute(sql, list(job_ids)).fetchall()
         return {str(r[0]): (r[1], int(r[2]), str(r[3]), bool(r[4])) for r in rows}
 
+    def place_job(self, job_id: str, request: dict[str, Any], cwd: str, *, epoch: int | None) -> bool:
+        """The folder a claimed job was placed in by its worker (a job by repository URL: its worktree there), and
+        its request saying so; only under the claim of `epoch` (else False)."""
+        sql = "UPDATE jobs SET request=?, cwd=? WHERE id=?" + (" AND epoch=?" if epoch is not None else "")
+        params = (json.dumps(request), cwd, job_id, *(() if epoch is None else (epoch,)))
+        with self._running(sql, params) as db:
+            return db.execute(sql, params).rowcount == 1
+
     def queue_version(self) -> int:
         """A number that changes whenever another connection commits (SQLite's data_version): a cheap way to
         tell that nothing was queued or cancelled since the last look."""

@@ -15,18 +15,28 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.workspaces import cleanup, fetch, land, make, remote, seal
+from relay.workspaces import _net, cleanup, fetch, land, make, remote, seal
 from relay.workspaces.land import STRATEGIES, LandError
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
-__all__ = ["STRATEGIES", "LandError", "WorkspaceRecord", "Workspaces", "commit_message"]
+__all__ = ["STRATEGIES", "LandError", "WorkspaceRecord", "Workspaces", "check_remote", "commit_message", "shown_url"]
 
 commit_message = seal.commit_message
+shown_url = _net.shown  # a URL as a message may show it: a password in it replaced by ***
+
+
+def check_remote(url: str, ref: str | None, subdir: str) -> str:
+    """A workspace by URL checked without reaching it (malformed URL, ref or subdir: INVALID_ARGUMENT); the clean subdir."""
+    _net.check_url(url)
+    if ref is not None:
+        _net.check_ref(ref)
+    return remote.check_subdir(subdir)
 
 
 class Workspaces:
@@ -55,11 +65,19 @@ class Workspaces:
     # on a worker host: a workspace given by repository URL and ref --------------------------
 
     def place(
-        self, job_id: str, url: str, *, ref: str | None = None, subdir: str = "", again: bool = False
+        self,
+        job_id: str,
+        url: str,
+        *,
+        ref: str | None = None,
+        subdir: str = "",
+        again: bool = False,
+        stop: Callable[[], bool] | None = None,
     ) -> WorkspaceRecord:
         """A job's worktree on relay/<job-id> from `url` at `ref` (default: its default branch), through this host's cache.
 
         `again`: a job run a second time (retry after a lost worker) replaces what its earlier run left here.
+        `stop`: the fetch is killed once it says so (a job cancelled meanwhile): CANCELLED.
         """
         return remote.place(
             self.settings.repos_dir,
@@ -70,6 +88,7 @@ class Workspaces:
             ref=ref,
             subdir=subdir,
             again=again,
+            stop=stop,
         )
 
     def url_of(self, rec: WorkspaceRecord) -> str | None:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Generator, Mapping, Sequence
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 
 from relay.errors import ErrorCode, RelayError
 
 # One git command (worktree add of a large repository, a rebase) must end within this.
 GIT_TIMEOUT_S = 120.0
+# How often a git command that may be stopped (a job's fetch) looks whether it should be.
+STOP_POLL_S = 0.1
 # Who commits what an agent left in its worktree.
 AUTHOR = {
     "GIT_AUTHOR_NAME": "relay",
@@ -56,22 +60,29 @@ def run(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     timeout: float = GIT_TIMEOUT_S,
+    stop: Callable[[], bool] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `git args` in `cwd`; raises GitError when it fails and `check` is set."""
+    """Run `git args` in `cwd`; raises GitError when it fails and `check` is set.
+
+    `stop`: asked every STOP_POLL_S; once it says so, git (its process group) is killed: CANCELLED.
+    """
     full_env = {**os.environ, **_QUIET, **(env or {})}
     try:
-        out = subprocess.run(
-            [git_path(), *args],
-            cwd=cwd,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
+        if stop is not None:
+            out = _until_stopped([git_path(), *args], cwd, full_env, timeout, stop)
+        else:
+            out = subprocess.run(
+                [git_path(), *args],
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                timeout=timeout,
+                check=False,
+            )
     except subprocess.TimeoutExpired:
         raise RelayError(
             ErrorCode.TIMEOUT,
@@ -85,6 +96,39 @@ def run(
     if check and out.returncode != 0:
         raise GitError(args, out.returncode, out.stderr)
     return out
+
+
+def _until_stopped(
+    argv: list[str], cwd: str | Path, env: dict[str, str], timeout: float, stop: Callable[[], bool]
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run` of `argv` in a process group of its own, killed with that group when `stop()` says so."""
+    deadline = time.monotonic() + timeout
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,  # what git starts for the transport (ssh, git-remote-https) goes with it
+    ) as proc:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=STOP_POLL_S)  # retried: no output is lost
+                return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+            except subprocess.TimeoutExpired:
+                stopped = stop()
+                if not stopped and time.monotonic() < deadline:
+                    continue
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            if stopped:
+                raise RelayError(ErrorCode.CANCELLED, f"git {' '.join(argv[1:3])} was stopped", "nothing was kept")
+            raise subprocess.TimeoutExpired(argv, timeout)
 
 
 def out(args: Sequence[str], cwd: str | Path, *, env: Mapping[str, str] | None = None) -> str:

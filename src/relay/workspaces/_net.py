@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -107,10 +107,20 @@ def translate(op: Op, url: str, said: str) -> RelayError:
     )
 
 
-def run(args: Sequence[str], cwd: str | Path, *, url: str, op: Op, timeout: float) -> subprocess.CompletedProcess[str]:
-    """`git args` that talks to `url`, limited to ALLOWED_PROTOCOLS; its failure translated (see `translate`)."""
+def run(
+    args: Sequence[str],
+    cwd: str | Path,
+    *,
+    url: str,
+    op: Op,
+    timeout: float,
+    stop: Callable[[], bool] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`git args` that talks to `url`, limited to ALLOWED_PROTOCOLS; its failure translated (see `translate`).
+    `stop`: git is killed once it says so (CANCELLED)."""
     try:
-        done = _git.run(args, cwd, env={"GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS}, check=False, timeout=timeout)
+        env = {"GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS}
+        done = _git.run(args, cwd, env=env, check=False, timeout=timeout, stop=stop)
     except RelayError as err:
         if err.code is not ErrorCode.TIMEOUT:
             raise

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -95,7 +96,7 @@ def resolve(cache: Path, url: str, ref: str | None, timeout_s: float = _net.FETC
     )
 
 
-def _check_subdir(subdir: str) -> str:
+def check_subdir(subdir: str) -> str:
     """`subdir` as a clean relative path inside the repository ("" for its top)."""
     parts = PurePosixPath(subdir.strip("/")).parts if subdir else ()
     if subdir.startswith("/") or any(p in ("..", ".") for p in parts) or "\x00" in subdir:
@@ -117,6 +118,7 @@ def place(
     subdir: str = "",
     again: bool = False,
     timeout_s: float = _net.FETCH_TIMEOUT_S,
+    stop: Callable[[], bool] | None = None,
 ) -> WorkspaceRecord:
     """Fetch `url` into this host's cache and add a worktree on relay/<job-id> at `ref` (default: its default branch).
 
@@ -126,11 +128,12 @@ def place(
     (INVALID_ARGUMENT); a repository that cannot be reached (UPSTREAM_ERROR) or wants credentials
     this host lacks (AUTH_MISSING). `again`: the job runs a second time (its worker was lost and its
     request said so): what an earlier run left on this host (worktree, branch, record) is replaced.
+    `stop`: asked while the fetch runs; once it says so the fetch is killed (CANCELLED), nothing placed.
     """
     _net.check_url(url)
     if ref is not None:
         _net.check_ref(ref)
-    sub = _check_subdir(subdir)
+    sub = check_subdir(subdir)
     cache = cache_of(repos_dir, url)
     branch = branch_of(job_id)
     path = worktrees_dir / job_id
@@ -143,9 +146,8 @@ def place(
         fresh = not (cache / "HEAD").is_file()
         _prepare(cache, url)
         try:
-            _net.run(
-                ["fetch", "--quiet", "--prune", "--no-tags", REMOTE], cache, url=url, op="fetch", timeout=timeout_s
-            )
+            fetch = ["fetch", "--quiet", "--prune", "--no-tags", REMOTE]
+            _net.run(fetch, cache, url=url, op="fetch", timeout=timeout_s, stop=stop)
         except RelayError:
             if fresh:  # a URL that never worked leaves no cache behind
                 shutil.rmtree(cache, ignore_errors=True)

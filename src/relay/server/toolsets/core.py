@@ -5,6 +5,7 @@ import shutil
 import time
 from typing import Annotated, Any, Literal
 
+import anyio
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
@@ -86,6 +87,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             Field(description="worktree: own git worktree+branch relay/<job-id>; job:<id>: that job's; default cwd"),
         ] = None,
         base: Annotated[str | None, Field(description="ref a new worktree starts from; default HEAD")] = None,
+        repo: Annotated[
+            str | None, Field(description="git URL: a worker runs it in a worktree at base, pushes back")
+        ] = None,
+        subdir: Annotated[str, Field(description="with repo: folder it runs in")] = "",
         carry_changes: Annotated[bool, Field(description="new worktree starts from uncommitted changes")] = False,
         reasoning_effort: Annotated[
             Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None,
@@ -98,6 +103,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 workspace=workspace,
                 base=base,
                 carry_changes=carry_changes,
+                repo=repo,
+                subdir=subdir,
                 agent=agent,
                 prompt=prompt,
                 cwd=cwd,
@@ -137,7 +144,11 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         limit: Annotated[int, Field(ge=1, le=200_000, description="characters per page")] = 20_000,
     ) -> Annotated[CallToolResult, OutputPage]:
         async def go() -> CallToolResult:
-            page = deps.engine().read_output(job_id, view, offset, limit)
+            engine = deps.engine()
+            if view == "diff":  # git, and for a job by repository URL a fetch of its branch: off the event loop
+                page = await anyio.to_thread.run_sync(engine.read_output, job_id, view, offset, limit)
+            else:
+                page = engine.read_output(job_id, view, offset, limit)
             return model_result(OutputPage.model_validate(page))
 
         return await run_guarded(go)

@@ -178,6 +178,14 @@ class PgClaims:
             ).fetchone()
         return int(row[0]) if row is not None else None
 
+    def place_job(self, job_id: str, request: dict[str, Any], cwd: str, *, epoch: int | None) -> bool:
+        """The folder a claimed job was placed in by its worker (a job by repository URL: its worktree there), and
+        its request saying so; only under the claim of `epoch` (else False)."""
+        sql = "UPDATE jobs SET request=%s, cwd=%s WHERE id=%s" + (" AND epoch=%s" if epoch is not None else "")
+        params = (json.dumps(request), cwd, job_id, *(() if epoch is None else (epoch,)))
+        with self._conn() as conn:
+            return conn.execute(sql, params).rowcount == 1
+
     def unclaim(self, job_id: str, epoch: int, *, requeue_running: bool = False) -> bool:
         """Hand a claim back (a worker stopping before it started the job; a lost worker's job that asked
         to be retried): the job is queued again for any worker, under a new epoch."""
