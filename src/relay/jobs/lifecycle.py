@@ -261,8 +261,7 @@ class Lifecycle:
         files = state.files(job_id)
         live = state.live.setdefault(job_id, Live())
         reader = LineReader(files.stdout)
-        # A store other hosts use gets a copy of the job's output as it grows (their fronts have no files).
-        mirror = Mirror(state.store, job_id, files) if state.store.spans_hosts else None
+        mirror = Mirror(state.store, job_id, files) if state.store.spans_hosts else None  # for other hosts
         stored_seq = -1 if fresh else state.store.max_event_seq(job_id)
         seq = -1
         last_output = last_output or time.time()
