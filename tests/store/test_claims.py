@@ -222,3 +222,15 @@ def test_a_job_behind_many_of_an_agent_at_its_limit_is_still_claimed(store: JobS
     queue(store, *[(f"c{i:03d}", "claude") for i in range(60)], ("x", "codex"))
     assert store.claim(W, free=1, **limits(claude=1)) == [("c000", "claude", 1)]  # type: ignore[arg-type]
     assert store.claim(W, free=1, **limits(claude=1)) == [("x", "codex", 1)]  # type: ignore[arg-type]
+
+
+def test_a_claimed_job_cancelled_before_its_spawn_is_never_marked_running_again(store: JobStore) -> None:
+    queue(store, ("j", "claude"))
+    [(_, _, epoch)] = store.claim(W, free=1, **limits())  # type: ignore[arg-type]
+    assert store.finish_job(
+        "j", "cancelled", exit_code=None, result=None, error={"code": "CANCELLED"}, session_id=None, model=None
+    )
+    running = dict(pid=1, pid_start_ticks=None, boot_id=None, owner_pid=1, owner_start_ticks=None)
+    assert not store.mark_running("j", **running, deadline_at=None, idle_timeout_s=None, epoch=epoch)  # type: ignore[arg-type]
+    job = store.get_job("j")
+    assert job is not None and job.status == "cancelled" and job.started_at is None

@@ -301,11 +301,12 @@ class Store(Claims):
         idle_timeout_s: float | None,
         epoch: int | None = None,
     ) -> bool:
-        """The job's process runs; with `epoch`, only while the job's claim is still that one (else False)."""
+        """The job's process runs; with `epoch`, only while the job's claim is still that one, and never once it ended
+        (a cancel that ended a claimed job before its spawn): False then."""
         fence, fenced = _fence(epoch)
         cur = self._exec(
             "UPDATE jobs SET status='running', started_at=?, pid=?, pid_start_ticks=?, boot_id=?, owner_pid=?,"
-            f" owner_start_ticks=?, deadline_at=?, idle_timeout_s=? WHERE id=?{fence}",
+            f" owner_start_ticks=?, deadline_at=?, idle_timeout_s=? WHERE id=? AND status IN ('queued', 'running'){fence}",
             (
                 time.time(),
                 pid,

@@ -207,7 +207,7 @@ class PgStore(PgClaims):
         fence, fenced = _fence(epoch)
         _, changed = self._exec(
             "UPDATE jobs SET status='running', started_at=%s, pid=%s, pid_start_ticks=%s, boot_id=%s, owner_pid=%s,"
-            f" owner_start_ticks=%s, deadline_at=%s, idle_timeout_s=%s WHERE id=%s{fence}",
+            f" owner_start_ticks=%s, deadline_at=%s, idle_timeout_s=%s WHERE id=%s AND status IN ('queued', 'running'){fence}",
             (
                 time.time(),
                 pid,
