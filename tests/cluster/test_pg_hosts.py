@@ -1,0 +1,139 @@
+"""Worker hosts on PostgreSQL: each a network namespace (and a pid namespace of its own) reaching the store
+over its veth link only, as another machine would; the front runs in the root namespace.
+
+- a worker host killed mid-job: its job ends `interrupted` within lease + 5 s, naming it, run by no one else;
+- a worker host cut off while its job runs: the front ends the job when the lease runs out; once the link
+  is back, everything the worker writes under its old claim is refused: the job is finished exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from relay.config import load_settings
+from relay.jobs.engine import Engine
+from relay.jobs.request import JobRequest
+from relay.store import open_store
+from tests.cluster.forward import Forwarder
+from tests.cluster.netns import Cluster, Host
+from tests.postgres import Cluster as PgCluster
+from tests.reliability.test_one_queue import interval_agent, most_at_once
+
+pytestmark = pytest.mark.anyio
+
+RELAY = str(Path(sys.executable).with_name("relay"))
+LEASE_S = 2.0
+
+
+@pytest.fixture
+def host(cluster: Cluster, pg_cluster: PgCluster) -> Iterator[Host]:
+    """A host whose only way to the store is its link: PostgreSQL forwarded to its root-side address."""
+    made = cluster.add_host()
+    forward = Forwarder([made.root_addr], pg_cluster.port, pg_cluster.port)
+    try:
+        yield made
+    finally:
+        forward.close()
+
+
+def setup(tmp_path: Path, pg_url: str, work_s: float) -> tuple[dict[str, str], Path, Path]:
+    home, work = tmp_path / "front-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    log = tmp_path / "intervals.log"
+    (home / "config.toml").write_text(f'[agents.claude]\ncommand = "{interval_agent(tmp_path / "bin", log, work_s)}"\n')
+    env = {
+        "RELAY_HOME": str(home),
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "RELAY_LEASE_S": str(LEASE_S),
+        "RELAY_ALLOWED_ROOTS": str(work),
+        "RELAY_STORE": pg_url,
+    }
+    return env, work, log
+
+
+def worker_on(
+    cluster: Cluster, host: Host, env: dict[str, str], pg_url: str, tmp_path: Path, *args: str
+) -> subprocess.Popen[str]:
+    """`relay worker ARGS` in `host`, first process of its own pid namespace, with a home of its own, reaching
+    the store at the host's root-side address."""
+    home = tmp_path / f"home-{host.name}"
+    home.mkdir()
+    (home / "config.toml").write_text((Path(env["RELAY_HOME"]) / "config.toml").read_text())
+    there = env | {
+        "RELAY_HOME": str(home),
+        "HOME": str(home),
+        "RELAY_STORE": pg_url.replace("127.0.0.1", host.root_addr),
+    }
+    argv = ["unshare", "--pid", "--fork", "--mount", "--mount-proc", RELAY, "worker", *args]
+    return cluster.popen(
+        host, argv, env=there, cwd=env["RELAY_ALLOWED_ROOTS"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+async def running_on(front: Engine, job: str, log: Path, name: str) -> None:
+    with anyio.fail_after(60):
+        while front.get(job).status != "running" or not log.exists():
+            await anyio.sleep(0.05)
+    assert (front.get(job).worker or "").startswith(f"{name}/")
+
+
+async def test_a_worker_host_killed_mid_job_ends_its_job_interrupted_within_its_lease_on_postgresql(
+    cluster: Cluster, host: Host, pg_url: str, tmp_path: Path
+) -> None:
+    env, work, log = setup(tmp_path, pg_url, 60)
+    far = worker_on(cluster, host, env, pg_url, tmp_path, "--name", "host-a", "--labels", "a")
+    near = subprocess.Popen([RELAY, "worker", "--name", "near"], env=env, cwd=work, stderr=subprocess.DEVNULL)
+    try:
+        settings = load_settings(env | {"RELAY_RUN_JOBS": "0"}, cwd=work)
+        async with Engine(settings).running() as front:
+            job = front.submit(JobRequest(agent="claude", prompt="job-far", cwd=str(work), labels=("a",)))
+            await running_on(front, job, log, "host-a")
+            [init] = psutil.Process(far.pid).children()
+            os.kill(init.pid, signal.SIGKILL)  # the host dies, and every process of it
+            killed = time.monotonic()
+            rec = await front.wait_one(job, LEASE_S + 10)
+            noticed = time.monotonic() - killed
+        assert rec.status == "interrupted" and noticed <= LEASE_S + 5
+        assert rec.error is not None and "worker host-a" in rec.error["message"]
+        await anyio.sleep(LEASE_S)
+        assert most_at_once(log)[1] == {"job-far": 1}  # `near`, free all along, did not run it
+    finally:
+        near.terminate()
+        near.wait(30)
+
+
+async def test_a_worker_host_cut_off_mid_job_has_its_late_writes_refused_and_the_job_ends_once(
+    cluster: Cluster, host: Host, pg_url: str, tmp_path: Path
+) -> None:
+    env, work, log = setup(tmp_path, pg_url, 4)
+    far = worker_on(cluster, host, env, pg_url, tmp_path, "--name", "host-a")
+    settings = load_settings(env | {"RELAY_RUN_JOBS": "0"}, cwd=work)
+    async with Engine(settings).running() as front:
+        job = front.submit(JobRequest(agent="claude", prompt="job-cut", cwd=str(work)))
+        await running_on(front, job, log, "host-a")
+        cluster.cut(host)
+        rec = await front.wait_one(job, LEASE_S + 10)  # the lease runs out: the front ends the job
+        assert rec.status == "interrupted" and rec.error is not None and "host-a" in rec.error["message"]
+        with anyio.fail_after(30):  # the agent finishes on the cut-off host meanwhile
+            while "end job-cut" not in log.read_text():
+                await anyio.sleep(0.1)
+        cluster.restore(host)
+        await anyio.sleep(LEASE_S * 3)  # the worker is back: it tries to write the job's end
+    store = open_store(pg_url, home=Path(env["RELAY_HOME"]))
+    final = store.get_job(job)
+    assert final is not None and (final.status, final.finished_at) == ("interrupted", rec.finished_at)
+    assert store.events(job) == []  # the result line the agent printed was never taken
+    assert far.poll() is None  # the worker lives on, and runs what it claims next
+    store.close()
