@@ -22,6 +22,7 @@ class Forwarder:
         self._listeners: list[socket.socket] = []
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
         for addr in addrs:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -29,7 +30,9 @@ class Forwarder:
             sock.listen(64)
             sock.settimeout(0.2)
             self._listeners.append(sock)
-            threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+            thread = threading.Thread(target=self._accept, args=(sock,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def _accept(self, listener: socket.socket) -> None:
         while not self._stop.is_set():
@@ -63,7 +66,10 @@ class Forwarder:
                     sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """Stop listening (the address and port are free again when this returns) and drop every connection."""
         self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
         for sock in self._listeners:
             sock.close()
         with self._lock:

@@ -19,7 +19,8 @@ from relay.config import load_settings
 from relay.jobs.engine import Engine
 from relay.jobs.request import JobRequest
 from tests.cluster.netns import Cluster, Host
-from tests.reliability.test_one_queue import interval_agent, most_at_once
+from tests.cluster.test_pg_hosts import setup
+from tests.reliability.test_one_queue import most_at_once
 
 pytestmark = pytest.mark.anyio
 
@@ -36,18 +37,7 @@ def worker_on(cluster: Cluster, host: Host, env: dict[str, str], cwd: Path, *arg
 async def test_a_worker_host_killed_mid_job_ends_its_job_interrupted_within_its_lease_and_no_one_runs_it_again(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    log = tmp_path / "intervals.log"
-    (home / "config.toml").write_text(f'[agents.claude]\ncommand = "{interval_agent(tmp_path / "bin", log, 60)}"\n')
-    env = {
-        "RELAY_HOME": str(home),
-        "HOME": str(home),
-        "PATH": os.environ.get("PATH", ""),
-        "RELAY_LEASE_S": str(LEASE_S),
-        "RELAY_ALLOWED_ROOTS": str(work),
-    }
+    env, work, log = setup(tmp_path, None, 60)
     far = worker_on(cluster, cluster.add_host(), env, work, "--name", "host-a", "--labels", "a")
     # A worker of this host, free the whole time: it must not pick up host-a's job.
     near = subprocess.Popen([RELAY, "worker", "--name", "near"], env=env, cwd=work, stderr=subprocess.DEVNULL)

@@ -46,7 +46,8 @@ def host(cluster: Cluster, pg_cluster: PgCluster) -> Iterator[Host]:
         forward.close()
 
 
-def setup(tmp_path: Path, pg_url: str, work_s: float) -> tuple[dict[str, str], Path, Path]:
+def setup(tmp_path: Path, pg_url: str | None, work_s: float) -> tuple[dict[str, str], Path, Path]:
+    """A front's home (its store: `pg_url`, or the home's SQLite file), a work folder, the agent's interval log."""
     home, work = tmp_path / "front-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
@@ -58,9 +59,8 @@ def setup(tmp_path: Path, pg_url: str, work_s: float) -> tuple[dict[str, str], P
         "PATH": os.environ.get("PATH", ""),
         "RELAY_LEASE_S": str(LEASE_S),
         "RELAY_ALLOWED_ROOTS": str(work),
-        "RELAY_STORE": pg_url,
     }
-    return env, work, log
+    return env | ({"RELAY_STORE": pg_url} if pg_url else {}), work, log
 
 
 def worker_on(

@@ -60,6 +60,26 @@ class WorkerRecord:
     running: int
 
 
+def worker_row(info: WorkerInfo, now: float) -> tuple[Any, ...]:
+    """The workers row of `info` as both stores insert it (id ... lease_s, started_at, heartbeat_at)."""
+    agents = json.dumps(list(info.agents)) if info.agents is not None else None
+    labels = json.dumps(list(info.labels))
+    return (
+        info.id,
+        info.name,
+        info.host,
+        info.pid,
+        info.start_ticks,
+        info.boot_id,
+        agents,
+        labels,
+        info.slots,
+        info.lease_s,
+        now,
+        now,
+    )
+
+
 def _worker(r: tuple[Any, ...]) -> WorkerRecord:
     agents, labels = (json.loads(r[6]) if r[6] else None), json.loads(r[7] or "[]")
     return WorkerRecord(*r[:6], agents, labels, *r[8:])  # pyright: ignore[reportCallIssue]
@@ -89,26 +109,11 @@ class Claims:
     # workers ------------------------------------------------------------------------------
 
     def register_worker(self, info: WorkerInfo) -> None:
-        now = time.time()
-        agents = json.dumps(list(info.agents)) if info.agents is not None else None
         with self._running("INSERT", ()) as db:
             db.execute(
                 "INSERT OR REPLACE INTO workers (id, name, host, pid, start_ticks, boot_id, agents, labels, slots,"
                 " lease_s, started_at, heartbeat_at, state) VALUES (?,?,?,?,?,?,?,?,?,?,?,?, 'running')",
-                (
-                    info.id,
-                    info.name,
-                    info.host,
-                    info.pid,
-                    info.start_ticks,
-                    info.boot_id,
-                    agents,
-                    json.dumps(list(info.labels)),
-                    info.slots,
-                    info.lease_s,
-                    now,
-                    now,
-                ),
+                worker_row(info, time.time()),
             )
 
     def heartbeat(self, worker_id: str, lease_s: float) -> bool:

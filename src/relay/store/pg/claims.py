@@ -18,7 +18,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from relay.store.claims import CLAIM_WINDOW, HOLDS_SLOT, WorkerInfo, WorkerRecord
+from relay.store.claims import CLAIM_WINDOW, HOLDS_SLOT, WorkerInfo, WorkerRecord, worker_row
 from relay.store.pg.schema import MIGRATION_LOCK
 
 # Candidates a claim reads beyond twice its free slots (passed over when their agent is at its limit).
@@ -70,8 +70,6 @@ class PgClaims:
     # workers ------------------------------------------------------------------------------
 
     def register_worker(self, info: WorkerInfo) -> None:
-        now = time.time()
-        agents = json.dumps(list(info.agents)) if info.agents is not None else None
         with self._conn() as conn:
             conn.execute(
                 "INSERT INTO workers (id, name, host, pid, start_ticks, boot_id, agents, labels, slots, lease_s,"
@@ -81,20 +79,7 @@ class PgClaims:
                 " labels=excluded.labels, slots=excluded.slots, lease_s=excluded.lease_s,"
                 " started_at=excluded.started_at, heartbeat_at=excluded.heartbeat_at, stopped_at=NULL,"
                 " state='running', ran=0",
-                (
-                    info.id,
-                    info.name,
-                    info.host,
-                    info.pid,
-                    info.start_ticks,
-                    info.boot_id,
-                    agents,
-                    json.dumps(list(info.labels)),
-                    info.slots,
-                    info.lease_s,
-                    now,
-                    now,
-                ),
+                worker_row(info, time.time()),
             )
 
     def heartbeat(self, worker_id: str, lease_s: float) -> bool:
