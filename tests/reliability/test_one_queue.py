@@ -95,10 +95,11 @@ async def test_relays_on_one_home_never_run_more_jobs_at_once_than_the_limit(
         "one_queue", f"{relays}_relays", {"jobs": JOBS, "limit": LIMIT, "most_at_once": peak, "wall_s": round(wall, 1)}
     )
     assert peak == LIMIT  # never more than the limit, and the limit was used
-    assert starts == Counter({f"job-{i}": 1 for i in range(JOBS)})  # every job ran, once
     store = Store(settings.db_path)
     failed = [(j.id, j.error) for j in store.list_jobs(limit=1000) if j.status != "completed"]
     assert failed == []
+    odd = {job: n for job, n in (Counter({f"job-{i}": 1 for i in range(JOBS)}) | starts).items() if starts[job] != 1}
+    assert odd == {}  # every job ran, once
 
 
 async def test_a_job_queued_by_a_relay_that_died_is_run_by_another_at_once(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,27 @@ ANTHROPIC_KEY = "sk-ant-test-0123456789abcdefghij"
 def windows(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """This process as relay on Windows would see it; the runtime is chosen afresh on both sides."""
     monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setitem(sys.modules, "msvcrt", _msvcrt())  # file locks as Windows takes them (osfiles.lock)
     for name in POSIX_ONLY:
         monkeypatch.delattr(os, name, raising=False)
     monkeypatch.delenv("RELAY_RUNTIME", raising=False)  # the portable pass's setting cannot apply here
     choice.reset()
     yield
     choice.reset()  # the POSIX runtimes' own checks (conftest) do not apply to this one
+
+
+def _msvcrt() -> types.ModuleType:
+    """A stand-in for Windows' msvcrt: `locking(fd, LK_NBLCK, 1)` takes the lock or raises OSError at once."""
+    import fcntl
+
+    fake = types.ModuleType("msvcrt")
+
+    def locking(fd: int, mode: int, nbytes: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    fake.LK_NBLCK = 2  # type: ignore[attr-defined]
+    fake.locking = locking  # type: ignore[attr-defined]
+    return fake
 
 
 async def call(client: Client, tool: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.audit import AuditLog, finished_data, open_audit, queued_data
-from relay.errors import ErrorCode
+from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.osfiles import private, private_home
 from relay.store import outputs
@@ -179,7 +179,22 @@ def _prepare_home(path: Path) -> None:
 
 
 def _open(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
-    """Connect in WAL mode and migrate; failures come back as RelayErrors (a damaged file is moved aside)."""
+    """Connect in WAL mode and migrate; failures come back as RelayErrors (a damaged file is moved aside).
+
+    Relays starting together on a new home can find it "locked" in ways SQLite does not wait out (the switch
+    to WAL, a snapshot gone stale while another migrates): the open is tried again within the busy timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            return _open_once(path, busy_timeout_s)
+        except RelayError as err:
+            if err.code is not ErrorCode.STORE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.05)
+
+
+def _open_once(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     db: sqlite3.Connection | None = None
     try:
         db = sqlite3.connect(path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)

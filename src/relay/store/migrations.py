@@ -476,7 +476,10 @@ def _apply(db: sqlite3.Connection, name: str, step: Callable[[sqlite3.Connection
 @contextmanager
 def _migrating(db: sqlite3.Connection) -> Generator[None]:
     """Hold the lock on `<database>.migrating` (none for an in-memory database) while migrations run."""
-    path = next((str(row[2]) for row in db.execute("PRAGMA database_list") if row[1] == "main"), "")
+    # Read whole: a statement left open would hold a read transaction (an old snapshot) while this waits for the
+    # lock, and the write after it would then fail at once as "database is locked".
+    rows = db.execute("PRAGMA database_list").fetchall()
+    path = next((str(row[2]) for row in rows if row[1] == "main"), "")
     if not path:
         yield
         return
