@@ -142,9 +142,8 @@ class Lifecycle:
         rec = state.store.get_job(job_id)
         if rec is None or rec.is_final:
             return
-        if live.stop_reason:
-            self.finisher.finish_without_process(rec)
-            return
+        if live.stop_reason:  # cancelled before it started (or its claim lost: then it is not ours to end)
+            return None if live.stop_reason == LEASE_LOST else self.finisher.finish_without_process(rec)
         prepared = self.prepared.pop(job_id, None)
         try:
             if rec.request.get("repo"):  # a job by repository URL: fetched and placed here (a thread: it waits on git)

@@ -70,13 +70,16 @@ class Tending:
         if version == self._seen_version:
             return
         self._seen_version = version
+        # Judged against one read of the store: nothing here claims meanwhile (a job let go is let go after).
+        here = {job_id for job_id in state.live if state.runs_here(job_id)}
+        elsewhere: list[str] = []
         for job_id, (worker, epoch, status, cancel) in state.store.claim_states(list(state.live)).items():
             live = state.live.get(job_id)
             if live is None or live.stop.is_set():
                 continue
-            if not state.runs_here(job_id):
+            if job_id not in here:
                 if status not in ("queued", "running") or worker is not None:
-                    self._lifecycle.job_ended(job_id)  # queued here, claimed (or ended) elsewhere: not ours to keep
+                    elsewhere.append(job_id)  # queued here, claimed (or ended) elsewhere: not ours to keep
                 continue
             # An in-process task holds no claim; a CLI job's claim may have been taken over by another worker, or
             # ended by one that judged this one lost (its lease ran out while it was cut off from the store).
@@ -89,6 +92,8 @@ class Tending:
             if taken or cancel:
                 live.stop_reason = LEASE_LOST if taken else "cancelled"
                 live.stop.set()
+        for job_id in elsewhere:
+            self._lifecycle.job_ended(job_id)
         if state.settings.runs_jobs and len(state.running) < state.worker.slots and state.store.has_queued():
             self._lifecycle.pump()
         state.notify()  # waiters on jobs of other processes look again
