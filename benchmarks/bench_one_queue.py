@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 
 from _common import RELAY_BIN, BenchEnv, Result, bench_env, main_for, percentile
+from bench_pg_store import racing_claimer
 
 NAME = "one_queue"
 RELAYS_JOBS = 160
@@ -132,28 +133,6 @@ async def through_workers(benv: BenchEnv, jobs: int, workers: int, slots: int, j
     )
 
 
-def _storm(db: str, worker: int, out: Any) -> None:
-    from relay.store import Store, WorkerInfo
-
-    store = Store(Path(db))
-    me = WorkerInfo(f"storm/{worker}", f"s{worker}", "here", 1, 1, "b", None, (), 1, 60.0)
-    store.register_worker(me)
-    timings: list[float] = []
-    won: list[str] = []
-    while True:
-        t0 = time.perf_counter()
-        got = store.claim(me, free=1, max_total=10_000, per_agent=lambda _: 10_000)
-        timings.append(time.perf_counter() - t0)
-        if not got:
-            break
-        job_id, _, epoch = got[0]
-        won.append(job_id)
-        store.finish_job(
-            job_id, "completed", exit_code=0, result={}, error=None, session_id=None, model=None, epoch=epoch
-        )
-    out.put((timings, won))
-
-
 def claim_storm(benv: BenchEnv, workers: int) -> list[Result]:
     from relay.store import Store
 
@@ -163,7 +142,10 @@ def claim_storm(benv: BenchEnv, workers: int) -> list[Result]:
     store.close()
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_storm, args=(str(benv.home / "relay.db"), n, out)) for n in range(workers)]
+    procs = [
+        ctx.Process(target=racing_claimer, args=(str(benv.home / "relay.db"), str(benv.home), n, out))
+        for n in range(workers)
+    ]
     started = time.perf_counter()
     for p in procs:
         p.start()

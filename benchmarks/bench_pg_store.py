@@ -145,8 +145,8 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def _storm(url: str, home: str, n: int, out: Any) -> None:
-    """One racing claimer: claim one job, finish it, again, until the queue is empty; its timings and wins."""
+def racing_claimer(url: str, home: str, n: int, out: Any) -> None:
+    """One racing claimer (of either store: `url` a PostgreSQL URL or a SQLite file): claim one job, finish it, again, until the queue is empty; its timings and wins."""
     from relay.audit import open_audit
     from relay.store import WorkerInfo, open_store
 
@@ -178,7 +178,7 @@ def claim_storm(store: Any, url: str, home: Path) -> list[Result]:
         store.insert_job(f"storm{i:08d}", "claude", "cli", {"prompt": "x"}, None, None)
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_storm, args=(url, str(home), n, out)) for n in range(STORM_PROCS)]
+    procs = [ctx.Process(target=racing_claimer, args=(url, str(home), n, out)) for n in range(STORM_PROCS)]
     for p in procs:
         p.start()
     parts = [out.get() for _ in procs]
