@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from relay.audit import AuditLog, finished_data, open_audit, queued_data
-from relay.errors import ErrorCode, RelayError
 from relay.events import Event
-from relay.osfiles import private, private_home
+from relay.osfiles import private
 from relay.store import outputs
 from relay.store.claims import Claims
-from relay.store.health import damage, damaged, move_aside, os_error, sqlite_error
-from relay.store.migrations import migrate
+from relay.store.connect import open_sqlite, prepare_home
+from relay.store.health import sqlite_error
 from relay.store.release import large, unbind
 
 # How long a writer waits for another process's transaction before "database is locked".
@@ -167,66 +166,19 @@ class _Rows:
         return iter(self.rows)
 
 
-def _prepare_home(path: Path) -> None:
-    """Create RELAY_HOME; a database file that cannot be relay's is moved aside (never silently replaced)."""
-    try:
-        private_home(path.parent)
-    except OSError as exc:
-        raise os_error(exc, path.parent) from None
-    reason = damage(path)
-    if reason is not None:
-        raise damaged(path, reason, move_aside(path))
-
-
-def _open(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
-    """Connect in WAL mode and migrate; failures come back as RelayErrors (a damaged file is moved aside).
-
-    Relays starting together on a new home can find it "locked" in ways SQLite does not wait out (the switch
-    to WAL, a snapshot gone stale while another migrates): the open is tried again within the busy timeout.
-    """
-    deadline = time.monotonic() + busy_timeout_s
-    while True:
-        try:
-            return _open_once(path, busy_timeout_s)
-        except RelayError as err:
-            if err.code is not ErrorCode.STORE_BUSY or time.monotonic() >= deadline:
-                raise
-        time.sleep(0.05)
-
-
-def _open_once(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
-    db: sqlite3.Connection | None = None
-    try:
-        db = sqlite3.connect(path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
-        db.execute("PRAGMA foreign_keys = ON")
-        migrate(db)
-        return db
-    except sqlite3.Error as exc:
-        if db is not None:
-            db.close()
-        err = sqlite_error(exc, path, busy_timeout_s)
-        if err.code is ErrorCode.STORE_DAMAGED and path.exists():
-            raise damaged(path, str(exc), move_aside(path)) from None
-        raise err from None
-
-
 class Store(Claims):
     """Typed access to relay.db. Safe to share between the event loop and worker threads."""
 
     spans_hosts = False  # one file in one home: the jobs' files are beside it
 
     def __init__(self, path: Path, audit: AuditLog | None = None) -> None:
-        _prepare_home(path)
+        prepare_home(path)
         self.path = path
         # Every job state change written here is also an entry in the audit log next to the database.
         self.audit = audit if audit is not None else open_audit(path.parent)
         self._lock = threading.RLock()
         self._busy_s = BUSY_TIMEOUT_MS / 1000
-        self._db = _open(path, self._busy_s)
+        self._db = open_sqlite(path, self._busy_s)
         for made in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             private(made)  # SQLite makes the -wal and -shm files with the database file's mode
         self.audit.marks.append(self._mark_audit)
