@@ -387,14 +387,17 @@ def _grant(env: Mapping[str, str], security: Any, config_path: Path) -> tuple[st
 def _store_url(env_value: str | None, config_value: object) -> str | None:
     """`RELAY_STORE`, else `[store] url`: a PostgreSQL URL (shown without anything after its scheme when refused)."""
     value = (env_value or (config_value if isinstance(config_value, str) else "")).strip()
-    if not value:
-        return None
+    return check_store_url(value, "RELAY_STORE" if env_value else "[store] url") if value else None
+
+
+def check_store_url(value: str, where: str) -> str:
+    """`value` when it is a PostgreSQL URL, else CONFIG_INVALID naming `where` (`--store`, `RELAY_STORE`, ...)."""
+    value = value.strip()
     if not value.startswith(("postgresql://", "postgres://")):
-        where = "RELAY_STORE" if env_value else "[store] url"
         raise RelayError(
             ErrorCode.CONFIG_INVALID,
             f"{where} is not a PostgreSQL URL (it starts {value.split('://')[0][:20]!r})",
-            f"set {where} to postgresql://user@host:5432/dbname, or unset it to keep the jobs in relay.db",
+            f"set {where} to postgresql://user@host:5432/dbname, or leave it out to keep the jobs in relay.db",
         )
     return value
 

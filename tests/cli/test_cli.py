@@ -147,3 +147,26 @@ def test_version_names_relay_the_mcp_sdk_and_python(tmp_path: Path) -> None:
         f"relay {__version__} (mcp {version('mcp')}, Python {platform.python_version()})\n",
         "",
     )
+
+
+@pytest.mark.usefixtures("configured")
+def test_store_flag_points_every_command_at_a_postgresql_store(relay_home: Path, workdir: Path, pg_url: str) -> None:
+    done = relay("run", "claude", "say hi", "--store", pg_url, home=relay_home, cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()  # the answer
+    (listed,) = json.loads(relay("jobs", "--json", "--store", pg_url, home=relay_home, cwd=workdir).stdout)
+    assert listed["status"] == "completed"
+    shown = relay("show", listed["job_id"], "--json", "--store", pg_url, home=relay_home, cwd=workdir)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["job_id"] == listed["job_id"]
+    # The job went into PostgreSQL, not into the home's relay.db.
+    home_jobs = json.loads(relay("jobs", "--json", home=relay_home, cwd=workdir).stdout or "[]")
+    assert home_jobs == []
+
+
+@pytest.mark.parametrize("command", ["serve", "worker", "workers", "jobs", "dashboard"])
+def test_a_store_flag_that_is_not_a_postgresql_url_is_a_clear_error(
+    command: str, relay_home: Path, workdir: Path
+) -> None:
+    done = relay(command, "--store", "mysql://db/relay", home=relay_home, cwd=workdir)
+    assert done.returncode == 2
+    assert "CONFIG_INVALID" in done.stderr and "--store" in done.stderr and "hint:" in done.stderr

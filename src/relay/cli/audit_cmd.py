@@ -14,6 +14,9 @@ def add_parser(sub: Any) -> None:
     actions = audit.add_subparsers(dest="audit_command", required=True)
     verify = actions.add_parser("verify", help="check every line of the log; name any edited, removed or moved line")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument(
+        "--store", metavar="URL", help="the job store the log's end is checked against (a postgresql:// URL)"
+    )
     show = actions.add_parser("show", help="the newest entries of the log, oldest first")
     show.add_argument("--limit", type=int, default=20, help="how many entries (default 20)")
     show.add_argument("--job", help="only the entries of this job (id or its first characters)")
@@ -27,7 +30,7 @@ def audit_command(args: argparse.Namespace) -> int:
     settings = load_settings()
     home = settings.home
     if args.audit_command == "verify":
-        return _verify(home, settings.db_path, args.json)
+        return _verify(home, settings.store_target, args.json)
     if args.audit_command == "show":
         return _show(home, args.limit, args.job, args.json)
     from relay.audit import IAC_FILE, Views, views_config
@@ -41,11 +44,11 @@ def audit_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify(home: Any, db_path: Any, as_json: bool) -> int:
+def _verify(home: Any, store_target: Any, as_json: bool) -> int:
     from relay.audit import verify
-    from relay.store.db import audit_expectation
+    from relay.store.open import audit_expectation_at
 
-    known = audit_expectation(db_path)
+    known = audit_expectation_at(store_target, home=home)
     report = verify(home, known.mark, known.jobs)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -44,6 +44,10 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+# The commands that open the job store, and so take `--store URL`.
+STORE_COMMANDS = ("serve", "run", "jobs", "show", "tail", "cancel", "worker", "workers", "dashboard", "doctor")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relay", description="Delegate work to AI agents as durable jobs (an MCP server).")
     p.add_argument("--version", action=_VersionAction, help="print relay's version and the MCP SDK's, then exit")
@@ -149,6 +153,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--smoke", action="store_true", help="also run a one-line live job per installed agent")
     doctor.add_argument("--smoke-timeout", type=float, default=60.0, help="seconds per smoke run (default 60)")
+    for name in STORE_COMMANDS:  # the store every relay and worker of a queue shares (`RELAY_STORE` otherwise)
+        sub.choices[name].add_argument(
+            "--store", metavar="URL", help="the job store: a postgresql:// URL (default: RELAY_STORE, else relay.db)"
+        )
     for command in sub.choices.values():  # `relay CMD ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
@@ -549,7 +557,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(words)
     if command_line is not None:
         args.command_line = command_line
+    before = os.environ.get("RELAY_STORE")
     try:
+        if getattr(args, "store", None) is not None:
+            from relay.config import check_store_url
+
+            # Settings read it like RELAY_STORE, here and in every process this command starts.
+            os.environ["RELAY_STORE"] = check_store_url(args.store, "--store")
         return COMMANDS[args.command](args)
     except BrokenPipeError:
         return 0
@@ -558,6 +572,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except (Exception, BaseExceptionGroup) as exc:  # every failure is one line; --debug adds the traceback
         return report(exc, debug=args.debug)
+    finally:  # main() called in-process (tests, embedding) leaves the environment as it found it
+        if before is None:
+            os.environ.pop("RELAY_STORE", None)
+        else:
+            os.environ["RELAY_STORE"] = before
 
 
 if __name__ == "__main__":

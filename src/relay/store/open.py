@@ -7,7 +7,7 @@ from pathlib import Path
 from relay.audit import AuditLog, open_audit
 from relay.errors import ErrorCode, RelayError
 from relay.store.api import JobStore
-from relay.store.db import Store
+from relay.store.db import AuditExpectation, Store, audit_expectation
 
 PG_SCHEMES = ("postgresql://", "postgres://")
 
@@ -37,3 +37,13 @@ def open_store(target: str | Path, *, home: Path, audit: AuditLog | None = None)
             "use a postgresql://user@host/db URL, or a SQLite file path (the default: RELAY_HOME/relay.db)",
         )
     return Store(Path(text), audit)
+
+
+def audit_expectation_at(target: str | Path, *, home: Path) -> AuditExpectation:
+    """What the store at `target` records of the audit log in `home` (`relay audit verify` checks the log's end
+    against it), read without creating or migrating anything."""
+    if is_pg_url(target):
+        from relay.store.pg.store import audit_expectation as pg_audit_expectation
+
+        return pg_audit_expectation(str(target), home)
+    return audit_expectation(Path(str(target).removeprefix("sqlite://")))

@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Generator, Iterable, Sequence
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, LiteralString
 
 import psycopg
@@ -23,7 +24,7 @@ from psycopg_pool import ConnectionPool
 from relay.audit import AuditLog, finished_data, queued_data
 from relay.events import Event
 from relay.store import outputs
-from relay.store.db import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn
+from relay.store.db import JOB_COLUMNS, AuditExpectation, JobRecord, SessionRecord, SessionTurn
 from relay.store.pg.claims import Conn, PgClaims
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import pg_error
@@ -71,6 +72,25 @@ _LAST_CHUNK = "SELECT seq + 1, byte_offset + size FROM outputs WHERE job_id=%s A
 _INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (%s, %s, %s, %s, %s, %s)"
 
 
+def audit_log_name(home: Path) -> str:
+    """The audit log of the process whose RELAY_HOME is `home`, as the mark table names it (several fronts, each
+    with its own home and log, share one database)."""
+    return f"{socket.gethostname()}:{home}"
+
+
+def audit_expectation(url: str, home: Path) -> AuditExpectation:
+    """What the store at `url` records of the audit log in `home` (its last entry), read without migrating."""
+    try:
+        with psycopg.connect(conninfo(url), autocommit=True) as conn:
+            if conn.execute("SELECT to_regclass('audit_mark')").fetchone() in (None, (None,)):
+                return AuditExpectation(None, 0)
+            row = conn.execute("SELECT seq, hash FROM audit_mark WHERE log=%s", (audit_log_name(home),)).fetchone()
+    except psycopg.Error as exc:
+        raise pg_error(exc, url) from None
+    # The jobs of a shared store are every front's: the mark alone says this log was written.
+    return AuditExpectation((int(row[0]), str(row[1])) if row else None, 0)
+
+
 def _job(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*row)  # the columns of JOB_COLUMNS, in JobRecord's field order
 
@@ -83,8 +103,7 @@ class PgStore(PgClaims):
     def __init__(self, url: str, audit: AuditLog, *, pool_size: int = POOL_SIZE, wait_s: float = POOL_WAIT_S) -> None:
         self.url = url
         self.audit = audit
-        # This process's audit log, as the mark table names it (several fronts share one database).
-        self._log = f"{socket.gethostname()}:{audit.home}"
+        self._log = audit_log_name(audit.home)
         try:
             with psycopg.connect(conninfo(url), autocommit=True) as conn:
                 migrate(conn)
