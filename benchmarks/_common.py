@@ -65,13 +65,52 @@ class BenchEnv:
         return load_settings(self.env, cwd=self.work)
 
 
+# Which store a benchmark that honours it runs on: `RELAY_BENCH_STORE=postgresql` starts a throwaway cluster
+# (tests/postgres.py: initdb + pg_ctl on 127.0.0.1, fsync off); anything else is relay.db in the home.
+BENCH_STORE = os.environ.get("RELAY_BENCH_STORE", "sqlite")
+
+
+def store_suffix() -> str:
+    """What a benchmark's results file adds to its name on PostgreSQL (`concurrency_pg.json`)."""
+    return "_pg" if BENCH_STORE == "postgresql" else ""
+
+
 @contextlib.contextmanager
-def bench_env(config_extra: str = "", command: Path = FAKE_CLAUDE) -> Iterator[BenchEnv]:
+def bench_store() -> Iterator[str | None]:
+    """The store URL for `bench_env(store_url=...)`: a database of a throwaway PostgreSQL, or None (SQLite)."""
+    if BENCH_STORE != "postgresql":
+        yield None
+        return
+    with pg_cluster() as cluster:
+        yield cluster.new_database()
+
+
+@contextlib.contextmanager
+def pg_cluster() -> Iterator[Any]:
+    """A throwaway PostgreSQL cluster (tests/postgres.py's `Cluster`), stopped afterwards."""
+    sys.path.insert(0, str(REPO))
+    from tests.postgres import Cluster, pg_bin
+
+    bin_dir = pg_bin()
+    if bin_dir is None:
+        raise SystemExit("no PostgreSQL under /usr/lib/postgresql/*/bin: scripts/install-system-tools installs it")
+    cluster = Cluster(bin_dir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@contextlib.contextmanager
+def bench_env(config_extra: str = "", command: Path = FAKE_CLAUDE, store_url: str | None = None) -> Iterator[BenchEnv]:
     root = Path(tempfile.mkdtemp(prefix="relay-bench-")).resolve()
     home, work = root / "home", root / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(f'[agents.claude]\ncommand = "{command}"\n' + config_extra, encoding="utf-8")
+    store = f'[store]\nurl = "{store_url}"\n' if store_url else ""
+    text = f'[agents.claude]\ncommand = "{command}"\n' + config_extra + store
+    (home / "config.toml").write_text(text, encoding="utf-8")
     try:
         yield BenchEnv(root, home, work)
     finally:

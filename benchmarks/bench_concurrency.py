@@ -11,6 +11,8 @@ benchmark also reports the python fake's `--version` start-up, one job run direc
 without relay: 20 fakes started directly at once (Popen) and waited for.
 
 Run alone: .venv/bin/python benchmarks/bench_concurrency.py
+On PostgreSQL (a throwaway cluster; results in concurrency_pg.json):
+RELAY_BENCH_STORE=postgresql .venv/bin/python benchmarks/bench_concurrency.py
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from _common import FAKE_CLAUDE, BenchEnv, Result, bench_env, main_for, median, ms
+from _common import FAKE_CLAUDE, BenchEnv, Result, bench_env, bench_store, main_for, median, ms, store_suffix
 
-NAME = "concurrency"
+NAME = "concurrency" + store_suffix()
 JOBS = 20
 PROMPT = "[[fake:sleep=1]]"
 # The jobs run a shell fake that sleeps 1 s and replays the recorded stream (see fake_claude_sh).
@@ -66,7 +68,7 @@ def run_fakes_directly(benv: BenchEnv, argv: list[str], count: int) -> float:
 async def run() -> list[Result]:
     from relay.server.app import build_server
 
-    with bench_env(CONFIG, command=FAKE_SH) as benv:
+    with bench_store() as store_url, bench_env(CONFIG, command=FAKE_SH, store_url=store_url) as benv:
         settings = benv.settings()
         assert settings.max_concurrent >= JOBS and settings.max_concurrent_per_agent >= JOBS
         fake_argv = [str(FAKE_SH), "-p", PROMPT, "--output-format", "stream-json", "--verbose"]

@@ -14,6 +14,8 @@ overhead ≤ 1.2 × the bare server's (p90s reported). The machine's load averag
 the run: wall times swing with it.
 
 Run alone: .venv/bin/python benchmarks/bench_delegate_overhead.py [calls]
+On PostgreSQL (a throwaway cluster; results in delegate_overhead_pg.json):
+RELAY_BENCH_STORE=postgresql .venv/bin/python benchmarks/bench_delegate_overhead.py
 """
 
 from __future__ import annotations
@@ -33,9 +35,20 @@ import anyio
 from mcp import Client
 from mcp.server import MCPServer
 
-from _common import BenchEnv, Result, bench_env, main_for, median, ms, percentile
+from _common import (
+    FAKE_CLAUDE,
+    BenchEnv,
+    Result,
+    bench_env,
+    bench_store,
+    main_for,
+    median,
+    ms,
+    percentile,
+    store_suffix,
+)
 
-NAME = "delegate_overhead"
+NAME = "delegate_overhead" + store_suffix()
 CALLS = 40
 WARMUP = 5
 # relay's per-call overhead against the bare SDK server's, measured in the same run.
@@ -249,12 +262,14 @@ def results_for(label: str, d: dict[str, Any], *, target: bool) -> list[Result]:
 
 
 async def run(calls: int = CALLS) -> list[Result]:
-    with bench_env() as benv:
-        python_fake = await measure(benv, calls)
-    with bench_env() as benv:
-        cat_fake = write_cat_fake(benv.root / "fake_claude_cat")
-        (benv.home / "config.toml").write_text(f'[agents.claude]\ncommand = "{cat_fake}"\n', encoding="utf-8")
-        sh_fake = await measure(benv, calls)
+    with bench_store() as store_url:
+        with bench_env(store_url=store_url) as benv:
+            python_fake = await measure(benv, calls)
+        with bench_env(store_url=store_url) as benv:
+            cat_fake = write_cat_fake(benv.root / "fake_claude_cat")
+            text = (benv.home / "config.toml").read_text(encoding="utf-8")
+            (benv.home / "config.toml").write_text(text.replace(str(FAKE_CLAUDE), str(cat_fake)), encoding="utf-8")
+            sh_fake = await measure(benv, calls)
     # The python fake is the issue's yardstick; the shell fake measures the same thing with less noise.
     return results_for("python fake", python_fake, target=True) + results_for("shell fake", sh_fake, target=True)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from _common import REPO, Result, kib, main_for, median, ms, percentile, proc_status
+from _common import Result, kib, main_for, median, ms, percentile, pg_cluster, proc_status
 
 NAME = "pg_store"
 STORM_JOBS = 2000
@@ -202,65 +202,52 @@ def claim_storm(store: Any, url: str, home: Path) -> list[Result]:
 
 
 async def run() -> list[Result]:
-    sys.path.insert(0, str(REPO))
-    from tests.postgres import Cluster, pg_bin
-
     from relay.audit import open_audit
     from relay.store import open_store
 
-    bin_dir = pg_bin()
-    if bin_dir is None:
-        raise SystemExit("no PostgreSQL under /usr/lib/postgresql/*/bin: scripts/install-system-tools installs it")
-    cluster = Cluster(bin_dir)
     results: list[Result] = []
-    try:
-        cluster.start()
-        with tempfile.TemporaryDirectory() as tmp:
-            home = Path(tmp)
-            pg_url = cluster.new_database()
-            stores = {
-                "sqlite": open_store(home / "relay.db", home=home, audit=open_audit(home, views=False)),
-                "postgresql": open_store(pg_url, home=home, audit=open_audit(home, views=False)),
-            }
-            for backend, store in stores.items():
-                for call, samples in job_life(store, backend[:2]).items():
-                    results.append(
-                        Result(
-                            NAME, f"{backend}: {call}, p99", ms(percentile(samples, 99)), "ms", details=stats(samples)
-                        )
-                    )
-            woke = await wakes(stores["postgresql"])
-            p99 = ms(percentile(woke, 99))
+    with pg_cluster() as cluster, tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        pg_url = cluster.new_database()
+        stores = {
+            "sqlite": open_store(home / "relay.db", home=home, audit=open_audit(home, views=False)),
+            "postgresql": open_store(pg_url, home=home, audit=open_audit(home, views=False)),
+        }
+        for backend, store in stores.items():
+            for call, samples in job_life(store, backend[:2]).items():
+                results.append(
+                    Result(NAME, f"{backend}: {call}, p99", ms(percentile(samples, 99)), "ms", details=stats(samples))
+                )
+        woke = await wakes(stores["postgresql"])
+        p99 = ms(percentile(woke, 99))
+        results.append(
+            Result(
+                NAME,
+                "postgresql: finish_job in one thread -> subscribed waiter wakes, p99",
+                p99,
+                "ms",
+                target=f"≤ {TARGET_WAKE_MS:g} ms",
+                passed=p99 <= TARGET_WAKE_MS,
+                details=stats(woke),
+            )
+        )
+        results += await anyio.to_thread.run_sync(claim_storm, stores["postgresql"], pg_url, home)
+        for backend, store in stores.items():
+            out = output_round_trip(store)
+            growth = round(out["growth_mb"], 1)
+            results.append(Result(NAME, f"{backend}: {OUTPUT_MB} MB output appended", out["write_mb_s"], "MB/s"))
+            results.append(Result(NAME, f"{backend}: {OUTPUT_MB} MB output paged back", out["read_mb_s"], "MB/s"))
             results.append(
                 Result(
                     NAME,
-                    "postgresql: finish_job in one thread -> subscribed waiter wakes, p99",
-                    p99,
-                    "ms",
-                    target=f"≤ {TARGET_WAKE_MS:g} ms",
-                    passed=p99 <= TARGET_WAKE_MS,
-                    details=stats(woke),
+                    f"{backend}: peak RSS growth moving {OUTPUT_MB} MB of output",
+                    growth,
+                    "MB",
+                    target=f"≤ {TARGET_GROWTH_MB} MB",
+                    passed=growth <= TARGET_GROWTH_MB,
                 )
             )
-            results += await anyio.to_thread.run_sync(claim_storm, stores["postgresql"], pg_url, home)
-            for backend, store in stores.items():
-                out = output_round_trip(store)
-                growth = round(out["growth_mb"], 1)
-                results.append(Result(NAME, f"{backend}: {OUTPUT_MB} MB output appended", out["write_mb_s"], "MB/s"))
-                results.append(Result(NAME, f"{backend}: {OUTPUT_MB} MB output paged back", out["read_mb_s"], "MB/s"))
-                results.append(
-                    Result(
-                        NAME,
-                        f"{backend}: peak RSS growth moving {OUTPUT_MB} MB of output",
-                        growth,
-                        "MB",
-                        target=f"≤ {TARGET_GROWTH_MB} MB",
-                        passed=growth <= TARGET_GROWTH_MB,
-                    )
-                )
-                store.close()
-    finally:
-        cluster.stop()
+            store.close()
     return results
 
 

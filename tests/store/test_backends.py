@@ -175,6 +175,7 @@ def test_an_output_stream_is_appended_in_chunks_and_read_back_in_pages(store: Jo
     assert store.read_output_page("j1", "stderr", 0, 100) == (b"", 0)
     store.append_output("j1", "result", b"{}")
     assert store.read_output_page("j1", "result", 0, 100) == (b"{}", 2)
+    assert store.output_sizes("j1") == {"stdout": len(whole), "stderr": 0, "transcript": 0, "result": 2}
 
 
 def test_an_unknown_output_stream_or_a_negative_offset_is_refused_with_a_hint(store: JobStore) -> None:

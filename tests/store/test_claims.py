@@ -103,9 +103,14 @@ def test_a_claim_handed_back_is_queued_again_for_any_worker_under_a_new_epoch(st
     running = dict(pid=1, pid_start_ticks=None, boot_id=None, owner_pid=1, owner_start_ticks=None)
     assert store.mark_running("j", **running, deadline_at=None, idle_timeout_s=None, epoch=again)  # type: ignore[arg-type]
     assert not store.unclaim("j", again)  # running: handed back only when it asked to be retried
+    assert store.add_events("j", 0, [Event("text", {"text": "lost run"})], epoch=again)
+    store.append_output("j", "stdout", b"lost run\n")
     assert store.unclaim("j", again, requeue_running=True)
     job = store.get_job("j")
     assert job is not None and (job.status, job.pid, job.started_at) == ("queued", None, None)
+    # The run starts over: nothing of the lost one is mixed into the next one's events and output.
+    assert store.max_event_seq("j") == -1
+    assert store.output_sizes("j") == {"stdout": 0, "stderr": 0, "transcript": 0, "result": 0}
 
 
 def test_leases_run_out_unless_the_worker_beats(store: JobStore) -> None:

@@ -260,7 +260,7 @@ class Lifecycle:
         files = state.files(job_id)
         live = state.live.setdefault(job_id, Live())
         reader = LineReader(files.stdout)
-        mirror = Mirror(state.store, job_id, files) if state.store.spans_hosts else None  # for other hosts
+        mirror = Mirror(state.store, job_id, files, fresh=fresh) if state.store.spans_hosts else None  # other hosts
         stored_seq = -1 if fresh else state.store.max_event_seq(job_id)
         seq = -1
         last_output = last_output or time.time()

@@ -32,12 +32,13 @@ def streams_of(files: JobFiles) -> dict[str, Path]:
 class Mirror:
     """Copies what a job's files gained since the last call; one per job, kept by the job's monitor."""
 
-    def __init__(self, store: JobStore, job_id: str, files: JobFiles) -> None:
+    def __init__(self, store: JobStore, job_id: str, files: JobFiles, *, fresh: bool = False) -> None:
         self._store = store
         self._job_id = job_id
         self._paths = streams_of(files)
-        # What the store holds already (a job re-attached after a restart was mirrored up to there).
-        self._copied = {stream: store.read_output_page(job_id, stream, 0, 0)[1] for stream in self._paths}
+        # What the store holds already (a job re-attached after a restart was mirrored up to there); nothing
+        # of a job `fresh`ly spawned.
+        self._copied = dict.fromkeys(self._paths, 0) if fresh else store.output_sizes(job_id)
 
     def sync(self, streams: tuple[str, ...] = ("stdout", "transcript")) -> None:
         """Append what `streams` gained (at the job's end: every stream, the final text and stderr too)."""

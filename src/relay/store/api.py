@@ -110,6 +110,8 @@ class JobStore(Protocol):
 
     def read_output_page(self, job_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]: ...
 
+    def output_sizes(self, job_id: str) -> dict[str, int]: ...
+
     def upsert_session(
         self,
         agent: str,

@@ -230,6 +230,9 @@ class Claims:
                 f" WHERE id=? AND epoch=? AND status IN {statuses}",
                 (job_id, epoch),
             )
+            if cur.rowcount == 1 and requeue_running:  # the run starts over: the lost one's events and output go
+                db.execute("DELETE FROM events WHERE job_id=?", (job_id,))
+                db.execute("DELETE FROM outputs WHERE job_id=?", (job_id,))
             return cur.rowcount == 1
 
     def expired_leases(self, now: float | None = None) -> list[tuple[str, str, int, str | None, str | None]]:

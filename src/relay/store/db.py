@@ -499,6 +499,11 @@ class Store(Claims):
         with self._running(outputs.READ_PAGE, ()) as db:
             return outputs.read_page(db, job_id, stream, offset, limit)
 
+    def output_sizes(self, job_id: str) -> dict[str, int]:
+        """How many bytes of each output stream of a job the store holds (one read for all four)."""
+        with self._running(outputs.SIZES, (job_id,)) as db:
+            return outputs.sizes(db.execute(outputs.SIZES, (job_id,)).fetchall())
+
     # sessions ---------------------------------------------------------------------------
 
     def upsert_session(

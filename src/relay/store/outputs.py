@@ -31,6 +31,8 @@ READ_PAGE = (
     " ORDER BY byte_offset"
 )
 TOTAL = "SELECT COALESCE(MAX(byte_offset + size), 0) FROM outputs WHERE job_id=? AND stream=?"
+# Every stream's length so far (the streams with no chunk yet are left out).
+SIZES = "SELECT stream, MAX(byte_offset + size) FROM outputs WHERE job_id=? GROUP BY stream"
 
 
 def check_stream(stream: str) -> None:
@@ -94,3 +96,9 @@ def read_page(db: sqlite3.Connection, job_id: str, stream: str, offset: int, lim
     finally:
         db.execute("COMMIT")
     return b"".join(parts), total
+
+
+def sizes(rows: list[tuple[object, ...]]) -> dict[str, int]:
+    """Each stream's length from the rows of SIZES: 0 for a stream with nothing stored yet."""
+    found = {str(r[0]): int(str(r[1])) for r in rows}
+    return {stream: found.get(stream, 0) for stream in STREAMS}

@@ -175,13 +175,16 @@ class PgClaims:
         """Hand a claim back (a worker stopping before it started the job; a lost worker's job that asked
         to be retried): the job is queued again for any worker, under a new epoch."""
         statuses = ["queued", "running"] if requeue_running else ["queued"]
-        with self._conn() as conn:
+        with self._tx() as conn:
             cur = conn.execute(
                 "UPDATE jobs SET worker=NULL, lease_until=NULL, epoch=epoch+1, status='queued', owner_pid=NULL,"
                 " owner_start_ticks=NULL, pid=NULL, pid_start_ticks=NULL, started_at=NULL"
                 " WHERE id=%s AND epoch=%s AND status = ANY(%s::text[])",
                 (job_id, epoch, statuses),
             )
+            if cur.rowcount == 1 and requeue_running:  # the run starts over: the lost one's events and output go
+                conn.execute("DELETE FROM events WHERE job_id=%s", (job_id,))
+                conn.execute("DELETE FROM outputs WHERE job_id=%s", (job_id,))
             return cur.rowcount == 1
 
     def expired_leases(self, now: float | None = None) -> list[tuple[str, str, int, str | None, str | None]]:

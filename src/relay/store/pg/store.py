@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from relay.audit import AuditLog, finished_data, queued_data
+from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.store import outputs
 from relay.store.db import JOB_COLUMNS, AuditExpectation, JobRecord, SessionRecord, SessionTurn
@@ -69,6 +70,17 @@ _READ_PAGE = (
 )
 _TOTAL = "SELECT COALESCE(MAX(byte_offset + size), 0) FROM outputs WHERE job_id=%s AND stream=%s"
 _LAST_CHUNK = "SELECT seq + 1, byte_offset + size FROM outputs WHERE job_id=%s AND stream=%s ORDER BY seq DESC LIMIT 1"
+_SIZES = "SELECT stream, MAX(byte_offset + size) FROM outputs WHERE job_id=%s GROUP BY stream"
+# One chunk after the stream's last, in one statement; two appenders at once collide on (job, stream, seq).
+_APPEND_CHUNK = (
+    "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data)"
+    " SELECT %s, %s, COALESCE(last.seq + 1, 0), COALESCE(last.byte_offset + last.size, 0), %s, %s"
+    " FROM (SELECT 1) AS one LEFT JOIN LATERAL (SELECT seq, byte_offset, size FROM outputs"
+    " WHERE job_id=%s AND stream=%s ORDER BY seq DESC LIMIT 1) AS last ON true"
+    " RETURNING byte_offset + size"
+)
+# How often an append is tried again after another appender took its seq.
+APPEND_TRIES = 100
 _INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (%s, %s, %s, %s, %s, %s)"
 
 
@@ -418,17 +430,32 @@ class PgStore(PgClaims):
     # outputs ----------------------------------------------------------------------------
 
     def append_output(self, job_id: str, stream: str, data: bytes) -> int:
-        """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after."""
+        """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after.
+
+        Each append lands whole after the stream's last chunk: one chunk (what the mirror writes) in one
+        statement, more in one transaction. Two appenders at once collide on (job, stream, seq); the one
+        that lost appends again after the other's chunks."""
         outputs.check_stream(stream)
-        with self._tx() as conn:
-            # One appender per stream at a time (a second waits here), so seq and offsets stay gapless.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{job_id}/{stream}",))
-            row = conn.execute(_LAST_CHUNK, (job_id, stream)).fetchone()
-            seq, total = (int(row[0]), int(row[1])) if row else (0, 0)
-            for at, piece in outputs.pieces(data, total):
-                conn.execute(_INSERT_CHUNK, (job_id, stream, seq, at, len(piece), piece))
-                seq += 1
-        return total + len(data)
+        for _ in range(APPEND_TRIES):
+            with self._conn() as conn:
+                try:
+                    if len(data) <= outputs.CHUNK_BYTES:
+                        row = conn.execute(_APPEND_CHUNK, (job_id, stream, len(data), data, job_id, stream)).fetchone()
+                        return int(row[0]) if row else 0
+                    with conn.transaction():
+                        row = conn.execute(_LAST_CHUNK, (job_id, stream)).fetchone()
+                        seq, total = (int(row[0]), int(row[1])) if row else (0, 0)
+                        for at, piece in outputs.pieces(data, total):
+                            conn.execute(_INSERT_CHUNK, (job_id, stream, seq, at, len(piece), piece))
+                            seq += 1
+                    return total + len(data)
+                except psycopg.errors.UniqueViolation:
+                    continue
+        raise RelayError(
+            ErrorCode.STORE_BUSY,
+            f"output of job {job_id} ({stream}) was not appended: {APPEND_TRIES} other appends came first",
+            "one process writes a job's output: look for a second worker holding the same job",
+        )
 
     def read_output_page(self, job_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
         """Up to `limit` bytes of a job's output stream from `offset`, and the stream's whole length."""
@@ -442,6 +469,11 @@ class PgStore(PgClaims):
             parts = [bytes(r[0]) for r in cur]
             total = conn.execute(_TOTAL, (job_id, stream)).fetchone()
         return b"".join(parts), int(total[0]) if total else 0
+
+    def output_sizes(self, job_id: str) -> dict[str, int]:
+        """How many bytes of each output stream of a job the store holds (one read for all four)."""
+        rows, _ = self._exec(_SIZES, (job_id,))
+        return outputs.sizes(rows)
 
     # sessions ---------------------------------------------------------------------------
 
