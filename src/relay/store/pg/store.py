@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import weakref
 from collections.abc import Generator, Iterable, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -37,6 +38,9 @@ from relay.store.pg.watch import ChangeCount
 POOL_SIZE = 4
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
+# A connection of the pool idle longer than this is checked (one empty round trip) before it is used again:
+# one used a moment ago is handed out as it is (a job's life takes ~20 connections from the pool).
+CHECK_IDLE_S = 1.0
 
 _JOB_COLUMNS: LiteralString = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
@@ -121,13 +125,14 @@ class PgStore(PgClaims):
                 migrate(conn)
         except psycopg.Error as exc:
             raise pg_error(exc, url) from None
+        self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             conninfo(url),
             kwargs={"autocommit": True},
             min_size=1,
             max_size=pool_size,
             timeout=wait_s,
-            check=ConnectionPool.check_connection,
+            check=self._check,
             name="relay-store",
             open=True,
         )
@@ -144,12 +149,20 @@ class PgStore(PgClaims):
         self._notices.close()
         self._pool.close()
 
+    def _check(self, conn: Conn) -> None:
+        """The pool's check before it hands out `conn`: a round trip, unless it was used within CHECK_IDLE_S."""
+        if time.monotonic() - self._last_used.get(conn, float("-inf")) > CHECK_IDLE_S:
+            ConnectionPool.check_connection(conn)
+
     @contextmanager
     def _conn(self) -> Generator[Conn]:
         """A connection of the pool; a psycopg failure becomes a RelayError."""
         try:
             with self._pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    self._last_used[conn] = time.monotonic()
         except psycopg.Error as exc:
             raise pg_error(exc, self.url) from None
 
