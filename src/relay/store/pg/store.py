@@ -10,6 +10,7 @@ the tables' triggers on `relay_jobs` / `relay_queue` (pg/schema.py; pg/listen.py
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 import weakref
@@ -31,6 +32,7 @@ from relay.store.pg.claims import Conn, PgClaims
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import pg_error
 from relay.store.pg.listen import PgChanges
+from relay.store.pg.marks import LatestMark
 from relay.store.pg.schema import migrate
 from relay.store.pg.watch import ChangeCount
 
@@ -38,8 +40,9 @@ from relay.store.pg.watch import ChangeCount
 POOL_SIZE = 4
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
-# A connection of the pool idle longer than this is checked (one empty round trip) before it is used again:
-# one used a moment ago is handed out as it is (a job's life takes ~20 connections from the pool).
+# A connection of the pool idle longer than this is checked (one empty round trip) before it is used again;
+# one used a moment ago is checked only when the server sent something meanwhile (a job's life takes ~20
+# connections from the pool).
 CHECK_IDLE_S = 1.0
 
 _JOB_COLUMNS: LiteralString = (
@@ -61,11 +64,13 @@ _UPSERT_SESSION = (
     " last_used_at=excluded.last_used_at, model=COALESCE(excluded.model, sessions.model)"
 )
 # A batch of events in one statement (one round trip, one notification); a seq already stored is kept.
+# ... while the job exists (under the claim's epoch when a fence follows this and closes the parenthesis).
 _ADD_EVENTS = (
     "INSERT INTO events (job_id, seq, ts, type, data)"
     " SELECT %s, s, %s, t, d FROM unnest(%s::integer[], %s::text[], %s::text[]) AS e(s, t, d)"
-    " ON CONFLICT (job_id, seq) DO NOTHING"
+    " WHERE EXISTS (SELECT 1 FROM jobs WHERE id=%s"
 )
+_ADD_EVENTS_END = ") ON CONFLICT (job_id, seq) DO NOTHING"
 _READ_PAGE = (
     "SELECT substring(data FROM greatest(%s - byte_offset, 0)::integer + 1"
     " FOR (least(byte_offset + size, %s) - greatest(byte_offset, %s))::integer)"
@@ -137,7 +142,8 @@ class PgStore(PgClaims):
             open=True,
         )
         self._notices = ChangeCount(url)
-        self.audit.marks.append(self._mark_audit)
+        self._marks = LatestMark(self._mark_audit)
+        self.audit.marks.append(self._marks.put)
 
     def changes(self) -> PgChanges:
         """A listener for this store's change notices (enter it with `async with` to start it)."""
@@ -145,13 +151,16 @@ class PgStore(PgClaims):
 
     def close(self) -> None:
         with suppress(ValueError):
-            self.audit.marks.remove(self._mark_audit)
+            self.audit.marks.remove(self._marks.put)
+        self._marks.close()
         self._notices.close()
         self._pool.close()
 
     def _check(self, conn: Conn) -> None:
-        """The pool's check before it hands out `conn`: a round trip, unless it was used within CHECK_IDLE_S."""
-        if time.monotonic() - self._last_used.get(conn, float("-inf")) > CHECK_IDLE_S:
+        """The pool's check before it hands out `conn`: a round trip, unless it was used within CHECK_IDLE_S and
+        the server sent nothing since (a server that restarted or ended the session says so, then closes it)."""
+        recent = time.monotonic() - self._last_used.get(conn, float("-inf")) <= CHECK_IDLE_S
+        if not recent or select.select([conn.fileno()], [], [], 0)[0]:
             ConnectionPool.check_connection(conn)
 
     @contextmanager
@@ -417,17 +426,20 @@ class PgStore(PgClaims):
         seqs = [first_seq + i for i in range(len(events))]
         types = [e.type for e in events]
         data = [json.dumps(e.data, default=str) for e in events]
-        with self._tx() as conn:
-            if epoch is not None:
-                # The job's row, locked until the commit: a take-over cannot change its epoch in between.
-                row = conn.execute("SELECT epoch FROM jobs WHERE id=%s FOR NO KEY UPDATE", (job_id,)).fetchone()
-                if row is None or row[0] != epoch:
-                    return False
-            if events:
-                conn.execute(_ADD_EVENTS, (job_id, time.time(), seqs, types, data))
-            if session_id is not None:
-                conn.execute("UPDATE jobs SET session_id=%s WHERE id=%s", (session_id, job_id))
-        return True
+        fence, fenced = _fence(epoch)
+        # Pipelined: the statements and the commit go in one round trip. With `epoch`, the first locks the job's
+        # row until the commit (a take-over cannot change its epoch in between) and the others write only under
+        # that epoch.
+        with self._conn() as conn, conn.pipeline():
+            with conn.transaction():
+                lock = conn.execute("SELECT epoch FROM jobs WHERE id=%s FOR NO KEY UPDATE", (job_id,))
+                if events:
+                    sql = _ADD_EVENTS + fence + _ADD_EVENTS_END
+                    conn.execute(sql, (job_id, time.time(), seqs, types, data, job_id, *fenced))
+                if session_id is not None:
+                    conn.execute("UPDATE jobs SET session_id=%s WHERE id=%s" + fence, (session_id, job_id, *fenced))
+            row = lock.fetchone()
+        return row is not None and (epoch is None or row[0] == epoch)
 
     def max_event_seq(self, job_id: str) -> int:
         rows, _ = self._exec("SELECT MAX(seq) FROM events WHERE job_id=%s", (job_id,))
