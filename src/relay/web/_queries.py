@@ -176,10 +176,11 @@ class JobQueries:
         ]
 
     def costliest(self, since: float, limit: int) -> list[tuple[str, str, float]]:
-        """(id, agent, cost) of the costliest jobs created since `since`."""
+        """(id, agent, cost) of the costliest jobs created since `since` (a cost that is not a number is none)."""
         rows = self._rows(
             "SELECT id, agent, json_extract(result, '$.cost_usd') AS cost FROM jobs"
-            " WHERE created_at >= ? AND cost > 0 ORDER BY cost DESC LIMIT ?",
+            " WHERE created_at >= ? AND json_type(result, '$.cost_usd') IN ('integer', 'real') AND cost > 0"
+            " ORDER BY cost DESC LIMIT ?",
             (since, limit),
         )
         return [(str(r[0]), str(r[1]), float(r[2])) for r in rows]
