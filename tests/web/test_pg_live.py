@@ -18,14 +18,17 @@ from pathlib import Path
 import anyio
 import pytest
 from anyio.abc import ObjectSendStream
+from starlette.testclient import TestClient
 
 from relay.audit import open_audit
 from relay.jobs.engine import Engine
 from relay.store import JobStore, open_store
 from relay.store.pg import PgStore
+from relay.web import build_app
 from relay.web.live import NOTICE_WAIT_S, JobFeed, JobsFeed, Pace
 from tests.conftest import SettingsFactory
-from tests.web.conftest import SseEvent, parse_sse
+from tests.web.conftest import BASE_URL, SseEvent, parse_sse
+from tests.web.test_live import events as sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -160,3 +163,26 @@ async def test_a_job_feed_on_postgresql_brings_output_written_by_another_front_t
     store.close()
     assert statistics.median(latencies) < NOTICE_WAIT_S / 2
     assert_woken_by_notices(feed.pace, store, 3, elapsed)
+
+
+def test_the_dashboards_jobs_stream_on_postgresql_sends_a_job_another_front_queued_and_ended(
+    make_settings: SettingsFactory, pg_url: str, relay_home: Path, workdir: Path
+) -> None:
+    settings = make_settings(RELAY_STORE=pg_url)
+    writer = open_store(pg_url, home=relay_home)
+    seen: list[str] = []
+    with (
+        TestClient(build_app(settings, feed_max_s=60), base_url=BASE_URL) as client,
+        client.stream("GET", f"/events/jobs?since={time.time()}") as response,
+    ):
+        assert response.status_code == 200
+        writer.insert_job("web-1", "claude", "cli", {"prompt": "hi"}, None, str(workdir))
+        for event in sse_events(response):
+            if event.event == "job" and event.data["id"] == "web-1":
+                seen.append(event.data["status"])
+                if event.data["status"] == "queued":
+                    finished(writer, "web-1")
+                if event.data["final"]:
+                    break
+    writer.close()
+    assert seen == ["queued", "completed"]

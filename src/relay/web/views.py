@@ -64,7 +64,7 @@ class Sources:
 
                 self._queries = PgJobQueries(str(target))
             else:
-                self._queries = JobQueries(self.settings.db_path)
+                self._queries = JobQueries(Path(str(target).removeprefix("sqlite://")))
         return self._queries
 
     def reconcile(self) -> None:
