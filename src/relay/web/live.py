@@ -8,9 +8,11 @@ LIVE_POLL_S (WORKERS_POLL_S for the workers); a PostgreSQL store announces every
 its events and its output (LISTEN/NOTIFY, pg/watch.py), so the feed waits for that notice, in a
 worker thread, and looks once it came, or after NOTICE_WAIT_S without one (workers' heartbeats are
 not announced: the workers feed sees them that often). It still looks at most every LIVE_POLL_S,
-so a job streaming its output costs no more reads than on SQLite. The browser never polls. Each event carries an id; a browser that reconnects sends it back (Last-Event-ID)
-and the feed resumes from there: nothing that changed while it was away is lost, and the page
-drops a row it already shows in the same state, so nothing appears twice.
+so a job streaming its output costs no more reads than on SQLite. The browser never polls.
+
+Each event carries an id; a browser that reconnects sends it back (Last-Event-ID) and the feed
+resumes from there: nothing that changed while it was away is lost, and the page drops a row it
+already shows in the same state, so nothing appears twice.
 """
 
 from __future__ import annotations
