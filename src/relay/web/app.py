@@ -23,7 +23,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.web import security
 from relay.web.chart import color, stacked_bars
-from relay.web.live import FEED_MAX_S, JobFeed, JobsFeed, WorkersFeed, parse_since
+from relay.web.live import FEED_MAX_S, NOTICE_WAITERS, JobFeed, JobsFeed, WorkersFeed, parse_since
 from relay.web.security import Access
 from relay.web.views import (
     STATUSES,
@@ -113,6 +113,8 @@ class Dashboard:
         self.sources = sources
         self.access = access
         self.feed_max_s = feed_max_s
+        # The feeds' waits for a PostgreSQL store's change notices: threads of their own, not the pages'.
+        self.feed_waiters = anyio.CapacityLimiter(NOTICE_WAITERS)
         self._tracker: Any | None = None
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         env = self.templates.env
@@ -274,11 +276,12 @@ class Dashboard:
 
     async def jobs_events(self, request: Request) -> Response:
         since = parse_since(request.headers.get("last-event-id")) or parse_since(request.query_params.get("since"))
-        feed = JobsFeed(self.sources.engine, since, self.feed_max_s)
+        feed = JobsFeed(self.sources.engine, since, self.feed_max_s, self.feed_waiters)
         return StreamingResponse(feed.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
     async def workers_events(self, request: Request) -> Response:
-        feed = WorkersFeed(lambda: self.sources.engine().store, bool(request.query_params.get("all")), self.feed_max_s)
+        show_all = bool(request.query_params.get("all"))
+        feed = WorkersFeed(lambda: self.sources.engine().store, show_all, self.feed_max_s, self.feed_waiters)
         return StreamingResponse(feed.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
     async def job_events(self, request: Request) -> Response:
@@ -288,7 +291,7 @@ class Dashboard:
             rec = await anyio.to_thread.run_sync(self.sources.engine().get, job_id)
             raw = request.headers.get("last-event-id") or request.query_params.get("offset") or "0"
             offset = int(raw) if raw.isdigit() else 0
-            feed = JobFeed(self.sources.engine, rec.id, offset, self.feed_max_s)
+            feed = JobFeed(self.sources.engine, rec.id, offset, self.feed_max_s, self.feed_waiters)
             return StreamingResponse(feed.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
         return await self._guarded(request, go)

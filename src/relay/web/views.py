@@ -19,7 +19,8 @@ from relay.jobs.engine import Engine
 from relay.jobs.envelope import job_title
 from relay.jobs.request import via_of
 from relay.store import JobRecord
-from relay.web._queries import JobQueries
+from relay.store.open import is_pg_url
+from relay.web._queries import JobQueries, Queries
 from relay.web.workers import worker_fact
 
 STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
@@ -38,7 +39,7 @@ class Sources:
     engine_provider: Callable[[], Engine | None] | None = None
     gateway_provider: Callable[[], Any] | None = None
     _own_engine: Engine | None = field(default=None, repr=False)
-    _queries: JobQueries | None = field(default=None, repr=False)
+    _queries: Queries | None = field(default=None, repr=False)
 
     def engine(self) -> Engine:
         """The server's running engine when the dashboard shares a process with it, else a reader of the store."""
@@ -53,10 +54,17 @@ class Sources:
             self._own_engine = Engine(self.settings)
         return self._own_engine
 
-    def queries(self) -> JobQueries:
+    def queries(self) -> Queries:
+        """The dashboard's read-only queries on the store the engine uses: relay.db, or the PostgreSQL store."""
         if self._queries is None:
             self.engine()  # the store exists, migrated, before a query-only connection opens it
-            self._queries = JobQueries(self.settings.db_path)
+            target = self.settings.store_target
+            if is_pg_url(target):
+                from relay.web._pg_queries import PgJobQueries  # psycopg is loaded only for a PostgreSQL store
+
+                self._queries = PgJobQueries(str(target))
+            else:
+                self._queries = JobQueries(Path(str(target).removeprefix("sqlite://")))
         return self._queries
 
     def reconcile(self) -> None:
@@ -118,8 +126,8 @@ class JobFilter:
     worker: str | None = None  # the jobs whose claim one worker (its id) holds or held last
 
 
-def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) -> dict[str, Any]:
-    """A page of the jobs table, newest first, filtered and paged by SQLite (only the page's rows are read)."""
+def jobs_page(engine: Engine, queries: Queries, flt: JobFilter, page: int) -> dict[str, Any]:
+    """A page of the jobs table, newest first, filtered and paged by the store's database (only the page's rows are read)."""
     page = max(1, page)
     ids = queries.job_ids(
         statuses=flt.statuses,
@@ -140,7 +148,7 @@ def jobs_page(engine: Engine, queries: JobQueries, flt: JobFilter, page: int) ->
     return {"rows": rows, "page": page, "has_next": len(ids) > PAGE_SIZE, "now": now}
 
 
-def job_detail(engine: Engine, queries: JobQueries, job_id: str) -> dict[str, Any]:
+def job_detail(engine: Engine, queries: Queries, job_id: str) -> dict[str, Any]:
     """The job page: its envelope, the tail of its transcript, its stderr and the files it changed."""
     rec = engine.get(job_id)
     env = engine.envelope(rec.id)
@@ -243,8 +251,8 @@ def _day(ts: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(ts))
 
 
-def costs(engine: Engine, queries: JobQueries, settings: Settings, days: int = 14) -> dict[str, Any]:
-    """Spend per day and per agent/model from jobs' results (summed by SQLite), and how close the caps are."""
+def costs(engine: Engine, queries: Queries, settings: Settings, days: int = 14) -> dict[str, Any]:
+    """Spend per day and per agent/model from jobs' results (summed by the store's database), and how close the caps are."""
     now = time.time()
     day_list = [_day(now - (days - 1 - i) * 86400) for i in range(days)]
     since = time.mktime(time.strptime(day_list[0], "%Y-%m-%d"))
@@ -271,7 +279,7 @@ def costs(engine: Engine, queries: JobQueries, settings: Settings, days: int = 1
     }
 
 
-def caps(engine: Engine, queries: JobQueries, settings: Settings, since: float) -> dict[str, Any]:
+def caps(engine: Engine, queries: Queries, settings: Settings, since: float) -> dict[str, Any]:
     """The per-job and per-session spend caps, with the jobs and sessions nearest to them."""
     job_cap = settings.max_cost_usd
     session_cap = settings.max_session_cost_usd

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from relay.store import JobStore, WorkerRecord
-from relay.web._queries import JobQueries
+from relay.web._queries import Queries
 
 ACTIVE_WORKER_STATES = ("running", "stopping")
 # Most workers the page lists (stopped ones pile up: every relay process that ran jobs was one).
@@ -65,7 +65,7 @@ def workers_view(store: JobStore, show_all: bool) -> dict[str, Any]:
     }
 
 
-def worker_fact(queries: JobQueries, worker_id: str | None) -> dict[str, Any] | None:
+def worker_fact(queries: Queries, worker_id: str | None) -> dict[str, Any] | None:
     """Who holds (or last held) a job's claim, for the job page: its name, host, pid and state, or just its id."""
     if worker_id is None:
         return None
