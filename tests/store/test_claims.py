@@ -162,6 +162,23 @@ def test_the_queue_version_changes_when_another_process_commits(
     theirs.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_processs_own_writes_leave_its_queue_version_as_it_is(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, relay_home: Path
+) -> None:
+    """As SQLite's data_version: the engine's watch looks at what other processes wrote, not at its own."""
+    store = open_store(target_of(backend, request, tmp_path), home=relay_home)
+    before = store.queue_version()
+    every: int = getattr(store, "change_version", lambda: 0)()
+    store.insert_job("j", "claude", "cli", {"prompt": "p"}, None, "/w")
+    store.append_output("j", "stdout", b"out")
+    wait_all = getattr(store, "wait_change", None)  # PostgreSQL: the notices of those writes did arrive
+    if wait_all is not None:
+        assert wait_all(every, 10)
+    assert store.queue_version() == before
+    store.close()
+
+
 # Concurrent claimers: the limits of this test, and how many jobs go through.
 MAX_TOTAL, PER_AGENT, RACE_JOBS, CLAIMERS = 3, {"claude": 1, "codex": 2}, 120, 3
 

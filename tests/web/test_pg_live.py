@@ -41,9 +41,9 @@ class WatchedStore(PgStore):
         self.waits: list[bool] = []
         self.waiting = threading.Event()  # set once a feed waits for a notice
 
-    def wait_queue_change(self, version: int, timeout: float) -> bool:
+    def wait_change(self, version: int, timeout: float) -> bool:
         self.waiting.set()
-        woken = super().wait_queue_change(version, timeout)
+        woken = super().wait_change(version, timeout)
         self.waits.append(woken)
         return woken
 

@@ -89,10 +89,12 @@ class Pace:
         """Run `read` (in a worker thread), noting first how far the store's changes went: a change made while
         it reads wakes the next wait at once."""
         store = self._store()
-        wait: Callable[[int, float], bool] | None = getattr(store, "wait_queue_change", None)
-        self._wait = wait if store.spans_hosts else None
-        if self._wait is not None:
-            self._version = store.queue_version()
+        # Every change, this process's own too (the dashboard may share a process with the engine).
+        wait: Callable[[int, float], bool] | None = getattr(store, "wait_change", None)
+        version: Callable[[], int] | None = getattr(store, "change_version", None)
+        self._wait = wait if store.spans_hosts and version is not None else None
+        if self._wait is not None and version is not None:
+            self._version = version()
         self._looked = time.monotonic()
         self.looks += 1
         return read()

@@ -131,6 +131,8 @@ class PgStore(PgClaims):
         except psycopg.Error as exc:
             raise pg_error(exc, url) from None
         self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+        # The pool's connections by the pid of the server process serving each (a notice names its sender's).
+        self._own: weakref.WeakValueDictionary[int, Conn] = weakref.WeakValueDictionary()
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             conninfo(url),
             kwargs={"autocommit": True},
@@ -138,10 +140,11 @@ class PgStore(PgClaims):
             max_size=pool_size,
             timeout=wait_s,
             check=self._check,
+            configure=self._configure,
             name="relay-store",
             open=True,
         )
-        self._notices = ChangeCount(url)
+        self._notices = ChangeCount(url, self._is_own)
         self._marks = LatestMark(self._mark_audit)
         self.audit.marks.append(self._marks.put)
 
@@ -155,6 +158,14 @@ class PgStore(PgClaims):
         self._marks.close()
         self._notices.close()
         self._pool.close()
+
+    def _configure(self, conn: Conn) -> None:
+        self._own[conn.info.backend_pid] = conn
+
+    def _is_own(self, backend_pid: int) -> bool:
+        """Whether the server process `backend_pid` serves one of this store's open connections."""
+        conn = self._own.get(backend_pid)
+        return conn is not None and not conn.closed
 
     def _check(self, conn: Conn) -> None:
         """The pool's check before it hands out `conn`: a round trip, unless it was used within CHECK_IDLE_S and
@@ -191,12 +202,21 @@ class PgStore(PgClaims):
         self._exec(_MARK_AUDIT, (self._log, seq, line_hash, time.time()))
 
     def queue_version(self) -> int:
-        """A number that changes whenever a job changed in any process (counted from the store's notices)."""
-        return self._notices.version()
+        """A number that changes whenever another process changed a job (counted from the store's notices;
+        as SQLite's data_version, this process's own writes leave it as it is)."""
+        return self._notices.version(others=True)
 
     def wait_queue_change(self, version: int, timeout: float) -> bool:
         """Block this thread until `queue_version()` passes `version` (True) or `timeout` seconds (False):
         an idle worker's wait for work or a cancel, woken by the store's notices instead of a poll."""
+        return self._notices.wait_past(version, timeout, others=True)
+
+    def change_version(self) -> int:
+        """A number that changes whenever any process changed a job, this one included (a dashboard's look)."""
+        return self._notices.version()
+
+    def wait_change(self, version: int, timeout: float) -> bool:
+        """Block this thread until `change_version()` passes `version` (True) or `timeout` seconds (False)."""
         return self._notices.wait_past(version, timeout)
 
     def applied_migrations(self) -> list[str]:

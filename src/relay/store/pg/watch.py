@@ -12,6 +12,7 @@ meanwhile was not announced.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import psycopg
 
@@ -26,17 +27,22 @@ RECONNECT_MAX_S = 2.0
 
 
 class ChangeCount:
-    """How many change notices of the store this process has heard; started by the first `version()`."""
+    """How many change notices of the store this process has heard, all of them and those of other processes
+    (`own(pid)` tells whether the server process that sent one serves a connection of this one); started by
+    the first `version()`."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, own: Callable[[int], bool] = lambda _: False) -> None:
         self._url = url
+        self._own = own
         self._count = 0
+        self._others = 0
         self._mu = threading.Condition()
         self._up = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def version(self) -> int:
+    def version(self, *, others: bool = False) -> int:
+        """The count of every notice, or (`others`) of those another process's writes sent."""
         with self._mu:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="relay-store-notices", daemon=True)
@@ -45,22 +51,25 @@ class ChangeCount:
         if not self._up.wait(CONNECT_TIMEOUT_S if self._count == 0 else 0):
             self._bump()  # not listening: a new number, so the caller looks at the store itself
         with self._mu:
-            return self._count
+            return self._others if others else self._count
 
-    def wait_past(self, version: int, timeout: float) -> bool:
+    def wait_past(self, version: int, timeout: float, *, others: bool = False) -> bool:
         """Block until the count passes `version` (True) or `timeout` seconds went by (False)."""
         self.version()  # listening from now on
         with self._mu:
-            return self._mu.wait_for(lambda: self._count > version, timeout)
+            return self._mu.wait_for(lambda: (self._others if others else self._count) > version, timeout)
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(STOP_CHECK_S + CONNECT_TIMEOUT_S)
 
-    def _bump(self) -> None:
+    def _bump(self, sender: int | None = None) -> None:
+        """One more notice (sent by the server process `sender`; None: a (re)connection, which counts for all)."""
+        other = sender is None or not self._own(sender)
         with self._mu:
             self._count += 1
+            self._others += int(other)
             self._mu.notify_all()
 
     def _run(self) -> None:
@@ -74,8 +83,8 @@ class ChangeCount:
                     self._up.set()
                     delay = RECONNECT_FIRST_S
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=STOP_CHECK_S):
-                            self._bump()
+                        for notice in conn.notifies(timeout=STOP_CHECK_S):
+                            self._bump(notice.pid)
             except psycopg.Error:
                 pass
             self._up.clear()
