@@ -23,9 +23,12 @@ from relay.jobs.waiting import Waiting
 from relay.runtime import procinfo, supervisor
 from relay.store import JobRecord, WorkerRecord
 
-# How often the store is looked at for other processes' cancels and queued work (a cheap read that
-# does nothing unless another process committed since).
-WATCH_S = 0.25
+# How often a SQLite store is looked at for other processes' cancels and queued work (PRAGMA data_version:
+# a read of shared memory that does nothing unless another process committed since).
+WATCH_S = 0.1
+# A store that announces changes (PostgreSQL) wakes the loop when one comes; else it turns this often at
+# least (for the heartbeat), asking the database nothing.
+NOTICE_WAIT_S = 1.0
 
 
 class Tending:
@@ -46,7 +49,8 @@ class Tending:
             if woken is None:
                 await anyio.sleep(WATCH_S)
             else:
-                await anyio.to_thread.run_sync(woken, self._seen_version, WATCH_S, abandon_on_cancel=True)
+                wait = min(NOTICE_WAIT_S, max(next_beat - time.monotonic(), 0.01))
+                await anyio.to_thread.run_sync(woken, self._seen_version, wait, abandon_on_cancel=True)
             # A store that cannot be written now (disk full, lock held) is tried again at the next turn.
             with contextlib.suppress(RelayError):
                 self.watch()
