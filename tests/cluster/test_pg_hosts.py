@@ -4,11 +4,13 @@ over its veth link only, as another machine would; the front runs in the root na
 - a worker host killed mid-job: its job ends `interrupted` within lease + 5 s, naming it, run by no one else;
 - a worker host cut off while its job runs: the front ends the job when the lease runs out; once the link
   is back, everything the worker writes under its old claim is refused: the job is finished exactly once;
-- a front's job_wait answers within 50 ms of a job's end on another host.
+- a front's job_wait answers within 50 ms of a job's end on another host;
+- a cancel through any front kills the job's processes on the worker's host within a second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
@@ -21,10 +23,12 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from mcp import Client
 
 from relay.config import load_settings
 from relay.jobs.engine import Engine
 from relay.jobs.request import JobRequest
+from relay.server.app import build_server
 from relay.store import open_store
 from tests.cluster.forward import Forwarder
 from tests.cluster.netns import Cluster, Host
@@ -160,3 +164,46 @@ async def test_a_fronts_job_wait_wakes_within_50_ms_of_a_job_ending_on_another_h
     # Woken by the end's notice: a front that looked only once a second would answer ~0.5 s late on average.
     assert statistics.median(lags) <= 0.05, lags
     assert max(lags) < 0.5, lags
+
+
+def agent_processes(marker: str) -> list[psutil.Process]:
+    """The processes (of any pid namespace) whose command line names `marker`: a job's agent and its children."""
+    found: list[psutil.Process] = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(marker in part for part in proc.info["cmdline"] or ()) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+async def test_a_cancel_through_one_front_kills_the_job_a_worker_on_another_host_runs_within_a_second(
+    cluster: Cluster, host: Host, pg_url: str, tmp_path: Path
+) -> None:
+    env, work, log = setup(tmp_path, pg_url, 60)
+    far = worker_on(cluster, host, env, pg_url, tmp_path, "--name", "host-a")
+    settings = load_settings(env | {"RELAY_RUN_JOBS": "0"}, cwd=work)
+    try:
+        async with Client(build_server(settings)) as first, Client(build_server(settings)) as second:
+            sent = await first.call_tool("delegate", {"prompt": "job-cancel-me", "mode": "async", "cwd": str(work)})
+            job_id = str((sent.structured_content or {})["job_id"])
+            with anyio.fail_after(60):
+                while "start job-cancel-me" not in (log.read_text() if log.exists() else ""):
+                    await anyio.sleep(0.05)
+            assert agent_processes("job-cancel-me")  # the agent runs on the other host
+            asked = time.monotonic()
+            cancelled = await second.call_tool("job_cancel", {"job_id": job_id})
+            assert (cancelled.structured_content or {}).get("status") == "cancelled", cancelled.structured_content
+            with anyio.fail_after(10):
+                while agent_processes("job-cancel-me"):
+                    await anyio.sleep(0.01)
+            killed = time.monotonic() - asked
+            waited = await first.call_tool("job_wait", {"job_ids": [job_id], "timeout_s": 10})
+    finally:
+        for init in psutil.Process(far.pid).children():
+            init.terminate()
+        far.wait(30)
+    [job] = (waited.structured_content or {})["jobs"]
+    assert job["status"] == "cancelled"
+    print(f"cancel through another front -> agent's processes gone on the worker's host: {killed * 1000:.0f} ms")
+    assert killed <= 1.0
+    assert "end job-cancel-me" not in log.read_text()
