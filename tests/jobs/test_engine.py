@@ -129,6 +129,9 @@ async def test_wait_any_returns_when_the_first_job_ends(make_settings: SettingsF
         a = engine.submit(JobRequest(agent="claude", prompt="a", cwd=str(workdir)))
         b = engine.submit(JobRequest(agent="claude", prompt="b", cwd=str(workdir)))
         await spawner.wait_for(2)
+        with anyio.fail_after(5):  # spawned, then recorded running: the record may lag the spawn a moment
+            while engine.get(a).status != "running":
+                await anyio.sleep(0.01)
         spawner.running("b").write(TEXT_RUN)
         spawner.running("b").exit(0)
         with anyio.fail_after(5):

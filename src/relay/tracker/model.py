@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -220,3 +221,10 @@ def check_label(label: str) -> str:
 def check_labels(labels: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """Labels cleaned, without duplicates, in first-seen order."""
     return tuple(dict.fromkeys(check_label(label) for label in labels))
+
+
+def task_from_row(d: dict[str, Any]) -> Task:
+    """A task from a row of the `tasks` table (as a dict; its project column is dropped)."""
+    d.pop("project", None)
+    d["labels"] = tuple(json.loads(d["labels"] or "[]"))
+    return Task(**d)

@@ -24,14 +24,13 @@ from relay.errors import ErrorCode, RelayError, invalid
 from relay.osfiles import private_home
 from relay.store.migrations import migrate
 from relay.tracker.graph import Edge, dependency_tree, find_cycles, find_path
+from relay.tracker.links import SessionLinks
 from relay.tracker.model import (
     DEFAULT_PRIORITY,
     DEP_TYPES,
     DIRECTIONS,
-    LINK_ACTIONS,
     STATUSES,
     Dependency,
-    SessionLink,
     Task,
     TaskChanges,
     Tombstone,
@@ -45,6 +44,7 @@ from relay.tracker.model import (
     format_ts,
     now_iso,
     parse_ts,
+    task_from_row,
 )
 from relay.tracker.principals import record_principals
 from relay.tracker.project import Project
@@ -69,13 +69,7 @@ def not_found(task_id: str) -> RelayError:
 
 
 def _task(row: sqlite3.Row) -> Task:
-    return _task_from(dict(row))
-
-
-def _task_from(d: dict[str, Any]) -> Task:
-    d.pop("project", None)
-    d["labels"] = tuple(json.loads(d["labels"] or "[]"))
-    return Task(**d)
+    return task_from_row(dict(row))
 
 
 def _dep(row: sqlite3.Row) -> Dependency:
@@ -107,7 +101,7 @@ def _translated() -> Generator[None]:
         ) from err
 
 
-class TaskStore:
+class TaskStore(SessionLinks):
     """Task storage; safe to share between the event loop and worker threads (one lock, one connection)."""
 
     def __init__(
@@ -558,46 +552,5 @@ class TaskStore:
         blockers: dict[str, list[Task]] = {}
         for row in rows:
             d = dict(row)
-            blockers.setdefault(d.pop("waiting_id"), []).append(_task_from(d))
+            blockers.setdefault(d.pop("waiting_id"), []).append(task_from_row(d))
         return [(t, blockers.get(t.id, [])) for t in waiting]
-
-    # sessions ---------------------------------------------------------------------------
-
-    def link_session(self, project: Project, task_id: str, session_id: str, action: str = "worked_on") -> SessionLink:
-        check_one_of(action, LINK_ACTIONS, "action")
-        if not session_id.strip() or "\x00" in session_id or len(session_id) > 200:
-            raise invalid("session_id is required", "pass the session id your CLI reported")
-        with self.transaction() as db:
-            self.get(project, task_id)
-            db.execute(
-                "INSERT OR IGNORE INTO task_sessions (project, task_id, session_id, action, created_at)"
-                " VALUES (?,?,?,?,?)",
-                (project.key, task_id, session_id, action, self._clock()),
-            )
-            row = db.execute(
-                "SELECT * FROM task_sessions WHERE project=? AND task_id=? AND session_id=? AND action=?",
-                (project.key, task_id, session_id, action),
-            ).fetchone()
-        return SessionLink(row["task_id"], row["session_id"], row["action"], row["created_at"])
-
-    def session_tasks(self, project: Project, session_id: str) -> list[tuple[Task, str]]:
-        rows = self._rows(
-            "SELECT t.*, s.action AS link_action FROM task_sessions s"
-            " JOIN tasks t ON t.project=s.project AND t.id=s.task_id"
-            " WHERE s.project=? AND s.session_id=? ORDER BY s.created_at, t.id",
-            (project.key, session_id),
-        )
-        out: list[tuple[Task, str]] = []
-        for row in rows:
-            d = dict(row)
-            action = d.pop("link_action")
-            out.append((_task_from(d), action))
-        return out
-
-    def task_sessions(self, project: Project, task_id: str) -> list[SessionLink]:
-        self.get(project, task_id)
-        rows = self._rows(
-            "SELECT * FROM task_sessions WHERE project=? AND task_id=? ORDER BY created_at, session_id",
-            (project.key, task_id),
-        )
-        return [SessionLink(r["task_id"], r["session_id"], r["action"], r["created_at"]) for r in rows]
