@@ -170,3 +170,42 @@ def test_a_store_flag_that_is_not_a_postgresql_url_is_a_clear_error(
     done = relay(command, "--store", "mysql://db/relay", home=relay_home, cwd=workdir)
     assert done.returncode == 2
     assert "CONFIG_INVALID" in done.stderr and "--store" in done.stderr and "hint:" in done.stderr
+
+
+@pytest.mark.usefixtures("configured")
+def test_tail_follows_a_job_another_host_runs_on_a_postgresql_store_to_its_end(
+    relay_home: Path, workdir: Path, tmp_path: Path, pg_url: str
+) -> None:
+    from relay.store import open_store
+
+    worker_home = tmp_path / "worker-home"  # the job's files are on the worker's host, not here
+    worker_home.mkdir()
+    store = open_store(pg_url, home=worker_home)
+    store.insert_job("far", "claude", "cli", {"prompt": "p"}, None, str(workdir))
+    running = dict(pid=1, pid_start_ticks=None, boot_id="another-host", owner_pid=1, owner_start_ticks=None)
+    assert store.mark_running("far", **running, deadline_at=None, idle_timeout_s=None)  # type: ignore[arg-type]
+    store.append_output("far", "transcript", b"first line\n")
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+    tail = subprocess.Popen(
+        [RELAY, "tail", "-f", "far", "--store", pg_url],
+        env=env,
+        cwd=str(workdir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert tail.stdout is not None
+        assert tail.stdout.readline() == "first line\n"
+        store.append_output("far", "transcript", b"second line\n")
+        assert tail.stdout.readline() == "second line\n"
+        ended = time.monotonic()
+        assert store.finish_job("far", "completed", exit_code=0, result=None, error=None, session_id=None, model=None)
+        assert tail.wait(30) == 0, tail.stderr.read() if tail.stderr else ""
+        # Woken by the end's notice (or, without one, its 1 s wait).
+        assert time.monotonic() - ended < 0.9
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+        store.close()

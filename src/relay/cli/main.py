@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from relay import __version__
@@ -364,7 +364,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
     engine = reading_engine()
     view = "events" if args.raw else "transcript"
     offset = 0
+    # A store that announces changes (PostgreSQL) is read again when one comes (or after a second); SQLite's
+    # every TAIL_POLL_S.
+    wait: Callable[[int, float], bool] | None = getattr(engine.store, "wait_change", None)
+    version: Callable[[], int] = getattr(engine.store, "change_version", lambda: 0)
     while True:
+        seen = version()
         page = engine.read_output(args.job, view, offset, 1 << 20)
         if page["text"]:
             sys.stdout.write(page["text"])
@@ -374,7 +379,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
             continue
         if not args.follow or page["complete"]:
             return 0
-        time.sleep(TAIL_POLL_S)
+        if wait is not None:
+            wait(seen, 1.0)
+        else:
+            time.sleep(TAIL_POLL_S)
         engine.reconcile()
 
 
