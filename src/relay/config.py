@@ -34,6 +34,10 @@ DEFAULT_MAX_CONCURRENT_PER_AGENT = 4
 DEFAULT_MAX_DEPTH = 2
 # A worktree of an ended job that was never landed is kept a week, then removed (its branch stays).
 DEFAULT_WORKTREE_KEEP_S = 7 * 86400.0
+# Caches of repositories fetched for jobs by URL are removed after this long unused.
+DEFAULT_REPOS_KEEP_S = 30 * 86400.0
+# A repository host that takes no connection or never answers fails a fetch or push after this.
+DEFAULT_GIT_CONNECT_TIMEOUT_S = 30.0
 # A land's test command gets ten minutes before it is stopped and the land refused.
 DEFAULT_LAND_TEST_TIMEOUT_S = 600.0
 # A worker's claim on a job lasts this long without a heartbeat (renewed every third of it).
@@ -160,6 +164,12 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     # Worktrees of ended jobs that were never landed are removed after this long (`[workspaces] keep_days`).
     worktree_keep_s: float = DEFAULT_WORKTREE_KEEP_S
+    # Caches of repositories (jobs by URL, `repos_dir`) no job used for this long are removed
+    # (`[workspaces] repos_keep_days`; relay.workspaces.repocache).
+    repos_keep_s: float = DEFAULT_REPOS_KEEP_S
+    # A fetch or push of a job's repository fails when its host takes no connection or never answers within this
+    # (`[workspaces] connect_timeout_s`; relay.workspaces._connect).
+    git_connect_timeout_s: float = DEFAULT_GIT_CONNECT_TIMEOUT_S
     # Where jobs that may edit (permission edit/full) run when their request does not say (`[workspaces] default`):
     # "cwd" (the folder as it is) or "worktree" (their own git worktree, when the folder is in a repository).
     default_workspace: str = "cwd"
@@ -492,6 +502,13 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         default_workspace=_workspace_default(env.get("RELAY_WORKSPACE") or str(spaces.get("default") or "cwd")),
         worktree_keep_s=86400
         * _float(env, "RELAY_WORKTREE_KEEP_DAYS", float(spaces.get("keep_days", DEFAULT_WORKTREE_KEEP_S / 86400))),
+        repos_keep_s=86400
+        * _float(env, "RELAY_REPOS_KEEP_DAYS", float(spaces.get("repos_keep_days", DEFAULT_REPOS_KEEP_S / 86400))),
+        git_connect_timeout_s=_float(
+            env,
+            "RELAY_GIT_CONNECT_TIMEOUT_S",
+            float(spaces.get("connect_timeout_s", DEFAULT_GIT_CONNECT_TIMEOUT_S)),
+        ),
         land_test_timeout_s=_float(
             env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
         ),

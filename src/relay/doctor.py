@@ -216,6 +216,20 @@ def worktree_report(settings: Settings) -> tuple[str, dict[str, Any]]:
     return line, usage
 
 
+def repos_report(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """One line about the cache of repositories fetched for jobs by URL (path, how many, size) and the details;
+    the size is counted for at most a few seconds (then given as "at least")."""
+    from relay.workspaces.repocache import usage
+
+    found = usage(settings.repos_dir, settings.repos_keep_s)
+    if not found["count"]:
+        return f"repos cache: none ({settings.repos_dir})", found
+    size = f"{'at least ' if not found['complete'] else ''}{found['bytes'] / (1 << 20):.1f} MB"
+    kept = f"removed after {found['keep_days']:g} days unused"
+    count = "1 repository" if found["count"] == 1 else f"{found['count']} repositories"
+    return f"repos cache: {count} in {settings.repos_dir}, {size} ({kept})", found
+
+
 def sandbox_report(environ: Mapping[str, str]) -> dict[str, Any]:
     """Which sandbox execute_code runs in here, and what it cannot stop (for `relay doctor`)."""
     from relay.sandbox.isolation import detect

@@ -410,6 +410,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         TABLE_HEADERS,
         diagnose,
         queue_report,
+        repos_report,
         sandbox_report,
         store_report,
         table_rows,
@@ -453,6 +454,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     rows, client_reports, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
     runtime_line = _runtime_line(settings.runtime)
     worktree_line, worktrees = worktree_report(settings)
+    repos_line, repos = repos_report(settings)  # the cache of repositories fetched for jobs by URL
     queue_line, queue = queue_report(settings)  # workers running and stale, jobs waiting for a claim
     sandbox = sandbox_report(settings.environ)
     roots = [{"path": str(root), "source": source} for root, source in settings.root_sources()]
@@ -463,6 +465,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "store": {"ok": store_ok, "summary": store_line},
             "runtime": runtime_line.removeprefix("runtime: "),
             "worktrees": worktrees,
+            "repos": repos | {"summary": repos_line},
             "queue": queue | {"summary": queue_line},
             "sandbox": sandbox,
             "allowed_roots": roots,
@@ -475,6 +478,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print("\n" + store_line)
         print(queue_line)
         print(worktree_line)
+        print(repos_line)
         print("\nallowed roots (a job's cwd must be under one):")
         print("\n".join(f"  {r['path']}  ({r['source']})" for r in roots))
         print(f"  {CLIENT_ROOTS_NOTE}")

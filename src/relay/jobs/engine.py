@@ -124,7 +124,7 @@ class Engine:
         state.refill_spares()
         if state.tg is not None and self._lifecycle.spawns_for_real:
             state.tg.start_soon(anyio.to_thread.run_sync, supervisor.warm)
-        if state.tg is not None and self.settings.worktrees_dir.is_dir():
+        if state.tg is not None and (self.settings.worktrees_dir.is_dir() or self.settings.repos_dir.is_dir()):
             state.tg.start_soon(anyio.to_thread.run_sync, self._prune_quietly)
 
     def _prune_quietly(self) -> None:

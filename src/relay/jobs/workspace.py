@@ -293,9 +293,13 @@ class JobWorkspaces:
         return self.spaces.prune(set(self.running_in()))
 
     def sweep(self) -> list[str]:
-        """`prune`, after deleting what removed worktrees left in the trash (at start-up: nobody waits on it)."""
+        """`prune`, after deleting what removed worktrees left in the trash (at start-up: nobody waits on it); then
+        the caches of repositories no job used for a while."""
         self.spaces.empty_trash()
-        return self.prune()
+        pruned = self.prune()
+        if self._state.settings.repos_dir.is_dir():
+            self.spaces.prune_repos()
+        return pruned
 
     def diff_file(self, job_id: str, fresh: bool) -> Path:
         """The job's diff against its base in a file of its folder, for paging (written again when `fresh`)."""

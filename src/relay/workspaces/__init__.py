@@ -4,12 +4,14 @@
 
     make.py      find the caller's repository, resolve the base, add the worktree (carrying changes)
     remote.py    on a worker host: a repository URL fetched into the host's cache, its worktree, the push back
+    repocache.py that cache: each repository's last use, the prune of unused ones, its size
     fetch.py     on the caller's side: a remote job's pushed branch fetched into the caller's repository
     seal.py      at a job's end: commit what the agent left, the branch's stats and diff
     land.py      rebase/merge/squash onto the target, the test gate, compare-and-swap of the ref
     cleanup.py   discard, prune after the retention time, disk use
     records.py   the rows in relay.db;  _git.py  running git, bounded, errors translated;  _net.py  git
-                 that talks to a URL (the transports allowed, its failures translated)
+                 that talks to a URL (the transports allowed, its failures translated);  _connect.py  the
+                 connect timeout of each transport
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.workspaces import _net, cleanup, fetch, land, make, remote, seal
+from relay.workspaces import _net, cleanup, fetch, land, make, remote, repocache, seal
 from relay.workspaces.land import STRATEGIES, LandError
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
@@ -79,7 +81,7 @@ class Workspaces:
         `again`: a job run a second time (retry after a lost worker) replaces what its earlier run left here.
         `stop`: the fetch is killed once it says so (a job cancelled meanwhile): CANCELLED.
         """
-        return remote.place(
+        rec = remote.place(
             self.settings.repos_dir,
             self.settings.worktrees_dir,
             self.store,
@@ -88,8 +90,20 @@ class Workspaces:
             ref=ref,
             subdir=subdir,
             again=again,
+            connect_s=self.settings.git_connect_timeout_s,
             stop=stop,
         )
+        if repocache.prune_due(self.settings.repos_dir):  # at most once a day per process
+            self.prune_repos()
+        return rec
+
+    def prune_repos(self) -> list[str]:
+        """Remove the caches of repositories no job used for `[workspaces] repos_keep_days` (relay.workspaces.repocache)."""
+        return repocache.prune(self.settings.repos_dir, self.store, self.settings.repos_keep_s)
+
+    def repos_usage(self) -> dict[str, Any]:
+        """The repositories cache: path, how many, bytes (counted in bounded time)."""
+        return repocache.usage(self.settings.repos_dir, self.settings.repos_keep_s)
 
     def url_of(self, rec: WorkspaceRecord) -> str | None:
         """The URL a workspace was placed from (None: a worktree of a local checkout)."""
@@ -100,12 +114,13 @@ class Workspaces:
 
         `again`: a second run of the job replaces the branch an earlier run pushed.
         """
-        return remote.push(self.settings.repos_dir, rec, again=again)
+        return remote.push(self.settings.repos_dir, rec, again=again, connect_s=self.settings.git_connect_timeout_s)
 
     def seal_and_push(self, rec: WorkspaceRecord, message: str, *, again: bool = False) -> dict[str, Any]:
         """`seal`, then the branch pushed back to its URL: the answer's `remote` says whether it was (`pushed`, `error`)."""
         sealed = self.seal(rec, message)
-        return sealed | {"remote": remote.push_quietly(self.settings.repos_dir, rec, again=again)}
+        connect_s = self.settings.git_connect_timeout_s
+        return sealed | {"remote": remote.push_quietly(self.settings.repos_dir, rec, again=again, connect_s=connect_s)}
 
     def fetch_result(
         self, job_id: str, *, url: str, cwd: str, base_sha: str, base_ref: str | None, subdir: str = ""
@@ -120,6 +135,7 @@ class Workspaces:
             base_sha=base_sha,
             base_ref=base_ref,
             subdir=subdir,
+            connect_s=self.settings.git_connect_timeout_s,
         )
 
     def get(self, job_id: str) -> WorkspaceRecord | None:

@@ -143,12 +143,27 @@ def ok(args: Sequence[str], cwd: str | Path) -> bool:
 
 @contextlib.contextmanager
 def locked(lock_file: Path) -> Generator[None]:
-    """Hold an exclusive flock on `lock_file` (made if missing): one holder at a time, across every process."""
+    """Hold an exclusive flock on `lock_file` (made if missing): one holder at a time, across every process.
+
+    A holder may remove the file (relay.workspaces.repocache does, with the cache it guards); whoever waited
+    on it then locks the file at that path anew."""
     import fcntl  # POSIX only; relay runs worktree jobs where it runs CLI jobs
 
-    with open(lock_file, "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    while True:
+        with open(lock_file, "a+b") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            if not same_file(fh.fileno(), lock_file):  # removed by its holder meanwhile (a prune): take the new one
+                continue
+            try:
+                yield
+                return
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """Whether the open file `fd` is still the file at `path` (not removed or replaced)."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except OSError:
+        return False

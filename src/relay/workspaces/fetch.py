@@ -14,6 +14,7 @@ from typing import Any
 
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.workspaces import _git, _net
+from relay.workspaces._connect import CONNECT_TIMEOUT_S
 from relay.workspaces.cleanup import remove_worktree
 from relay.workspaces.land import repo_lock, worktrees_on
 from relay.workspaces.make import Origin, branch_of, locate
@@ -66,6 +67,7 @@ def fetch_result(
     base_ref: str | None,
     subdir: str = "",
     timeout_s: float = _net.FETCH_TIMEOUT_S,
+    connect_s: float = CONNECT_TIMEOUT_S,
 ) -> WorkspaceRecord:
     """Fetch relay/<job-id> from `url` into the repository that contains `cwd`; the workspace record to land.
 
@@ -89,6 +91,7 @@ def fetch_result(
                 url=url,
                 op="fetch",
                 timeout=timeout_s,
+                connect_s=connect_s,
             )
         except RelayError as err:
             if err.code is ErrorCode.INVALID_ARGUMENT:

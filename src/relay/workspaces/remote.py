@@ -18,7 +18,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from relay.errors import RelayError, invalid
-from relay.workspaces import _git, _net
+from relay.workspaces import _git, _net, repocache
+from relay.workspaces._connect import CONNECT_TIMEOUT_S
 from relay.workspaces.cleanup import discard
 from relay.workspaces.make import Origin, add_worktree, branch_of, undo
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
@@ -63,9 +64,10 @@ def _prepare(cache: Path, url: str) -> None:
         _git.run(["config", *args], cache)
 
 
-def _default_branch(cache: Path, url: str, timeout_s: float) -> str:
+def _default_branch(cache: Path, url: str, timeout_s: float, connect_s: float) -> str:
     """The branch the repository's HEAD names (what `git clone` would check out)."""
-    listing = _net.run(["ls-remote", "--symref", REMOTE, "HEAD"], cache, url=url, op="fetch", timeout=timeout_s)
+    ls = ["ls-remote", "--symref", REMOTE, "HEAD"]
+    listing = _net.run(ls, cache, url=url, op="fetch", timeout=timeout_s, connect_s=connect_s)
     for line in listing.stdout.splitlines():
         if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
             return line.removeprefix("ref: refs/heads/").removesuffix("\tHEAD")
@@ -75,9 +77,15 @@ def _default_branch(cache: Path, url: str, timeout_s: float) -> str:
     )
 
 
-def resolve(cache: Path, url: str, ref: str | None, timeout_s: float = _net.FETCH_TIMEOUT_S) -> tuple[str | None, str]:
+def resolve(
+    cache: Path,
+    url: str,
+    ref: str | None,
+    timeout_s: float = _net.FETCH_TIMEOUT_S,
+    connect_s: float = CONNECT_TIMEOUT_S,
+) -> tuple[str | None, str]:
     """(the branch `ref` names or None for a tag or commit, its commit) in the freshly fetched cache."""
-    name = _net.check_ref(ref) if ref is not None else _default_branch(cache, url, timeout_s)
+    name = _net.check_ref(ref) if ref is not None else _default_branch(cache, url, timeout_s, connect_s)
     if name.startswith("refs/heads/"):
         candidates = [(CACHE_HEADS + name.removeprefix("refs/heads/"), name.removeprefix("refs/heads/"))]
     elif name.startswith("refs/tags/"):
@@ -118,6 +126,7 @@ def place(
     subdir: str = "",
     again: bool = False,
     timeout_s: float = _net.FETCH_TIMEOUT_S,
+    connect_s: float = CONNECT_TIMEOUT_S,
     stop: Callable[[], bool] | None = None,
 ) -> WorkspaceRecord:
     """Fetch `url` into this host's cache and add a worktree on relay/<job-id> at `ref` (default: its default branch).
@@ -129,6 +138,7 @@ def place(
     this host lacks (AUTH_MISSING). `again`: the job runs a second time (its worker was lost and its
     request said so): what an earlier run left on this host (worktree, branch, record) is replaced.
     `stop`: asked while the fetch runs; once it says so the fetch is killed (CANCELLED), nothing placed.
+    `connect_s`: a host that takes no connection or never answers fails the fetch then (UPSTREAM_ERROR).
     """
     _net.check_url(url)
     if ref is not None:
@@ -142,17 +152,18 @@ def place(
         repos_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise invalid(f"could not make {repos_dir}: {exc}", "check RELAY_HOME's permissions and free space") from None
-    with _git.locked(cache.with_name(cache.name + ".lock")):
+    with _git.locked(repocache.lock_of(cache)):
+        repocache.stamp(cache)
         fresh = not (cache / "HEAD").is_file()
         _prepare(cache, url)
         try:
             fetch = ["fetch", "--quiet", "--prune", "--no-tags", REMOTE]
-            _net.run(fetch, cache, url=url, op="fetch", timeout=timeout_s, stop=stop)
+            _net.run(fetch, cache, url=url, op="fetch", timeout=timeout_s, connect_s=connect_s, stop=stop)
         except RelayError:
             if fresh:  # a URL that never worked leaves no cache behind
                 shutil.rmtree(cache, ignore_errors=True)
             raise
-        base_ref, base_sha = resolve(cache, url, ref, timeout_s)
+        base_ref, base_sha = resolve(cache, url, ref, timeout_s, connect_s)
         earlier = store.get(job_id)
         if earlier is not None and again:
             discard(store, earlier)
@@ -188,7 +199,12 @@ def place(
 
 
 def push(
-    repos_dir: Path, rec: WorkspaceRecord, *, again: bool = False, timeout_s: float = _net.PUSH_TIMEOUT_S
+    repos_dir: Path,
+    rec: WorkspaceRecord,
+    *,
+    again: bool = False,
+    timeout_s: float = _net.PUSH_TIMEOUT_S,
+    connect_s: float = CONNECT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Push the job's branch to the URL it was placed from (a fast-forward only: nothing there is overwritten).
 
@@ -201,15 +217,19 @@ def push(
     if url is None:
         raise invalid(f"job {rec.job_id}'s workspace was not placed from a URL", "only remote workspaces are pushed")
     head = head_of(rec)
+    repocache.stamp(Path(rec.common_dir))
     spec = f"{'+' if again else ''}refs/heads/{rec.branch}:refs/heads/{rec.branch}"
-    _net.run(["push", "--quiet", "--no-verify", REMOTE, spec], rec.common_dir, url=url, op="push", timeout=timeout_s)
+    args = ["push", "--quiet", "--no-verify", REMOTE, spec]
+    _net.run(args, rec.common_dir, url=url, op="push", timeout=timeout_s, connect_s=connect_s)
     return {"url": _net.shown(url), "branch": rec.branch, "head": head, "pushed": True}
 
 
-def push_quietly(repos_dir: Path, rec: WorkspaceRecord, *, again: bool = False) -> dict[str, Any]:
+def push_quietly(
+    repos_dir: Path, rec: WorkspaceRecord, *, again: bool = False, connect_s: float = CONNECT_TIMEOUT_S
+) -> dict[str, Any]:
     """`push`, a failure reported in the answer (`pushed: false`, `error`) rather than raised: a job's end goes on."""
     try:
-        return push(repos_dir, rec, again=again)
+        return push(repos_dir, rec, again=again, connect_s=connect_s)
     except RelayError as err:
         url = url_of(repos_dir, rec) or ""
         return {"url": _net.shown(url), "branch": rec.branch, "pushed": False, "error": err.to_dict()}
