@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,8 +94,9 @@ class Workspaces:
             connect_s=self.settings.git_connect_timeout_s,
             stop=stop,
         )
-        if repocache.prune_due(self.settings.repos_dir):  # at most once a day per process
-            self.prune_repos()
+        if repocache.prune_due(self.settings.repos_dir):  # at most once a day per process; never fails the job
+            with contextlib.suppress(RelayError, OSError):
+                self.prune_repos()
         return rec
 
     def prune_repos(self) -> list[str]:
