@@ -9,7 +9,7 @@
 4. The costs page over the same jobs (14 days), informational.
 5. The workers page (8 running workers among 2,000 that stopped: every relay process that ran jobs is
    one) and the jobs page filtered by worker: one that ran 1 job in 8, and one that ran 50 of the
-   100,000 (the worst case: no index on a final job's worker, so SQLite reads far down the list).
+   100,000 (the worst case without `m017_jobs_worker_index`: SQLite read far down the whole list).
 
 The 100,000 jobs are written straight into relay.db (one transaction) after relay created its schema.
 Run alone: .venv/bin/python benchmarks/bench_dashboard.py

@@ -42,6 +42,8 @@ DEFAULT_GIT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_LAND_TEST_TIMEOUT_S = 600.0
 # A worker's claim on a job lasts this long without a heartbeat (renewed every third of it).
 DEFAULT_LEASE_S = 15.0
+# A worker not heard from for this long (and named by no queued or running job) leaves the workers table.
+DEFAULT_WORKER_RETENTION_S = 7 * 86400.0
 DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5")
 
 PERMISSIONS = ("read-only", "edit", "full")
@@ -181,6 +183,8 @@ class Settings:
     # (`[queue] lease_s` / RELAY_LEASE_S), and whether this process runs jobs (a front with --no-worker does not).
     lease_s: float = DEFAULT_LEASE_S
     runs_jobs: bool = True
+    # Workers not heard from for this long leave the workers table (`[queue] worker_retention_days`).
+    worker_retention_s: float = DEFAULT_WORKER_RETENTION_S
     # This process as a worker (`relay worker --name --agents --labels --slots`): None/empty: the host and pid,
     # every agent, no labels, max_concurrent slots.
     worker_name: str | None = None
@@ -515,5 +519,11 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         tokens=_tokens(server.get("tokens"), env),
         lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,
+        worker_retention_s=86400
+        * _float(
+            env,
+            "RELAY_WORKER_RETENTION_DAYS",
+            float(queue.get("worker_retention_days", DEFAULT_WORKER_RETENTION_S / 86400)),
+        ),
         store_url=_store_url(env.get("RELAY_STORE"), store.get("url")),
     )

@@ -208,3 +208,33 @@ async def test_a_request_asks_for_retry_and_labels_and_only_a_worker_with_those_
     gpu = WorkerInfo("gpu/1", "gpu", "h", 2, 1, "b", None, ("big-repo", "gpu"), 2, 10.0)
     assert store.claim(plain, free=2, max_total=8, per_agent=lambda _: 4) == []
     assert [j for j, _, _ in store.claim(gpu, free=2, max_total=8, per_agent=lambda _: 4)] == [job]
+
+
+async def test_the_heartbeat_prunes_workers_gone_longer_than_the_retention_at_most_once_an_hour(
+    adv_settings: AdvSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = adv_settings("[queue]\nworker_retention_days = 2\n", RELAY_LEASE_S="0.3")
+    assert settings.worker_retention_s == 2 * 86400
+    store = Store(settings.db_path)
+    three_days_ago = time.time() - 3 * 86400
+
+    def gone(name: str) -> None:  # a worker last heard from three days ago, stopped
+        with monkeypatch.context() as clock:
+            clock.setattr(time, "time", lambda: three_days_ago)
+            store.register_worker(WorkerInfo(f"{name}/1", name, "host-b", 7, 1, "another-boot", None, (), 1, 15.0))
+        store.stop_worker(f"{name}/1", "stopped")
+
+    def known() -> set[str]:
+        return {w.id for w in store.list_workers()}
+
+    gone("old")
+    store.register_worker(far_worker(4242, 600))  # heard from now
+    async with Engine(settings).running() as engine:
+        await wait_for(lambda: "old/1" not in known(), 5)
+        gone("older")
+        me = store.get_worker(engine.worker.id)
+        assert me is not None
+        # Beats go on (the engine's own heartbeat moves) and the new one stays: one prune per hour per process.
+        beaten = me.heartbeat_at + 0.3
+        await wait_for(lambda: (w := store.get_worker(engine.worker.id)) is not None and w.heartbeat_at > beaten, 5)
+        assert known() == {"older/1", "far/1", engine.worker.id}

@@ -26,6 +26,7 @@ QUEUE_MIGRATIONS = [
     "m014_principals",
     "m015_claims",
     "m016_outputs",
+    "m017_jobs_worker_index",
 ]
 
 

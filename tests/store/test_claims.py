@@ -256,3 +256,59 @@ def test_a_claimed_job_cancelled_before_its_spawn_is_never_marked_running_again(
     assert not store.mark_running("j", **running, deadline_at=None, idle_timeout_s=None, epoch=epoch)  # type: ignore[arg-type]
     job = store.get_job("j")
     assert job is not None and job.status == "cancelled" and job.started_at is None
+
+
+def registered_at(store: JobStore, info: WorkerInfo, when: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register `info` as if at `when` (its last heartbeat then)."""
+    with monkeypatch.context() as clock:
+        clock.setattr(time, "time", lambda: when)
+        store.register_worker(info)
+
+
+def test_workers_not_heard_from_for_the_retention_are_pruned_unless_an_active_job_names_them(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_ago, cut = time.time() - 30 * 86400, time.time() - 7 * 86400
+    for name in ("stopped", "lost", "killed", "ended", "holding"):
+        registered_at(store, worker(name), long_ago, monkeypatch)
+    store.stop_worker("stopped/1", "stopped")
+    store.stop_worker("lost/1", "lost")  # "killed/1" stays `running`: a process killed long ago
+    queue(store, ("j1", "claude"), ("j2", "claude"))
+    store.claim(worker("ended"), free=1, **limits())  # type: ignore[arg-type]
+    assert end(store, "j1", 1)  # its job ended: nothing names it any more
+    store.claim(worker("holding"), free=1, **limits())  # type: ignore[arg-type]
+    store.stop_worker("holding/1", "lost")  # lost, but its claim on j2 is still active
+    store.register_worker(worker("recent"))
+    store.stop_worker("recent/1", "stopped")
+    assert store.prune_workers(cut) == 4
+    assert sorted(w.id for w in store.list_workers()) == ["holding/1", "recent/1"]
+    assert store.prune_workers(cut) == 0
+    done = store.get_job("j1")
+    assert done is not None and done.worker == "ended/1"  # the job still names who ran it
+    assert end(store, "j2", 1)
+    assert store.prune_workers(cut) == 1
+    assert [w.id for w in store.list_workers()] == ["recent/1"]
+
+
+def test_a_hosts_active_jobs_are_its_workers_claims_unknown_workers_claims_and_running_jobs_of_no_worker(
+    store: JobStore,
+) -> None:
+    here, far = worker("here"), WorkerInfo("far/1", "far", "host-b", 200, 8, "boot-b", None, (), 4, 15.0)
+    nameless = WorkerInfo("nb/1", "nb", "host-c", 300, 9, None, None, (), 4, 15.0)
+    ghost = WorkerInfo("ghost/1", "ghost", "host-a", 400, 1, "boot-a", None, (), 4, 15.0)  # never registered
+    for info in (here, far, nameless):
+        store.register_worker(info)
+    claims = (("c1-here", here), ("c2-far", far), ("c3-nb", nameless), ("c4-ghost", ghost), ("c5-done", here))
+    for job_id, by in claims:
+        queue(store, (job_id, "claude"))
+        assert store.claim(by, free=1, **limits(), only=[job_id]) != []  # type: ignore[arg-type]
+    assert end(store, "c5-done", 1)
+    queue(store, ("waiting", "claude"))
+    store.insert_job("task", "anthropic:x", "task", {"prompt": "p"}, None, None, owner=(11, 22))
+    running = dict(pid=None, pid_start_ticks=None, boot_id=None, owner_pid=11, owner_start_ticks=22)
+    assert store.mark_running("task", **running, deadline_at=None, idle_timeout_s=None)  # type: ignore[arg-type]
+    store.insert_job("queued-task", "anthropic:x", "task", {"prompt": "p"}, None, None, owner=(11, 22))
+    # Newest first; never a job waiting for a claim, another host's claim or an ended job.
+    assert [j.id for j in store.active_jobs_of_host("boot-a")] == ["task", "c4-ghost", "c1-here"]
+    assert [j.id for j in store.active_jobs_of_host("boot-b")] == ["task", "c4-ghost", "c2-far"]
+    assert [j.id for j in store.active_jobs_of_host(None)] == ["task", "c4-ghost", "c3-nb"]

@@ -182,7 +182,7 @@ def test_relay_doctor_says_whether_the_postgresql_store_answers_and_reads_its_qu
     store.close()
     settings = load_settings({"RELAY_HOME": str(relay_home), "RELAY_STORE": pg_url})
     line, ok = store_report(settings)
-    assert ok and "answers" in line and "m016_outputs" in line
+    assert ok and "answers" in line and "m017_jobs_worker_index" in line
     queue, details = queue_report(settings)
     assert queue.startswith("queue: 1 worker running") and details["workers_running"][0]["name"] == "far"
     dead = f"postgresql://relay:pw@127.0.0.1:{free_port()}/q"

@@ -35,13 +35,11 @@ class Recovery:
         adopted: list[str] = []
         if not state.settings.runs_jobs:
             return adopted  # a front that runs no jobs adopts none: this host's workers do
-        here = state.worker.boot_id
-        hosts = {w.id: w.boot_id for w in state.store.list_workers()}
-        for rec in state.store.list_jobs(statuses=("queued", "running"), limit=100_000):
-            if rec.id in state.live or (rec.status == "queued" and rec.worker is None):
-                continue  # ours, or waiting in the queue for any worker's claim
-            if rec.worker is not None and hosts.get(rec.worker, here) != here:
-                continue  # another host's: its lease says whether it lives
+        # Read from the store: only this host's claimed jobs and running ones of no worker (neither the queue's
+        # waiting jobs nor another host's: its lease says whether it lives).
+        for rec in state.store.active_jobs_of_host(state.worker.boot_id):
+            if rec.id in state.live:
+                continue  # ours
             if state.owner_alive(rec):
                 continue
             # Its owner is provably dead; another relay may have seen that too: only one take-over wins.

@@ -3,7 +3,8 @@
 Every third of a lease it renews its claims (the heartbeat), ends the jobs of workers that were lost
 (another host's worker whose lease ran out: `interrupted`, naming it, or queued again when the job
 asked `retry: "on_lost_worker"`), adopts the jobs of a worker of this host that died (recovery.py),
-and stops the jobs whose claim another worker took over. In between it watches the store for what
+stops the jobs whose claim another worker took over, and once an hour deletes the rows of workers
+gone for longer than `[queue] worker_retention_days`. In between it watches the store for what
 other processes did: a cancel of a job it runs, work queued while it has free slots.
 """
 
@@ -29,6 +30,8 @@ WATCH_S = 0.1
 # A store that announces changes (PostgreSQL) wakes the loop when one comes; else it turns this often at
 # least (for the heartbeat), asking the database nothing.
 NOTICE_WAIT_S = 1.0
+# How often one process deletes the rows of workers gone for longer than `[queue] worker_retention_days`.
+PRUNE_WORKERS_S = 3600.0
 
 
 class Tending:
@@ -37,6 +40,7 @@ class Tending:
         self._lifecycle = lifecycle
         self._recovery = recovery
         self._seen_version = -1
+        self._next_prune = 0.0  # time.monotonic() of the next prune of the workers table
 
     async def run(self) -> None:
         """The loop; cancelled with the engine's task group."""
@@ -61,11 +65,21 @@ class Tending:
     def beat(self) -> None:
         state = self._state
         self.judge_lost()
-        if not state.settings.runs_jobs:
-            return  # a front that runs no jobs: no claims to renew, none to adopt
-        if not state.store.heartbeat(state.worker.id, state.settings.lease_s):
-            state.store.register_worker(state.worker)  # the store could not take it as the engine started
-        self._recovery.recover()
+        if state.settings.runs_jobs:  # a front that runs no jobs has no claims to renew, none to adopt
+            if not state.store.heartbeat(state.worker.id, state.settings.lease_s):
+                state.store.register_worker(state.worker)  # the store could not take it as the engine started
+            self._recovery.recover()
+        self.prune_workers()
+
+    def prune_workers(self) -> int:
+        """At most once per PRUNE_WORKERS_S: delete the workers not heard from for the retention that no active
+        job names (store.prune_workers); how many went."""
+        if time.monotonic() < self._next_prune:
+            return 0
+        state = self._state
+        gone = state.store.prune_workers(time.time() - state.settings.worker_retention_s)
+        self._next_prune = time.monotonic() + PRUNE_WORKERS_S
+        return gone
 
     def watch(self) -> None:
         """Act on what other processes wrote since the last look: cancels of our jobs, claims taken over, work."""

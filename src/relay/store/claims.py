@@ -22,6 +22,20 @@ from typing import Any
 HOLDS_SLOT = "status IN ('queued', 'running') AND worker IS NOT NULL AND kind = 'cli'"
 # How many queued jobs one claim looks at (oldest first) to find ones its limits let start.
 CLAIM_WINDOW = 500
+# The active jobs whose owner a process of one host may find dead and adopt (jobs/recovery.py): claimed by a
+# worker of that host (its boot id, the one parameter) or by one the workers table does not know, or running
+# with no worker (an in-process task, a row from before claims). Another host's worker is judged by its lease.
+OF_HOST = (
+    "status IN ('queued', 'running') AND ((worker IS NULL AND status = 'running')"
+    " OR worker IN (SELECT id FROM workers WHERE boot_id IS ?)"
+    " OR (worker IS NOT NULL AND worker NOT IN (SELECT id FROM workers)))"
+)
+# The workers not heard from since a time (the one parameter) that no queued or running job names: a worker
+# that stopped, was lost or was killed long ago (one that comes back registers again at its next heartbeat).
+GONE_WORKERS = (
+    "heartbeat_at < ? AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.worker = workers.id"
+    " AND j.status IN ('queued', 'running'))"
+)
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,13 @@ class Claims:
             db.execute(
                 "UPDATE workers SET state=?, stopped_at=COALESCE(?, stopped_at) WHERE id=?", (state, stopped, worker_id)
             )
+
+    def prune_workers(self, older_than: float) -> int:
+        """Delete the rows of workers not heard from since `older_than` that no queued or running job names;
+        how many went."""
+        sql = f"DELETE FROM workers WHERE {GONE_WORKERS}"
+        with self._running(sql, ()) as db:
+            return db.execute(sql, (older_than,)).rowcount
 
     def list_workers(self, *, include_stopped: bool = True) -> list[WorkerRecord]:
         """Workers, the most recently alive first, with how many jobs each holds now."""

@@ -17,7 +17,7 @@ from relay.audit import AuditLog, finished_data, open_audit, queued_data
 from relay.events import Event
 from relay.osfiles import private
 from relay.store import outputs
-from relay.store.claims import Claims
+from relay.store.claims import OF_HOST, Claims
 from relay.store.connect import open_sqlite, prepare_home
 from relay.store.health import sqlite_error
 from relay.store.release import large, unbind
@@ -422,6 +422,12 @@ class Store(Claims):
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
         params.append(limit)
         return self._jobs(sql, params)
+
+    def active_jobs_of_host(self, boot_id: str | None) -> list[JobRecord]:
+        """The active jobs a process of the host `boot_id` may have to adopt (claims.OF_HOST), newest first."""
+        return self._jobs(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE {OF_HOST} ORDER BY created_at DESC, id DESC", (boot_id,)
+        )
 
     def _jobs(self, sql: str, params: Sequence[Any]) -> list[JobRecord]:
         """Job rows as records, read as plain tuples (no per-row dict) under the lock."""

@@ -18,7 +18,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from relay.store.claims import CLAIM_WINDOW, HOLDS_SLOT, WorkerInfo, WorkerRecord, worker_row
+from relay.store.claims import CLAIM_WINDOW, GONE_WORKERS, HOLDS_SLOT, OF_HOST, WorkerInfo, WorkerRecord, worker_row
 from relay.store.pg.schema import MIGRATION_LOCK
 
 # Candidates a claim reads beyond twice its free slots (passed over when their agent is at its limit).
@@ -30,6 +30,18 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 _HOLDS_SLOT: LiteralString = "status IN ('queued', 'running') AND worker IS NOT NULL AND kind = 'cli'"
 assert _HOLDS_SLOT == HOLDS_SLOT  # one meaning of "holds a slot" for both backends
+# The active jobs of a host (claims.OF_HOST: the same words, but for PostgreSQL's spelling of SQLite's `IS`).
+OF_HOST_PG: LiteralString = (
+    "status IN ('queued', 'running') AND ((worker IS NULL AND status = 'running')"
+    " OR worker IN (SELECT id FROM workers WHERE boot_id IS NOT DISTINCT FROM %s)"
+    " OR (worker IS NOT NULL AND worker NOT IN (SELECT id FROM workers)))"
+)
+assert OF_HOST_PG.replace("IS NOT DISTINCT FROM %s", "IS ?") == OF_HOST
+_GONE_WORKERS: LiteralString = (
+    "heartbeat_at < %s AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.worker = workers.id"
+    " AND j.status IN ('queued', 'running'))"
+)
+assert _GONE_WORKERS.replace("%s", "?") == GONE_WORKERS
 
 # Queued, unclaimed CLI jobs the worker can run, oldest first: of its agents (NULL: any), none of the agents
 # already at their limit, every label the job asks for among the worker's; `only` (NULL: any) narrows them.
@@ -101,6 +113,12 @@ class PgClaims:
                 "UPDATE workers SET state=%s, stopped_at=COALESCE(%s, stopped_at) WHERE id=%s",
                 (state, stopped, worker_id),
             )
+
+    def prune_workers(self, older_than: float) -> int:
+        """Delete the rows of workers not heard from since `older_than` that no queued or running job names;
+        how many went."""
+        with self._conn() as conn:
+            return conn.execute(f"DELETE FROM workers WHERE {_GONE_WORKERS}", (older_than,)).rowcount
 
     def list_workers(self, *, include_stopped: bool = True) -> list[WorkerRecord]:
         """Workers, the most recently alive first, with how many jobs each holds now."""

@@ -190,6 +190,10 @@ CREATE TRIGGER outputs_added AFTER INSERT ON outputs REFERENCING NEW TABLE AS ad
     FOR EACH STATEMENT EXECUTE FUNCTION relay_rows_added();
 """
 
+M017_JOBS_WORKER_INDEX = """
+CREATE INDEX jobs_worker_created_id ON jobs(worker, created_at, id);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_jobs", M001_JOBS),
     ("m002_events", M002_EVENTS),
@@ -199,6 +203,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m014_principals", M014_PRINCIPALS),
     ("m015_claims", M015_CLAIMS),
     ("m016_outputs", M016_OUTPUTS),
+    ("m017_jobs_worker_index", M017_JOBS_WORKER_INDEX),
 ]
 
 

@@ -28,7 +28,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.store import outputs
 from relay.store.db import JOB_COLUMNS, AuditExpectation, JobRecord, SessionRecord, SessionTurn
-from relay.store.pg.claims import Conn, PgClaims
+from relay.store.pg.claims import OF_HOST_PG, Conn, PgClaims
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import pg_error
 from relay.store.pg.listen import PgChanges
@@ -424,6 +424,11 @@ class PgStore(PgClaims):
         clause: LiteralString = f" WHERE {' AND '.join(where)}" if where else ""
         params.append(limit)
         return self._jobs(f"SELECT {_JOB_COLUMNS} FROM jobs{clause} ORDER BY created_at DESC, id DESC LIMIT %s", params)
+
+    def active_jobs_of_host(self, boot_id: str | None) -> list[JobRecord]:
+        """The active jobs a process of the host `boot_id` may have to adopt (claims.OF_HOST), newest first."""
+        sql: LiteralString = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {OF_HOST_PG} ORDER BY created_at DESC, id DESC"
+        return self._jobs(sql, (boot_id,))
 
     def _jobs(self, sql: LiteralString, params: Sequence[Any]) -> list[JobRecord]:
         return [_job(r) for r in self._exec(sql, params)[0]]
