@@ -19,7 +19,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import WARNING, AgentResult, Event
 from relay.jobs.engine import Engine
-from relay.threads import NewTurn, Thread, Threads, new_thread_id, select_history
+from relay.threads import NewTurn, Thread, ThreadStore, new_thread_id, open_threads, select_history
 
 # Output room kept free in the context window when the caller sets no max_output_tokens.
 DEFAULT_OUTPUT_RESERVE = 8192
@@ -143,7 +143,9 @@ def _messages(
     return tuple(messages), warnings
 
 
-def prepare_ask(settings: Settings, args: AskArgs, threads: Threads, registry: Registry | None = None) -> PreparedAsk:
+def prepare_ask(
+    settings: Settings, args: AskArgs, threads: ThreadStore, registry: Registry | None = None
+) -> PreparedAsk:
     """Validate an ask and resolve model, key, thread and messages; raises RelayError, creates nothing."""
     _validate(args)
     registry = registry or load_registry(settings)
@@ -200,7 +202,9 @@ def prepare_ask(settings: Settings, args: AskArgs, threads: Threads, registry: R
     return PreparedAsk(call, fallback, thread_id, thread, files, described, request, tuple(warnings))
 
 
-def _record(threads: Threads, prepared: PreparedAsk, args: AskArgs, result: AgentResult, job_id: str | None) -> None:
+def _record(
+    threads: ThreadStore, prepared: PreparedAsk, args: AskArgs, result: AgentResult, job_id: str | None
+) -> None:
     model_id = (result.model or prepared.call.model.id).split(" ")[0]
     provider = model_id.partition(":")[0]
     turns = [
@@ -218,7 +222,7 @@ def _record(threads: Threads, prepared: PreparedAsk, args: AskArgs, result: Agen
 
 
 def make_task(
-    prepared: PreparedAsk, args: AskArgs, threads: Threads, job_id: Callable[[], str | None]
+    prepared: PreparedAsk, args: AskArgs, threads: ThreadStore, job_id: Callable[[], str | None]
 ) -> Callable[[Callable[[Event], None]], Any]:
     """The in-process job: stream the answer, then record the exchange in the thread."""
 
@@ -241,7 +245,7 @@ def make_task(
 
 async def submit_ask(engine: Engine, args: AskArgs) -> str:
     """Validate, resolve model and key, and start the ask as a job; returns the job id."""
-    threads = Threads.open(engine.settings)
+    threads = open_threads(engine.settings)
     try:
         prepared = prepare_ask(engine.settings, args, threads)
     except BaseException:
@@ -272,7 +276,7 @@ def ask_envelope(engine: Engine, job_id: str) -> dict[str, Any]:
     env["continuation_id"] = None
     env["remaining_turns"] = None
     if isinstance(thread_id, str):
-        threads = Threads.open(engine.settings)
+        threads = open_threads(engine.settings)
         try:
             thread = threads.find(thread_id)
             if thread is not None:

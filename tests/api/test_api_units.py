@@ -18,7 +18,7 @@ from relay.agents.api.openai_provider import effort_for
 from relay.agents.api.registry import load_registry
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
-from relay.threads import NewTurn, Threads, ThreadSettings, Turn, new_thread_id, select_history
+from relay.threads import ThreadSettings, Turn, select_history
 
 
 def settings_for(tmp_path: Path, **env: str) -> Any:
@@ -124,32 +124,6 @@ def test_thinking_mode_maps_to_the_nearest_level_the_provider_accepts() -> None:
     assert effort_for("medium", ("low", "high")) == "high"
     assert effort_for("minimal", ("low", "high")) == "low"
     assert effort_for("high", ()) is None
-
-
-def test_a_thread_survives_a_restart_and_expires_after_its_lifetime(tmp_path: Path) -> None:
-    now = [1000.0]
-    db = tmp_path / "relay.db"
-    threads = Threads(db, ThreadSettings(ttl_s=60, max_turns=4), clock=lambda: now[0])
-    thread_id = new_thread_id()
-    threads.add_turns(
-        thread_id, [NewTurn("user", "q"), NewTurn("assistant", "a", model="xai:grok-4")], tool="ask", title="q"
-    )
-    threads.close()
-
-    reopened = Threads(db, ThreadSettings(ttl_s=60, max_turns=4), clock=lambda: now[0])
-    thread = reopened.get(thread_id)
-    assert [(t.role, t.content) for t in thread.turns] == [("user", "q"), ("assistant", "a")]
-    assert thread.last_model == "xai:grok-4"
-    assert [t.id for t in reopened.list()] == [thread_id]
-    with pytest.raises(RelayError) as caught:
-        reopened.add_turns(
-            thread_id, [NewTurn("user", "1"), NewTurn("assistant", "2"), NewTurn("user", "3")], tool="ask"
-        )
-    assert caught.value.code == ErrorCode.MAX_TURNS
-    now[0] += 61
-    assert reopened.find(thread_id) is None
-    assert reopened.list() == []
-    assert reopened.purge_expired() == 1
 
 
 def test_thread_limits_come_from_env_or_config(tmp_path: Path) -> None:

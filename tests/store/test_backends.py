@@ -16,11 +16,12 @@ from relay.store.migrations import MIGRATIONS
 from relay.store.outputs import CHUNK_BYTES
 from tests.store.conftest import BACKENDS, target_of
 
-# The migrations of the queue's tables: both backends have them, under the same names.
+# The migrations of the queue's tables and of the threads: both backends have them, under the same names.
 QUEUE_MIGRATIONS = [
     "m001_jobs",
     "m002_events",
     "m003_sessions",
+    "m004_threads",
     "m008_indexes",
     "m012_audit_mark",
     "m014_principals",

@@ -42,7 +42,9 @@ def test_a_store_url_of_another_kind_is_refused_with_a_hint(relay_home: Path) ->
 def test_relay_on_sqlite_never_loads_psycopg(tmp_path: Path) -> None:
     script = (
         "import sys, pathlib; from relay.store import open_store; import relay.cli.main, relay.server;"
+        " from relay.config import load_settings; from relay.threads import open_threads;"
         f" open_store(pathlib.Path({str(tmp_path / 'relay.db')!r}), home=pathlib.Path({str(tmp_path)!r})).close();"
+        f" open_threads(load_settings({{'RELAY_HOME': {str(tmp_path)!r}}})).close();"
         " print(sorted(m for m in sys.modules if m.startswith(('psycopg', 'psycopg_pool'))))"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)

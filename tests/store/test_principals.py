@@ -13,9 +13,10 @@ from relay.errors import ErrorCode, RelayError
 from relay.principal import LOCAL, Principal, acting_as
 from relay.server.tasks_ext import TaskStore as McpTaskStore
 from relay.store import Store
-from relay.threads import NewTurn, Threads, new_thread_id
+from relay.threads import NewTurn, new_thread_id
 from relay.tracker import TaskChanges, TaskStore, resolve_project
 from tests.conftest import SettingsFactory
+from tests.store.conftest import BACKENDS, threads_of
 
 ALICE = Principal("alice", "user")
 BOB = Principal("bob", "user")
@@ -59,8 +60,11 @@ def test_rows_written_before_principals_existed_belong_to_the_local_user(tmp_pat
     assert store.get_job("old1", principal="alice") is None
 
 
-def test_a_user_finds_only_its_own_threads_and_cannot_add_to_another(tmp_path: Path) -> None:
-    threads = Threads(tmp_path / "relay.db")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_user_finds_only_its_own_threads_and_cannot_add_to_another(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    threads = threads_of(backend, request, tmp_path)
     theirs, mine = new_thread_id(), new_thread_id()
     with acting_as(ALICE):
         threads.add_turns(theirs, [NewTurn("user", "alice's secret")], tool="chat", title="alice")
@@ -75,6 +79,7 @@ def test_a_user_finds_only_its_own_threads_and_cannot_add_to_another(tmp_path: P
     with acting_as(ALICE):
         found = threads.find(theirs)
         assert found is not None and [t.content for t in found.turns] == ["alice's secret"]
+    threads.close()
 
 
 def test_an_mcp_task_id_answers_only_for_the_principal_that_created_the_task(tmp_path: Path) -> None:

@@ -312,9 +312,9 @@ def _pct(value: float, cap: float | None) -> float | None:
 
 
 def threads_view(settings: Settings, engine: Engine) -> dict[str, Any]:
-    from relay.threads import Threads, thread_settings
+    from relay.threads import open_threads, thread_settings
 
-    threads = Threads.open(settings)
+    threads = open_threads(settings)
     try:
         max_turns = thread_settings(settings).max_turns
         listed = [t.to_dict(max_turns, with_turns=False) for t in threads.list(limit=100, include_expired=True)]
@@ -337,9 +337,9 @@ def threads_view(settings: Settings, engine: Engine) -> dict[str, Any]:
 
 
 def thread_view(settings: Settings, thread_id: str) -> dict[str, Any]:
-    from relay.threads import Threads, thread_settings
+    from relay.threads import open_threads, thread_settings
 
-    threads = Threads.open(settings)
+    threads = open_threads(settings)
     try:
         return threads.get(thread_id).to_dict(thread_settings(settings).max_turns)
     finally:

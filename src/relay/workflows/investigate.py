@@ -17,7 +17,7 @@ from typing import Any
 from relay.ask import AskArgs
 from relay.config import Settings
 from relay.jobs.engine import Engine
-from relay.threads import Thread, Threads
+from relay.threads import Thread, ThreadStore
 from relay.workflows import messages as msg
 from relay.workflows.models import ModelInfo, resolve_model, run_model
 from relay.workflows.steps import (
@@ -421,7 +421,7 @@ def _finish_extras(spec: Spec, data: dict[str, Any], done: Consolidated, step: S
 
 
 def _save(
-    threads: Threads,
+    threads: ThreadStore,
     settings: Settings,
     thread_id: str,
     tool: str,

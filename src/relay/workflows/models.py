@@ -20,7 +20,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import WARNING, AgentResult, Event
 from relay.jobs.engine import Engine, JobRequest
-from relay.threads import Thread, Threads
+from relay.threads import Thread, open_threads
 from relay.workflows.messages import TOOL_CATEGORIES
 
 AUTO = "auto"
@@ -124,7 +124,7 @@ class Answer:
 
 def start_model_job(engine: Engine, args: AskArgs, *, record: bool) -> str:
     """Start a model API call as a job; `record` adds the exchange to the thread as `ask` does."""
-    threads = Threads.open(engine.settings)
+    threads = open_threads(engine.settings)
     try:
         prepared = prepare_ask(engine.settings, args, threads)
     except BaseException:

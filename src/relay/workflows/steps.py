@@ -18,7 +18,7 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import invalid
-from relay.threads import NewTurn, Thread, Threads, new_thread_id
+from relay.threads import NewTurn, Thread, ThreadStore, new_thread_id, open_threads
 from relay.workflows import messages as msg
 
 STATE_KEY = "workflow"
@@ -114,15 +114,15 @@ def validate(step: Step) -> Step:
 
 
 @contextmanager
-def thread_store(settings: Settings) -> Generator[Threads]:
-    threads = Threads.open(settings)
+def thread_store(settings: Settings) -> Generator[ThreadStore]:
+    threads = open_threads(settings)
     try:
         yield threads
     finally:
         threads.close()
 
 
-def load_thread(threads: Threads, continuation_id: str | None) -> Thread | None:
+def load_thread(threads: ThreadStore, continuation_id: str | None) -> Thread | None:
     """The live thread for a continuation id (an error naming what to do when it is gone)."""
     return threads.get(continuation_id) if continuation_id else None
 
@@ -139,7 +139,7 @@ def workflow_state(thread: Thread | None, tool: str) -> dict[str, Any] | None:
 
 
 def record(
-    threads: Threads,
+    threads: ThreadStore,
     thread_id: str,
     tool: str,
     user_text: str,
@@ -164,7 +164,7 @@ def record(
 EXCHANGE_TURNS = 2
 
 
-def offer(threads: Threads, thread: Thread, note_kind: str = "conversation") -> dict[str, Any] | None:
+def offer(threads: ThreadStore, thread: Thread, note_kind: str = "conversation") -> dict[str, Any] | None:
     """Zen's `continuation_offer`, or None when the thread has no room for another exchange.
 
     It counts exchanges (a call and its answer: two turns), what the caller can still do, so it says

@@ -315,10 +315,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def thread_list(
         limit: Annotated[int, Field(ge=1, le=500, description="how many")] = 20,
     ) -> Annotated[CallToolResult, ThreadList]:
-        from relay.threads import Threads
+        from relay.threads import open_threads
 
         async def go() -> CallToolResult:
-            threads = Threads.open(deps.settings)
+            threads = open_threads(deps.settings)
             try:
                 items = [
                     ThreadInfo.model_validate(t.to_dict(threads.config.max_turns, with_turns=False))
@@ -334,10 +334,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     async def thread_show(
         continuation_id: Annotated[str, Field(description="the thread's continuation_id")],
     ) -> Annotated[CallToolResult, ThreadInfo]:
-        from relay.threads import Threads
+        from relay.threads import open_threads
 
         async def go() -> CallToolResult:
-            threads = Threads.open(deps.settings)
+            threads = open_threads(deps.settings)
             try:
                 thread = threads.get(continuation_id)
                 info = ThreadInfo.model_validate(thread.to_dict(threads.config.max_turns))

@@ -1,10 +1,12 @@
 """The PostgreSQL store's numbered migrations: the queue's tables under the names SQLite's migrations have.
 
-Only the tables of the queue live in PostgreSQL (jobs, events, sessions, the audit mark, workers, outputs);
-the stores beside it (threads, tracker, gateway, hooks, workspaces) keep their SQLite file in each
-front's home, so their migrations (m004 - m007, m009 - m011, m013) have no PostgreSQL side. Each
-step is the PostgreSQL translation of the SQLite step of the same name: REAL is double precision,
-pids and ticks bigint, flags boolean, ids compare byte by byte (COLLATE "C", as SQLite does).
+The tables of the queue (jobs, events, sessions, the audit mark, workers, outputs) and the conversation
+threads (relay/threads/pg.py) live in PostgreSQL; the stores beside them (tracker, gateway, hooks,
+workspaces) keep their SQLite file in each front's home, so their migrations (m005 - m007, m009 - m011,
+m013) have no PostgreSQL side. Each step is the PostgreSQL translation of the SQLite step of the same
+name: REAL is double precision, pids and ticks bigint, flags boolean, ids compare byte by byte (COLLATE
+"C", as SQLite does). A database made before a step existed gets it on the next start (m004 came after
+m016): steps are applied by name, each once, whatever came before.
 
 Every change of a job row, new events and new output notify channel `relay_jobs` with the job's id,
 and a job that becomes queued also `relay_queue` (triggers, so no writer can forget one).
@@ -109,6 +111,38 @@ CREATE TABLE sessions (
 CREATE INDEX sessions_last_used ON sessions(last_used_at);
 """
 
+# SQLite's m004 plus the threads' part of its m014 (who started each thread; a user lists only its own).
+M004_THREADS = """
+CREATE TABLE threads (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    parent_id TEXT,
+    tool TEXT NOT NULL,
+    title TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    turn_count INTEGER NOT NULL DEFAULT 0,
+    total_cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+    principal TEXT NOT NULL DEFAULT 'local'
+);
+CREATE INDEX threads_updated ON threads(updated_at);
+CREATE INDEX threads_principal_updated ON threads(principal, updated_at);
+CREATE TABLE thread_turns (
+    thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    tool TEXT NOT NULL,
+    files TEXT NOT NULL DEFAULT '[]',
+    images TEXT NOT NULL DEFAULT '[]',
+    provider TEXT,
+    model TEXT,
+    job_id TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (thread_id, seq)
+);
+"""
+
 # SQLite's m008 replaced two single-column indexes; here they were never made.
 M008_INDEXES = """
 CREATE INDEX jobs_created_id ON jobs(created_at, id);
@@ -198,6 +232,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m001_jobs", M001_JOBS),
     ("m002_events", M002_EVENTS),
     ("m003_sessions", M003_SESSIONS),
+    ("m004_threads", M004_THREADS),
     ("m008_indexes", M008_INDEXES),
     ("m012_audit_mark", M012_AUDIT_MARK),
     ("m014_principals", M014_PRINCIPALS),

@@ -1,8 +1,10 @@
 """Conversation threads (`continuation_id`): relay's own memory, shared across tools and models.
 
-Stored in relay.db (migration m004_threads), so a thread survives restarts. A thread expires
-after its lifetime without a new turn and holds at most `max_turns` turns (a turn is one
-user or assistant message, as in Zen). Any tool and any model may continue any thread.
+Stored in relay.db (migration m004_threads), so a thread survives restarts; when the job store is
+PostgreSQL (RELAY_STORE), in that store's tables of the same name (threads/pg.py), so every front of
+the store continues every thread. A thread expires after its lifetime without a new turn and holds
+at most `max_turns` turns (a turn is one user or assistant message, as in Zen). Any tool and any
+model may continue any thread. `open_threads` opens the one the settings name.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.osfiles import private_home
 from relay.principal import current
 from relay.store.migrations import migrate
+from relay.store.open import is_pg_url
 from relay.store.release import connect
 
 # Zen's defaults are 3 h and 50 turns; relay's threads persist, so a day is the default lifetime.
@@ -161,7 +165,7 @@ def new_thread_id() -> str:
     return str(uuid.uuid4())
 
 
-def _not_found(thread_id: str) -> RelayError:
+def not_found(thread_id: str) -> RelayError:
     return RelayError(
         ErrorCode.SESSION_NOT_FOUND,
         f"conversation thread {thread_id!r} was not found or has expired",
@@ -169,7 +173,7 @@ def _not_found(thread_id: str) -> RelayError:
     )
 
 
-def _valid_id(thread_id: str) -> bool:
+def valid_id(thread_id: str) -> bool:
     try:
         uuid.UUID(thread_id)
     except (ValueError, AttributeError, TypeError):
@@ -177,15 +181,131 @@ def _valid_id(thread_id: str) -> bool:
     return True
 
 
-class Threads:
+def checked_id(thread_id: str) -> str:
+    if not valid_id(thread_id):
+        raise invalid(f"continuation id {thread_id!r} is not a UUID", "use the continuation_id relay returned")
+    return thread_id
+
+
+def too_many_turns(thread_id: str, count: int, max_turns: int) -> RelayError:
+    return RelayError(
+        ErrorCode.MAX_TURNS,
+        f"thread {thread_id} has {count} of {max_turns} turns",
+        "start a new conversation without continuation_id (summarize the old one in the prompt)",
+    )
+
+
+def heading(title: str) -> str:
+    return " ".join(title.split())[:TITLE_CHARS]
+
+
+def turn_of(r: Mapping[str, Any]) -> Turn:
+    """A stored turn (a row of thread_turns, JSON columns as text)."""
+    return Turn(
+        seq=int(r["seq"]),
+        role=str(r["role"]),
+        content=str(r["content"]),
+        created_at=float(r["created_at"]),
+        tool=str(r["tool"]),
+        files=tuple(json.loads(r["files"])),
+        images=tuple(json.loads(r["images"])),
+        provider=r["provider"],
+        model=r["model"],
+        job_id=r["job_id"],
+        metadata=json.loads(r["metadata"]),
+    )
+
+
+def turn_row(thread_id: str, seq: int, turn: NewTurn, now: float, tool: str) -> tuple[Any, ...]:
+    """The values of a new row of thread_turns, in the column order of TURN_COLUMNS."""
+    return (
+        thread_id,
+        seq,
+        turn.role,
+        turn.content,
+        now,
+        tool,
+        json.dumps(list(turn.files)),
+        json.dumps(list(turn.images)),
+        turn.provider,
+        turn.model,
+        turn.job_id,
+        json.dumps(turn.metadata, default=str),
+    )
+
+
+TURN_COLUMNS: LiteralString = (
+    "thread_id, seq, role, content, created_at, tool, files, images, provider, model, job_id, metadata"
+)
+
+
+class ThreadStore(ABC):
+    """Where threads are kept (relay.db, or the PostgreSQL store): what every caller uses, whichever it is."""
+
+    def __init__(self, config: ThreadSettings | None, clock: Callable[[], float]) -> None:
+        self.config = config or ThreadSettings()
+        self._clock = clock
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def find(self, thread_id: str) -> Thread | None:
+        """A live thread with its turns, or None when unknown or expired."""
+
+    @abstractmethod
+    def list(self, *, limit: int = 20, include_expired: bool = False) -> list[Thread]:
+        """Threads, most recently updated first (without their turns)."""
+
+    @abstractmethod
+    def add_turns(
+        self,
+        thread_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        tool: str,
+        title: str = "",
+        parent_id: str | None = None,
+        cost_usd: float = 0.0,
+    ) -> Thread:
+        """Append turns, creating the thread if needed; refreshes its lifetime. MAX_TURNS past the limit."""
+
+    @abstractmethod
+    def purge_expired(self) -> int:
+        """Delete threads past their lifetime; returns how many."""
+
+    def get(self, thread_id: str) -> Thread:
+        thread = self.find(thread_id)
+        if thread is None:
+            raise not_found(thread_id)
+        return thread
+
+    def check_room(self, thread: Thread | None, adding: int) -> None:
+        """MAX_TURNS when `adding` more turns would pass the limit."""
+        count = thread.turn_count if thread is not None else 0
+        if count + adding > self.config.max_turns:
+            raise too_many_turns(thread.id if thread else "", count, self.config.max_turns)
+
+    def _thread(self, row: Mapping[str, Any], turns: tuple[Turn, ...] = ()) -> Thread:
+        d = dict(row)
+        return Thread(**d, expires_at=float(d["updated_at"]) + self.config.ttl_s, turns=turns)
+
+    def _live(self, row: Mapping[str, Any], now: float) -> bool:
+        """Whether a stored thread is within its lifetime and the current principal's to see."""
+        return float(row["updated_at"]) + self.config.ttl_s > now and current().sees(row["principal"])
+
+    def _cutoff(self, include_expired: bool) -> float:
+        return -1.0 if include_expired else self._clock() - self.config.ttl_s
+
+
+class Threads(ThreadStore):
     """Thread storage in relay.db; safe to share between the event loop and worker threads."""
 
     def __init__(
         self, db_path: Path, config: ThreadSettings | None = None, *, clock: Callable[[], float] = time.time
     ) -> None:
+        super().__init__(config, clock)
         private_home(db_path.parent)
-        self.config = config or ThreadSettings()
-        self._clock = clock
         self._lock = threading.RLock()
         # Turns are prompts and answers of any size: no statement keeps the last one bound (store/release.py).
         self._db = connect(db_path, timeout=BUSY_TIMEOUT_S)
@@ -202,68 +322,27 @@ class Threads:
         with self._lock:
             self._db.close()
 
-    def _thread(self, row: sqlite3.Row, turns: tuple[Turn, ...] = ()) -> Thread:
-        d = dict(row)
-        return Thread(**d, expires_at=float(d["updated_at"]) + self.config.ttl_s, turns=turns)
-
     def find(self, thread_id: str) -> Thread | None:
-        """A live thread with its turns, or None when unknown or expired."""
-        if not _valid_id(thread_id):
+        if not valid_id(thread_id):
             return None
         with self._lock:
             row = self._db.execute("SELECT * FROM threads WHERE id=?", (thread_id,)).fetchone()
-            if row is None or float(row["updated_at"]) + self.config.ttl_s <= self._clock():
-                return None
-            if not current().sees(row["principal"]):
-                return None  # another principal's thread: as unknown as one that never was
+            if row is None or not self._live(row, self._clock()):
+                return None  # another principal's thread is as unknown as one that never was
             rows = self._db.execute(
                 "SELECT * FROM thread_turns WHERE thread_id=? ORDER BY seq", (thread_id,)
             ).fetchall()
-        turns = tuple(
-            Turn(
-                seq=int(r["seq"]),
-                role=str(r["role"]),
-                content=str(r["content"]),
-                created_at=float(r["created_at"]),
-                tool=str(r["tool"]),
-                files=tuple(json.loads(r["files"])),
-                images=tuple(json.loads(r["images"])),
-                provider=r["provider"],
-                model=r["model"],
-                job_id=r["job_id"],
-                metadata=json.loads(r["metadata"]),
-            )
-            for r in rows
-        )
-        return self._thread(row, turns)
-
-    def get(self, thread_id: str) -> Thread:
-        thread = self.find(thread_id)
-        if thread is None:
-            raise _not_found(thread_id)
-        return thread
-
-    def check_room(self, thread: Thread | None, adding: int) -> None:
-        """MAX_TURNS when `adding` more turns would pass the limit."""
-        count = thread.turn_count if thread is not None else 0
-        if count + adding > self.config.max_turns:
-            raise RelayError(
-                ErrorCode.MAX_TURNS,
-                f"thread {thread.id if thread else ''} has {count} of {self.config.max_turns} turns",
-                "start a new conversation without continuation_id (summarize the old one in the prompt)",
-            )
+        return self._thread(row, tuple(turn_of(r) for r in rows))
 
     def list(self, *, limit: int = 20, include_expired: bool = False) -> list[Thread]:
-        """Threads, most recently updated first (without their turns)."""
         if limit < 1:
             raise invalid("limit must be at least 1", "pass a positive limit")
-        cutoff = -1.0 if include_expired else self._clock() - self.config.ttl_s
         who = current()
         mine = ("", ()) if who.is_admin else (" AND principal = ?", (who.name,))
         with self._lock:
             rows = self._db.execute(
                 f"SELECT * FROM threads WHERE updated_at > ?{mine[0]} ORDER BY updated_at DESC LIMIT ?",
-                (cutoff, *mine[1], limit),
+                (self._cutoff(include_expired), *mine[1], limit),
             ).fetchall()
         return [self._thread(r) for r in rows]
 
@@ -277,52 +356,28 @@ class Threads:
         parent_id: str | None = None,
         cost_usd: float = 0.0,
     ) -> Thread:
-        """Append turns, creating the thread if needed; refreshes its lifetime. MAX_TURNS past the limit."""
-        if not _valid_id(thread_id):
-            raise invalid(f"continuation id {thread_id!r} is not a UUID", "use the continuation_id relay returned")
+        checked_id(thread_id)
         now = self._clock()
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             row = self._db.execute(
                 "SELECT turn_count, updated_at, principal FROM threads WHERE id=?", (thread_id,)
             ).fetchone()
-            if row is not None and (
-                float(row["updated_at"]) + self.config.ttl_s <= now or not current().sees(row["principal"])
-            ):
-                raise _not_found(thread_id)
+            if row is not None and not self._live(row, now):
+                raise not_found(thread_id)
             count = int(row["turn_count"]) if row is not None else 0
             if count + len(turns) > self.config.max_turns:
-                raise RelayError(
-                    ErrorCode.MAX_TURNS,
-                    f"thread {thread_id} has {count} of {self.config.max_turns} turns",
-                    "start a new conversation without continuation_id",
-                )
+                raise too_many_turns(thread_id, count, self.config.max_turns)
             if row is None:
-                heading = " ".join(title.split())[:TITLE_CHARS]
                 self._db.execute(
                     "INSERT INTO threads (id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd,"
                     " principal) VALUES (?,?,?,?,?,?,0,0,?)",
-                    (thread_id, parent_id, tool, heading, now, now, current().name),
+                    (thread_id, parent_id, tool, heading(title), now, now, current().name),
                 )
-            for i, turn in enumerate(turns):
-                self._db.execute(
-                    "INSERT INTO thread_turns (thread_id, seq, role, content, created_at, tool, files, images, provider,"
-                    " model, job_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        thread_id,
-                        count + i,
-                        turn.role,
-                        turn.content,
-                        now,
-                        tool,
-                        json.dumps(list(turn.files)),
-                        json.dumps(list(turn.images)),
-                        turn.provider,
-                        turn.model,
-                        turn.job_id,
-                        json.dumps(turn.metadata, default=str),
-                    ),
-                )
+            self._db.executemany(
+                f"INSERT INTO thread_turns ({TURN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [turn_row(thread_id, count + i, turn, now, tool) for i, turn in enumerate(turns)],
+            )
             self._db.execute(
                 "UPDATE threads SET turn_count=turn_count+?, updated_at=?, total_cost_usd=total_cost_usd+? WHERE id=?",
                 (len(turns), now, cost_usd, thread_id),
@@ -330,7 +385,6 @@ class Threads:
         return self.get(thread_id)
 
     def purge_expired(self) -> int:
-        """Delete threads past their lifetime; returns how many."""
         cutoff = self._clock() - self.config.ttl_s
         with self._lock, self._db:
             ids = [r[0] for r in self._db.execute("SELECT id FROM threads WHERE updated_at <= ?", (cutoff,))]
@@ -338,6 +392,17 @@ class Threads:
                 self._db.execute("DELETE FROM thread_turns WHERE thread_id=?", (thread_id,))
                 self._db.execute("DELETE FROM threads WHERE id=?", (thread_id,))
         return len(ids)
+
+
+def open_threads(settings: Settings) -> ThreadStore:
+    """The threads of these settings: in the PostgreSQL store when RELAY_STORE names one (every front of it
+    continues every thread), else in relay.db of RELAY_HOME."""
+    target = settings.store_target
+    if is_pg_url(target):
+        from relay.threads.pg import PgThreads  # psycopg is loaded only by a relay that uses PostgreSQL
+
+        return PgThreads(str(target), thread_settings(settings))
+    return Threads.open(settings)
 
 
 @dataclass(frozen=True)

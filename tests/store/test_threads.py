@@ -1,0 +1,157 @@
+"""Conversation threads on both backends: relay.db, and the PostgreSQL store every front of it shares."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from relay.config import load_settings
+from relay.errors import ErrorCode, RelayError
+from relay.store import open_store
+from relay.store.pg import schema
+from relay.threads import NewTurn, Threads, ThreadSettings, new_thread_id, open_threads
+from relay.threads.pg import PgThreads
+from tests.store.conftest import BACKENDS, threads_of
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_thread_survives_a_restart_and_expires_after_its_lifetime(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    now = [1000.0]
+    config = ThreadSettings(ttl_s=60, max_turns=4)
+    threads = threads_of(backend, request, tmp_path, config, clock=lambda: now[0])
+    thread_id = new_thread_id()
+    threads.add_turns(
+        thread_id, [NewTurn("user", "q"), NewTurn("assistant", "a", model="xai:grok-4")], tool="ask", title="q"
+    )
+    threads.close()
+
+    reopened = threads_of(backend, request, tmp_path, config, clock=lambda: now[0])
+    thread = reopened.get(thread_id)
+    assert [(t.role, t.content) for t in thread.turns] == [("user", "q"), ("assistant", "a")]
+    assert thread.last_model == "xai:grok-4"
+    assert [t.id for t in reopened.list()] == [thread_id]
+    with pytest.raises(RelayError) as caught:
+        reopened.add_turns(
+            thread_id, [NewTurn("user", "1"), NewTurn("assistant", "2"), NewTurn("user", "3")], tool="ask"
+        )
+    assert caught.value.code == ErrorCode.MAX_TURNS
+    assert reopened.get(thread_id).turn_count == 2  # the refused turns left nothing behind
+    now[0] += 61
+    assert reopened.find(thread_id) is None
+    assert reopened.list() == []
+    assert [t.id for t in reopened.list(include_expired=True)] == [thread_id]
+    with pytest.raises(RelayError) as gone:
+        reopened.add_turns(thread_id, [NewTurn("user", "late")], tool="ask")
+    assert gone.value.code == ErrorCode.SESSION_NOT_FOUND
+    assert reopened.purge_expired() == 1
+    assert reopened.list(include_expired=True) == []
+    reopened.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_thread_keeps_its_turns_files_metadata_title_and_cost(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    threads = threads_of(backend, request, tmp_path)
+    parent, thread_id = new_thread_id(), new_thread_id()
+    first = NewTurn("user", "look at this", files=("/w/a.py",), images=("/w/shot.png",), metadata={"step": 1})
+    answer = NewTurn("assistant", "done", provider="xai", model="xai:grok-4", job_id="j1")
+    threads.add_turns(
+        thread_id, [first, answer], tool="chat", title="  look\n at   this ", parent_id=parent, cost_usd=0.25
+    )
+    thread = threads.add_turns(thread_id, [NewTurn("user", "and?")], tool="ask", cost_usd=0.5)
+    assert (thread.tool, thread.title, thread.parent_id, thread.turn_count) == ("chat", "look at this", parent, 3)
+    assert thread.total_cost_usd == pytest.approx(0.75)
+    assert thread.expires_at == thread.updated_at + threads.config.ttl_s
+    got = [(t.seq, t.role, t.tool, t.files, t.images, t.provider, t.model, t.job_id, t.metadata) for t in thread.turns]
+    assert got == [
+        (0, "user", "chat", ("/w/a.py",), ("/w/shot.png",), None, None, None, {"step": 1}),
+        (1, "assistant", "chat", (), (), "xai", "xai:grok-4", "j1", {}),
+        (2, "user", "ask", (), (), None, None, None, {}),
+    ]
+    assert threads.find("not-a-uuid") is None and threads.find(new_thread_id()) is None
+    with pytest.raises(RelayError) as bad:
+        threads.add_turns("not-a-uuid", [NewTurn("user", "x")], tool="ask")
+    assert bad.value.code == ErrorCode.INVALID_ARGUMENT
+    threads.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_fronts_adding_to_one_new_thread_at_once_number_every_turn_once_in_whole_exchanges(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    fronts = [threads_of(backend, request, tmp_path, ThreadSettings(max_turns=200)) for _ in range(2)]
+    thread_id = new_thread_id()
+    rounds = 20
+    start = threading.Barrier(len(fronts))
+    failures: list[BaseException] = []
+
+    def talk(index: int) -> None:
+        start.wait()
+        try:
+            for n in range(rounds):
+                exchange = [NewTurn("user", f"{index}:{n}:q"), NewTurn("assistant", f"{index}:{n}:a")]
+                fronts[index].add_turns(thread_id, exchange, tool="chat", title=f"front {index}")
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [threading.Thread(target=talk, args=(i,)) for i in range(len(fronts))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert failures == []
+    thread = fronts[1].get(thread_id)
+    assert thread.turn_count == len(thread.turns) == 2 * rounds * len(fronts)
+    assert [t.seq for t in thread.turns] == list(range(2 * rounds * len(fronts)))
+    # each exchange kept together, each front's exchanges in its own order
+    pairs = [(q.content, a.content) for q, a in zip(thread.turns[::2], thread.turns[1::2], strict=True)]
+    assert all(q.removesuffix(":q") == a.removesuffix(":a") for q, a in pairs)
+    for index in range(len(fronts)):
+        assert [q for q, _ in pairs if q.startswith(f"{index}:")] == [f"{index}:{n}:q" for n in range(rounds)]
+    for front in fronts:
+        front.close()
+
+
+def test_the_settings_store_decides_where_threads_are(pg_url: str, tmp_path: Path) -> None:
+    home = {"RELAY_HOME": str(tmp_path)}
+    local = open_threads(load_settings(home))
+    assert isinstance(local, Threads)
+    local.close()
+    shared = open_threads(load_settings(home | {"RELAY_STORE": pg_url, "RELAY_THREAD_MAX_TURNS": "6"}))
+    assert isinstance(shared, PgThreads) and shared.config.max_turns == 6
+    thread_id = new_thread_id()
+    shared.add_turns(thread_id, [NewTurn("user", "kept in PostgreSQL")], tool="ask")
+    shared.close()
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT content FROM thread_turns WHERE thread_id=%s", (thread_id,)).fetchone()
+    assert row == ("kept in PostgreSQL",)
+    home_db = Threads(tmp_path / "relay.db")
+    assert home_db.find(thread_id) is None  # not in the front's own relay.db
+    home_db.close()
+
+
+def test_a_postgresql_store_made_before_threads_were_there_gets_them_on_its_next_start(
+    pg_url: str, relay_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = [(name, ddl) for name, ddl in schema.MIGRATIONS if name != "m004_threads"]
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", before)
+        old = open_store(pg_url, home=relay_home)
+        old.insert_job("j-old", "claude", "cli", {"prompt": "p"}, None, "/w")
+        assert "m016_outputs" in old.applied_migrations() and "m004_threads" not in old.applied_migrations()
+        old.close()
+    store = open_store(pg_url, home=relay_home)
+    assert sorted(store.applied_migrations()) == sorted(name for name, _ in schema.MIGRATIONS)
+    assert store.get_job("j-old") is not None
+    store.close()
+    threads = PgThreads(pg_url)
+    thread_id = new_thread_id()
+    threads.add_turns(thread_id, [NewTurn("user", "after the upgrade")], tool="ask")
+    assert [t.content for t in threads.get(thread_id).turns] == ["after the upgrade"]
+    threads.close()
