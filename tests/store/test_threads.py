@@ -14,6 +14,7 @@ from relay.store import open_store
 from relay.store.pg import schema
 from relay.threads import NewTurn, Threads, ThreadSettings, new_thread_id, open_threads
 from relay.threads.pg import PgThreads
+from tests.postgres import Cluster, free_port
 from tests.store.conftest import BACKENDS, threads_of
 
 
@@ -155,3 +156,18 @@ def test_a_postgresql_store_made_before_threads_were_there_gets_them_on_its_next
     threads.add_turns(thread_id, [NewTurn("user", "after the upgrade")], tool="ask")
     assert [t.content for t in threads.get(thread_id).turns] == ["after the upgrade"]
     threads.close()
+
+
+def test_a_postgresql_thread_store_reconnects_after_the_server_restarts_and_says_when_it_is_away(
+    pg_cluster: Cluster, pg_url: str
+) -> None:
+    threads = PgThreads(pg_url)
+    thread_id = new_thread_id()
+    threads.add_turns(thread_id, [NewTurn("user", "before")], tool="ask")
+    pg_cluster.restart()  # the store's connection is now closed by the server
+    threads.add_turns(thread_id, [NewTurn("assistant", "after")], tool="ask")
+    assert [t.content for t in threads.get(thread_id).turns] == ["before", "after"]
+    threads.close()
+    with pytest.raises(RelayError) as away:
+        PgThreads(f"postgresql://relay:s3cret@127.0.0.1:{free_port()}/queue")
+    assert away.value.code is ErrorCode.STORE_UNAVAILABLE and "s3cret" not in away.value.message
