@@ -170,7 +170,11 @@ def workers(settings: Settings, relay_home: Path, workdir: Path) -> Iterator[Wor
 
 
 @pytest.fixture
-def settings(make_settings: SettingsFactory) -> Settings:
+def settings(make_settings: SettingsFactory, request: pytest.FixtureRequest) -> Settings:
+    """The dashboard's settings: the store in RELAY_HOME, or (parametrized indirectly with "postgresql") a
+    PostgreSQL store."""
+    if getattr(request, "param", "sqlite") == "postgresql":
+        return make_settings(RELAY_STORE=request.getfixturevalue("pg_url"))
     return make_settings()
 
 

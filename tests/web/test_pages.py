@@ -7,11 +7,13 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
+
 from relay.config import Settings
 from relay.events import Event
 from relay.gateway import ServerRegistry, make_config
 from relay.runtime import procinfo
-from relay.threads import NewTurn, Threads, new_thread_id
+from relay.threads import NewTurn, new_thread_id, open_threads
 from relay.tracker import TaskStore, resolve_project
 from tests.web.conftest import HTML, DashboardFactory, Jobs, wait_until
 
@@ -138,10 +140,11 @@ def test_the_costs_page_shows_how_close_jobs_are_to_the_spend_cap(
     assert "17.5% of the cap" in page
 
 
+@pytest.mark.parametrize("settings", ["sqlite", "postgresql"], indirect=True)
 def test_the_threads_page_shows_a_threads_turns_across_tools_and_models(
     dashboard: DashboardFactory, settings: Settings
 ) -> None:
-    threads = Threads.open(settings)
+    threads = open_threads(settings)
     try:
         thread = threads.add_turns(
             new_thread_id(),
