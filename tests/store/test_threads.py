@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -13,7 +14,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.store import open_store
 from relay.store.pg import schema
 from relay.threads import NewTurn, Threads, ThreadSettings, new_thread_id, open_threads
-from relay.threads.pg import PgThreads
+from relay.threads.pg import IDLE_KEPT, PgThreads
 from tests.postgres import Cluster, free_port
 from tests.store.conftest import BACKENDS, threads_of
 
@@ -161,13 +162,46 @@ def test_a_postgresql_store_made_before_threads_were_there_gets_them_on_its_next
 def test_a_postgresql_thread_store_reconnects_after_the_server_restarts_and_says_when_it_is_away(
     pg_cluster: Cluster, pg_url: str
 ) -> None:
-    threads = PgThreads(pg_url)
+    threads, closed = PgThreads(pg_url), PgThreads(pg_url)
     thread_id = new_thread_id()
     threads.add_turns(thread_id, [NewTurn("user", "before")], tool="ask")
-    pg_cluster.restart()  # the store's connection is now closed by the server
+    closed.close()  # its connection is kept for the next store to open
+    pg_cluster.restart()  # both connections are now closed by the server
     threads.add_turns(thread_id, [NewTurn("assistant", "after")], tool="ask")
     assert [t.content for t in threads.get(thread_id).turns] == ["before", "after"]
     threads.close()
+    reopened = PgThreads(pg_url)
+    assert reopened.get(thread_id).turn_count == 2
+    reopened.close()
     with pytest.raises(RelayError) as away:
         PgThreads(f"postgresql://relay:s3cret@127.0.0.1:{free_port()}/queue")
     assert away.value.code is ErrorCode.STORE_UNAVAILABLE and "s3cret" not in away.value.message
+
+
+def test_thread_stores_opened_one_after_another_share_one_connection_and_keep_few_idle(pg_url: str) -> None:
+    def connections(at_most: int) -> int:
+        """How many connections the server holds to the database once no more than `at_most` are left (a closed
+        connection's server process ends a moment after the client closed it)."""
+        deadline = time.monotonic() + 10
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND pid <> pg_backend_pid()"
+                ).fetchone()
+                count = int(row[0]) if row else -1
+                if count <= at_most or time.monotonic() > deadline:
+                    return count
+                time.sleep(0.05)
+
+    thread_id = new_thread_id()
+    for n in range(10):  # as the thread tools do: a store per call
+        threads = PgThreads(pg_url)
+        threads.add_turns(thread_id, [NewTurn("user", f"turn {n}")], tool="ask")
+        threads.close()
+    assert connections(at_most=1) == 1
+    at_once = [PgThreads(pg_url) for _ in range(IDLE_KEPT + 2)]
+    assert all(t.get(thread_id).turn_count == 10 for t in at_once)
+    for threads in at_once:
+        threads.close()
+    assert connections(at_most=IDLE_KEPT) == IDLE_KEPT

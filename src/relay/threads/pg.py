@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import LiteralString
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import DictRow, dict_row
 
 from relay.errors import invalid
@@ -47,18 +48,42 @@ THREAD_COLUMNS: LiteralString = (
     "id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd, principal"
 )
 
+# Connections closed thread stores left for the next one to open (callers open a store per call: a new
+# connection costs ~8 ms on loopback, more with TLS and a password); at most IDLE_KEPT, oldest closed first.
+IDLE_KEPT = 4
+_idle: list[tuple[str, Conn]] = []
 # The stores this process has migrated (the job store migrates on its own opening; a thread store may come first).
 _migrated: set[str] = set()
-_migrating = threading.Lock()
+_shared = threading.Lock()
 
 
 def _migrate_once(url: str) -> None:
-    with _migrating:
+    with _shared:
         if url in _migrated:
             return
         with psycopg.connect(conninfo(url), autocommit=True) as conn:
             migrate(conn)
         _migrated.add(url)
+
+
+def _take_idle(url: str) -> Conn | None:
+    with _shared:
+        for index in range(len(_idle) - 1, -1, -1):
+            if _idle[index][0] == url:
+                return _idle.pop(index)[1]
+    return None
+
+
+def _keep_idle(url: str, db: Conn) -> None:
+    if db.closed or db.broken or db.info.transaction_status != pq.TransactionStatus.IDLE:
+        db.close()
+        return
+    with _shared:
+        _idle.append((url, db))
+        extra = _idle[:-IDLE_KEPT]
+        del _idle[:-IDLE_KEPT]
+    for _, old in extra:
+        old.close()
 
 
 class PgThreads(ThreadStore):
@@ -78,12 +103,15 @@ class PgThreads(ThreadStore):
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
-                self._db.close()
+                _keep_idle(self.url, self._db)
                 self._db = None
 
     def _usable(self) -> Conn:
-        """This store's connection: the open one unless it is found dead, else a new one."""
+        """This store's connection: its own unless found dead, else one a closed store left, else a new one."""
         db = self._db
+        if db is None:
+            db = self._db = _take_idle(self.url)
+            self._used_at = 0.0  # left by another store: checked first
         if db is not None and not (db.closed or db.broken):
             idle = time.monotonic() - self._used_at > CHECK_IDLE_S
             if not idle and not select.select([db.fileno()], [], [], 0)[0]:
