@@ -6,7 +6,7 @@ workspaces) keep their SQLite file in each front's home, so their migrations (m0
 m013) have no PostgreSQL side. Each step is the PostgreSQL translation of the SQLite step of the same
 name: REAL is double precision, pids and ticks bigint, flags boolean, ids compare byte by byte (COLLATE
 "C", as SQLite does). A database made before a step existed gets it on the next start (m004 came after
-m016): steps are applied by name, each once, whatever came before.
+m016 and m017): steps are applied by name, each once, whatever came before.
 
 Every change of a job row, new events and new output notify channel `relay_jobs` with the job's id,
 and a job that becomes queued also `relay_queue` (triggers, so no writer can forget one).
