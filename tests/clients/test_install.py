@@ -190,7 +190,17 @@ def test_relay_doctor_json_holds_each_clients_entry_and_fails_on_a_bad_one(home:
     subprocess.run([RELAY, "install", "codex"], env=env, check=True, capture_output=True, timeout=60)
     out = subprocess.run([RELAY, "doctor", "--json"], env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(out.stdout)
-    assert set(report) == {"agents", "clients", "store", "runtime", "worktrees", "sandbox", "allowed_roots", "queue"}
+    assert set(report) == {
+        "agents",
+        "clients",
+        "store",
+        "runtime",
+        "worktrees",
+        "sandbox",
+        "allowed_roots",
+        "queue",
+        "repos",
+    }
     assert report["allowed_roots"] == [{"path": str(Path.cwd().resolve()), "source": "the folder relay started in"}]
     assert [(c["client"], c["scope"], c["status"]) for c in report["clients"]] == [("codex", "user", "ok")]
     assert out.returncode == 0 and report["store"]["ok"] is True
