@@ -238,3 +238,30 @@ async def test_the_heartbeat_prunes_workers_gone_longer_than_the_retention_at_mo
         beaten = me.heartbeat_at + 0.3
         await wait_for(lambda: (w := store.get_worker(engine.worker.id)) is not None and w.heartbeat_at > beaten, 5)
         assert known() == {"older/1", "far/1", engine.worker.id}
+
+
+async def test_a_worker_of_this_host_killed_without_a_word_is_marked_lost_and_a_live_late_one_is_not(
+    adv_settings: AdvSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import subprocess
+
+    from relay.runtime import procinfo
+
+    settings = adv_settings(RELAY_LEASE_S="0.3")
+    store = Store(settings.db_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs, as a worker killed with kill -9 leaves it
+    here = procinfo.host_id()
+    a_minute_ago = time.time() - 60
+    with monkeypatch.context() as clock:  # both last heard from a minute ago, both still `running`
+        clock.setattr(time, "time", lambda: a_minute_ago)
+        store.register_worker(WorkerInfo("killed/1", "killed", "this-host", gone.pid, 1, here, None, (), 1, 0.3))
+        me = os.getpid()
+        store.register_worker(
+            WorkerInfo("late/1", "late", "this-host", me, procinfo.start_ticks(me), here, None, (), 1, 0.3)
+        )
+    async with Engine(settings).running():
+        await wait_for(lambda: (w := store.get_worker("killed/1")) is not None and w.state == "lost", 10)
+    late = store.get_worker("late/1")
+    assert late is not None and late.state == "running"  # its process lives: only late, not lost

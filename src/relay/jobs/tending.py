@@ -41,6 +41,7 @@ class Tending:
         self._recovery = recovery
         self._seen_version = -1
         self._next_prune = 0.0  # time.monotonic() of the next prune of the workers table
+        self._next_dead_check = 0.0  # time.monotonic() of the next look for this host's dead workers
 
     async def run(self) -> None:
         """The loop; cancelled with the engine's task group."""
@@ -69,7 +70,25 @@ class Tending:
             if not state.store.heartbeat(state.worker.id, state.settings.lease_s):
                 state.store.register_worker(state.worker)  # the store could not take it as the engine started
             self._recovery.recover()
+        self.mark_dead_workers()
         self.prune_workers()
+
+    def mark_dead_workers(self) -> list[str]:
+        """At most once a lease: this host's workers whose process is gone while their row still says running or
+        stopping (killed: nothing said so; recover() took their jobs over) are marked `lost`; their ids."""
+        state = self._state
+        if time.monotonic() < self._next_dead_check:
+            return []
+        self._next_dead_check = time.monotonic() + state.settings.lease_s
+        lost: list[str] = []
+        now = time.time()
+        for w in state.store.list_workers(include_stopped=False):
+            if w.id == state.worker.id or w.boot_id != state.worker.boot_id or now - w.heartbeat_at <= w.lease_s:
+                continue  # ours, another host's (its lease tells: judge_lost), or heard from within its lease
+            if not procinfo.is_alive(w.pid, w.start_ticks):  # same host: its pid and start time tell
+                state.store.stop_worker(w.id, "lost")
+                lost.append(w.id)
+        return lost
 
     def prune_workers(self) -> int:
         """At most once per PRUNE_WORKERS_S: delete the workers not heard from for the retention that no active
