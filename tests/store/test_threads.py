@@ -84,6 +84,20 @@ def test_a_thread_keeps_its_turns_files_metadata_title_and_cost(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_turn_holding_nul_and_any_unicode_is_kept_whole(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    threads = threads_of(backend, request, tmp_path)
+    thread_id = new_thread_id()
+    text = "a\x00b — 日本語 \U0001f600 end"  # NUL: PostgreSQL's text refuses it
+    thread = threads.add_turns(thread_id, [NewTurn("user", text)], tool="ask", title="nul\x00title")
+    assert thread.title == "nul title"
+    found = threads.find(thread_id)
+    assert found is not None and [t.content for t in found.turns] == [text]
+    threads.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_two_fronts_adding_to_one_new_thread_at_once_number_every_turn_once_in_whole_exchanges(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -131,7 +145,9 @@ def test_the_settings_store_decides_where_threads_are(pg_url: str, tmp_path: Pat
     shared.add_turns(thread_id, [NewTurn("user", "kept in PostgreSQL")], tool="ask")
     shared.close()
     with psycopg.connect(pg_url) as conn:
-        row = conn.execute("SELECT content FROM thread_turns WHERE thread_id=%s", (thread_id,)).fetchone()
+        row = conn.execute(
+            "SELECT convert_from(content, 'UTF8') FROM thread_turns WHERE thread_id=%s", (thread_id,)
+        ).fetchone()
     assert row == ("kept in PostgreSQL",)
     home_db = Threads(tmp_path / "relay.db")
     assert home_db.find(thread_id) is None  # not in the front's own relay.db

@@ -196,7 +196,7 @@ def too_many_turns(thread_id: str, count: int, max_turns: int) -> RelayError:
 
 
 def heading(title: str) -> str:
-    return " ".join(title.split())[:TITLE_CHARS]
+    return " ".join(title.replace("\x00", " ").split())[:TITLE_CHARS]
 
 
 def turn_of(r: Mapping[str, Any]) -> Turn:

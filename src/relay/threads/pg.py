@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
-from typing import LiteralString
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import pq
@@ -149,7 +149,7 @@ class PgThreads(ThreadStore):
             rows = db.execute(
                 f"SELECT {TURN_COLUMNS} FROM thread_turns WHERE thread_id=%s ORDER BY seq", (thread_id,)
             ).fetchall()
-        return self._thread(row, tuple(turn_of(r) for r in rows))
+        return self._thread(row, tuple(turn_of(r | {"content": _text(r["content"])}) for r in rows))
 
     def list(self, *, limit: int = 20, include_expired: bool = False) -> list[Thread]:
         if limit < 1:
@@ -195,7 +195,7 @@ class PgThreads(ThreadStore):
             with db.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO thread_turns ({TURN_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    [turn_row(thread_id, count + i, turn, now, tool) for i, turn in enumerate(turns)],
+                    [_bytes_content(turn_row(thread_id, count + i, turn, now, tool)) for i, turn in enumerate(turns)],
                 )
             db.execute(
                 "UPDATE threads SET turn_count=turn_count+%s, updated_at=%s, total_cost_usd=total_cost_usd+%s"
@@ -208,3 +208,12 @@ class PgThreads(ThreadStore):
         with self._conn() as db:
             cur = db.execute("DELETE FROM threads WHERE updated_at <= %s", (self._clock() - self.config.ttl_s,))
             return cur.rowcount  # their turns go with them (ON DELETE CASCADE)
+
+
+def _bytes_content(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A thread_turns row with its content as UTF-8 bytes (the column is bytea: a turn may hold NUL)."""
+    return (*row[:3], str(row[3]).encode("utf-8", "surrogatepass"), *row[4:])
+
+
+def _text(content: Any) -> str:
+    return bytes(content).decode("utf-8", "surrogatepass")

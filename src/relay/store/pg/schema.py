@@ -130,7 +130,7 @@ CREATE TABLE thread_turns (
     thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
     seq INTEGER NOT NULL,
     role TEXT NOT NULL,
-    content TEXT NOT NULL,
+    content BYTEA NOT NULL,  -- UTF-8: a turn's text may hold NUL, which PostgreSQL's text cannot
     created_at DOUBLE PRECISION NOT NULL,
     tool TEXT NOT NULL,
     files TEXT NOT NULL DEFAULT '[]',
