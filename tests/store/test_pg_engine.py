@@ -133,3 +133,25 @@ async def test_a_front_on_another_host_pages_the_output_of_a_job_a_worker_ran_fr
         assert theirs["text"] == mine["text"] != ""
         raw = front.read_output(job_id, "events", 0, 10_000_000)
         assert raw["text"] == worker.read_output(job_id, "events", 0, 10_000_000)["text"]
+
+
+async def test_a_reader_on_another_host_leaves_a_job_a_far_worker_runs_alone(
+    pg_url: str, make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """`relay jobs` / `relay show` on a laptop reconcile the jobs whose relay died on *this* host; a job that a
+    worker of another host runs (its pids mean nothing here) is that host's to judge, by its lease."""
+    from relay.store import WorkerInfo
+
+    store = open_store(pg_url, home=tmp_path)
+    far = WorkerInfo("far/1", "host-b", "host-b.example", 4242, 1, "another-host", None, (), 1, 600.0)
+    store.register_worker(far)
+    store.insert_job("00000000000000fa", "claude", "cli", {"agent": "claude", "prompt": "p", "cwd": "/w"}, None, "/w")
+    [(_, _, epoch)] = store.claim(far, free=1, max_total=8, per_agent=lambda _: 4)
+    running = dict(pid=4242, pid_start_ticks=1, boot_id="another-boot", owner_pid=4242, owner_start_ticks=1)
+    assert store.mark_running("00000000000000fa", **running, deadline_at=None, idle_timeout_s=None, epoch=epoch)  # type: ignore[arg-type]
+    reader = Engine(make_settings(RELAY_STORE=pg_url))
+    assert reader.reconcile() == []
+    rec = store.get_job("00000000000000fa")
+    assert rec is not None and (rec.status, rec.worker, rec.epoch) == ("running", "far/1", epoch)
+    reader.store.close()
+    store.close()

@@ -104,11 +104,12 @@ class Recovery:
         return state.get(rec.id)
 
     def reconcile(self) -> list[str]:
-        """Finalize jobs whose relay died and whose process has ended (for CLI readers; adopts nothing alive)."""
+        """Finalize jobs of this host whose relay died and whose process has ended (for CLI readers; adopts nothing
+        alive). Another host's jobs are its own to judge (their pids mean nothing here): by their lease."""
         state = self._state
         finalized: list[str] = []
-        for rec in state.store.list_jobs(statuses=("running",), limit=100_000):
-            if rec.kind != "cli" or rec.id in state.live or state.owner_alive(rec):
+        for rec in state.store.active_jobs_of_host(state.worker.boot_id):
+            if rec.status != "running" or rec.kind != "cli" or rec.id in state.live or state.owner_alive(rec):
                 continue
             if rec.pid is not None and procinfo.is_alive(rec.pid, rec.pid_start_ticks, rec.boot_id):
                 continue
