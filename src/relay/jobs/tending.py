@@ -141,7 +141,7 @@ class Tending:
         expired = state.store.expired_leases()
         if not expired:
             return
-        workers = {w.id: w for w in state.store.list_workers()}
+        workers = {w: state.store.get_worker(w) for w in {worker_id for _, worker_id, _, _, _ in expired}}
         for job_id, worker_id, epoch, status, retry in expired:
             worker = workers.get(worker_id)
             if worker is not None and worker.boot_id == state.worker.boot_id:
