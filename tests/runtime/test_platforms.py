@@ -13,7 +13,7 @@ import anyio
 import psutil
 import pytest
 
-from relay.cli.main import _runtime_line  # pyright: ignore[reportPrivateUsage]
+from relay.cli.doctor_cmd import runtime_line as _runtime_line
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest

@@ -13,9 +13,9 @@ from typing import Any
 from relay import __version__
 from relay.cli._engine import reading_engine
 from relay.cli._errors import error_line, report
+from relay.cli._table import table
 from relay.cli.worker_cmd import COMMANDS as WORKER_COMMANDS
 from relay.cli.worktree_cmd import COMMANDS as WORKTREE_COMMANDS
-from relay.errors import RelayError
 
 # `relay tail -f` checks for new output this often.
 TAIL_POLL_S = 0.2
@@ -170,13 +170,6 @@ def _ago(ts: float) -> str:
     return f"{int(delta)}s ago"
 
 
-def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.no_worker:
         os.environ["RELAY_RUN_JOBS"] = "0"
@@ -321,7 +314,7 @@ def _jobs_table(engine: Any, args: argparse.Namespace) -> str:
         for r in records
     ]
     headers = ["JOB", "AGENT", "VIA", "STATUS", "MODEL", "CREATED", "BRANCH", "PROMPT"]
-    return _table(rows, headers) if rows else "no jobs"
+    return table(rows, headers) if rows else "no jobs"
 
 
 def _branch(request: dict[str, Any]) -> str:
@@ -401,90 +394,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from dataclasses import replace
+    from relay.cli.doctor_cmd import doctor_command
 
-    import anyio
-
-    from relay.config import load_settings
-    from relay.doctor import (
-        TABLE_HEADERS,
-        diagnose,
-        queue_report,
-        repos_report,
-        sandbox_report,
-        store_report,
-        table_rows,
-        worktree_report,
-    )
-    from relay.jobs.engine import Engine, JobRequest
-
-    settings = load_settings()
-    reports = diagnose(settings)
-    if args.smoke:
-
-        async def smoke() -> dict[str, str]:
-            outcomes: dict[str, str] = {}
-            async with Engine(settings).running() as engine:
-                ids: dict[str, str] = {}
-                for report in reports:
-                    if not report.found:
-                        continue
-                    try:
-                        ids[report.name] = engine.submit(
-                            JobRequest(
-                                agent=report.name,
-                                prompt="Reply with the single word: ok",
-                                timeout_s=args.smoke_timeout,
-                                via="cli/doctor",
-                            )
-                        )
-                    except RelayError as err:
-                        outcomes[report.name] = err.code.value
-                for name, job_id in ids.items():
-                    rec = await engine.wait_one(job_id, args.smoke_timeout + 15)
-                    outcomes[name] = "ok" if rec.status == "completed" else (rec.error or {}).get("code", rec.status)
-            return outcomes
-
-        outcomes = anyio.run(smoke)
-        reports = [replace(r, smoke=outcomes.get(r.name)) for r in reports]
-    from relay.cli.clients_cmd import CLIENT_HEADERS, client_rows
-
-    problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
-    store_line, store_ok = store_report(settings)  # relay.db: SQLite's integrity check and free space
-    rows, client_reports, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
-    runtime_line = _runtime_line(settings.runtime)
-    worktree_line, worktrees = worktree_report(settings)
-    repos_line, repos = repos_report(settings)  # the cache of repositories fetched for jobs by URL
-    queue_line, queue = queue_report(settings)  # workers running and stale, jobs waiting for a claim
-    sandbox = sandbox_report(settings.environ)
-    roots = [{"path": str(root), "source": source} for root, source in settings.root_sources()]
-    if args.json:
-        report = {
-            "agents": [r.to_dict() for r in reports],
-            "clients": client_reports,
-            "store": {"ok": store_ok, "summary": store_line},
-            "runtime": runtime_line.removeprefix("runtime: "),
-            "worktrees": worktrees,
-            "repos": repos | {"summary": repos_line},
-            "queue": queue | {"summary": queue_line},
-            "sandbox": sandbox,
-            "allowed_roots": roots,
-        }
-        print(json.dumps(report, indent=2))
-    else:
-        print(_table(table_rows(reports), TABLE_HEADERS))
-        print(f"\n{runtime_line}")
-        print(f"sandbox (execute_code): {sandbox['mode']}: {sandbox['details']}")
-        print("\n" + store_line)
-        print(queue_line)
-        print(worktree_line)
-        print(repos_line)
-        print("\nallowed roots (a job's cwd must be under one):")
-        print("\n".join(f"  {r['path']}  ({r['source']})" for r in roots))
-        print(f"  {CLIENT_ROOTS_NOTE}")
-        if rows:
-            print("\n" + _table(rows, CLIENT_HEADERS))
-    return 1 if problems or not store_ok or client_problems else 0
+    return doctor_command(args)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -542,23 +454,6 @@ COMMANDS = {
     **WORKTREE_COMMANDS,
     **WORKER_COMMANDS,
 }
-
-
-CLIENT_ROOTS_NOTE = (
-    "+ the roots each connected MCP client declares (over stdio; over HTTP with [security] client_roots = true); "
-    "more: [security] allowed_roots in config.toml or RELAY_ALLOWED_ROOTS"
-)
-
-
-def _runtime_line(requested: str) -> str:
-    """Which process runtime CLI jobs run on, and why (for `relay doctor`)."""
-    from relay.runtime.choice import choose
-
-    try:
-        chosen = choose(requested)
-    except RelayError as err:
-        return f"runtime: none ({err.message}; {err.hint})"
-    return f"runtime: {chosen.name} ({chosen.reason})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
