@@ -8,7 +8,6 @@ to its commit, so two fronts adding to one thread at once number their turns one
 
 from __future__ import annotations
 
-import select
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -21,8 +20,8 @@ from psycopg.rows import DictRow, dict_row
 
 from relay.errors import invalid
 from relay.principal import current
-from relay.store.pg.connect import conninfo
-from relay.store.pg.errors import pg_error
+from relay.store.pg.connect import conninfo, needs_check
+from relay.store.pg.errors import relay_errors
 from relay.store.pg.schema import migrate
 from relay.threads import (
     TURN_COLUMNS,
@@ -41,9 +40,6 @@ from relay.threads import (
 
 Conn = psycopg.Connection[DictRow]
 
-# A connection idle longer than this is checked (one empty round trip) before it is used again, as are
-# connections the server sent something to meanwhile (a restart's notice): a lost server costs a reconnect.
-CHECK_IDLE_S = 1.0
 THREAD_COLUMNS: LiteralString = (
     "id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd, principal"
 )
@@ -113,8 +109,7 @@ class PgThreads(ThreadStore):
             db = self._db = _take_idle(self.url)
             self._used_at = 0.0  # left by another store: checked first
         if db is not None and not (db.closed or db.broken):
-            idle = time.monotonic() - self._used_at > CHECK_IDLE_S
-            if not idle and not select.select([db.fileno()], [], [], 0)[0]:
+            if not needs_check(db, self._used_at):
                 return db
             try:
                 db.execute("")
@@ -131,9 +126,8 @@ class PgThreads(ThreadStore):
         """The connection, held by this thread for the block; a psycopg failure becomes a RelayError."""
         with self._lock:
             try:
-                yield self._usable()
-            except psycopg.Error as exc:
-                raise pg_error(exc, self.url) from None
+                with relay_errors(self.url):
+                    yield self._usable()
             finally:
                 self._used_at = time.monotonic()
 

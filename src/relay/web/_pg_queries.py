@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from relay.store.pg.connect import conninfo
-from relay.store.pg.errors import pg_error
+from relay.store.pg.errors import relay_errors
 from relay.web._queries import CostRow, Dialect, WorkerName, job_ids_sql
 
 # Connections the dashboard keeps to the server (its queries are short; pages render one at a time or so).
@@ -85,11 +85,8 @@ class PgJobQueries:
 
     @contextmanager
     def _conn(self) -> Generator[Conn]:
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise pg_error(exc, self._url) from None
+        with relay_errors(self._url), self._pool.connection() as conn:
+            yield conn
 
     def _rows(self, sql: LiteralString, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._conn() as conn:

@@ -7,6 +7,8 @@ a `RelayError` whose hint says what to do. A URL is only ever shown without its 
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from contextlib import contextmanager
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -107,3 +109,12 @@ def pg_error(exc: psycopg.Error, url: str) -> RelayError:
         code, (f"PostgreSQL at {where}: {type(exc).__name__}: {text}", "report this as a relay bug")
     )
     return RelayError(code, message.replace(url, where), hint)
+
+
+@contextmanager
+def relay_errors(url: str) -> Generator[None]:
+    """A psycopg failure inside the block becomes the RelayError for the store at `url` (pg_error)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise pg_error(exc, url) from None

@@ -10,7 +10,6 @@ the tables' triggers on `relay_jobs` / `relay_queue` (pg/schema.py; pg/listen.py
 from __future__ import annotations
 
 import json
-import select
 import socket
 import time
 import weakref
@@ -29,8 +28,8 @@ from relay.events import Event
 from relay.store import outputs
 from relay.store.db import JOB_COLUMNS, AuditExpectation, JobRecord, SessionRecord, SessionTurn
 from relay.store.pg.claims import OF_HOST_PG, Conn, PgClaims
-from relay.store.pg.connect import conninfo
-from relay.store.pg.errors import pg_error
+from relay.store.pg.connect import conninfo, needs_check
+from relay.store.pg.errors import relay_errors
 from relay.store.pg.listen import PgChanges
 from relay.store.pg.marks import LatestMark
 from relay.store.pg.schema import migrate
@@ -40,10 +39,6 @@ from relay.store.pg.watch import ChangeCount
 POOL_SIZE = 4
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
-# A connection of the pool idle longer than this is checked (one empty round trip) before it is used again;
-# one used a moment ago is checked only when the server sent something meanwhile (a job's life takes ~20
-# connections from the pool).
-CHECK_IDLE_S = 1.0
 
 _JOB_COLUMNS: LiteralString = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
@@ -101,13 +96,10 @@ def audit_log_name(home: Path) -> str:
 
 def audit_expectation(url: str, home: Path) -> AuditExpectation:
     """What the store at `url` records of the audit log in `home` (its last entry), read without migrating."""
-    try:
-        with psycopg.connect(conninfo(url), autocommit=True) as conn:
-            if conn.execute("SELECT to_regclass('audit_mark')").fetchone() in (None, (None,)):
-                return AuditExpectation(None, 0)
-            row = conn.execute("SELECT seq, hash FROM audit_mark WHERE log=%s", (audit_log_name(home),)).fetchone()
-    except psycopg.Error as exc:
-        raise pg_error(exc, url) from None
+    with relay_errors(url), psycopg.connect(conninfo(url), autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('audit_mark')").fetchone() in (None, (None,)):
+            return AuditExpectation(None, 0)
+        row = conn.execute("SELECT seq, hash FROM audit_mark WHERE log=%s", (audit_log_name(home),)).fetchone()
     # The jobs of a shared store are every front's: the mark alone says this log was written.
     return AuditExpectation((int(row[0]), str(row[1])) if row else None, 0)
 
@@ -125,11 +117,8 @@ class PgStore(PgClaims):
         self.url = url
         self.audit = audit
         self._log = audit_log_name(audit.home)
-        try:
-            with psycopg.connect(conninfo(url), autocommit=True) as conn:
-                migrate(conn)
-        except psycopg.Error as exc:
-            raise pg_error(exc, url) from None
+        with relay_errors(url), psycopg.connect(conninfo(url), autocommit=True) as conn:
+            migrate(conn)
         self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         # The pool's connections by the pid of the server process serving each (a notice names its sender's).
         self._own: weakref.WeakValueDictionary[int, Conn] = weakref.WeakValueDictionary()
@@ -168,23 +157,18 @@ class PgStore(PgClaims):
         return conn is not None and not conn.closed
 
     def _check(self, conn: Conn) -> None:
-        """The pool's check before it hands out `conn`: a round trip, unless it was used within CHECK_IDLE_S and
-        the server sent nothing since (a server that restarted or ended the session says so, then closes it)."""
-        recent = time.monotonic() - self._last_used.get(conn, float("-inf")) <= CHECK_IDLE_S
-        if not recent or select.select([conn.fileno()], [], [], 0)[0]:
+        """The pool's check before it hands out `conn`: a round trip, when pg/connect.py's `needs_check` says so."""
+        if needs_check(conn, self._last_used.get(conn, float("-inf"))):
             ConnectionPool.check_connection(conn)
 
     @contextmanager
     def _conn(self) -> Generator[Conn]:
         """A connection of the pool; a psycopg failure becomes a RelayError."""
-        try:
-            with self._pool.connection() as conn:
-                try:
-                    yield conn
-                finally:
-                    self._last_used[conn] = time.monotonic()
-        except psycopg.Error as exc:
-            raise pg_error(exc, self.url) from None
+        with relay_errors(self.url), self._pool.connection() as conn:
+            try:
+                yield conn
+            finally:
+                self._last_used[conn] = time.monotonic()
 
     @contextmanager
     def _tx(self) -> Generator[Conn]:
