@@ -26,12 +26,10 @@ TARGET_MS = 50.0
 async def run(jobs: int = JOBS) -> list[Result]:
     import tempfile
 
-    import psutil
-
     sys.path.insert(0, str(REPO))
     from tests.cluster.forward import Forwarder
     from tests.cluster.netns import Cluster, remove_stale, require
-    from tests.cluster.test_pg_hosts import setup, worker_on
+    from tests.cluster.test_pg_hosts import setup, stop_worker_on, worker_on
     from tests.cluster.wake import job_wait_lags
 
     from bench_pg_store import stats
@@ -53,9 +51,7 @@ async def run(jobs: int = JOBS) -> list[Result]:
                 lags = await job_wait_lags(load_settings(env | {"RELAY_RUN_JOBS": "0"}, cwd=work), store, work, jobs)
             finally:
                 store.close()
-                for init in psutil.Process(far.pid).children():
-                    init.terminate()
-                far.wait(30)
+                stop_worker_on(far)
                 forward.close()
         finally:
             hosts.close()

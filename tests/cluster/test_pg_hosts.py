@@ -89,6 +89,14 @@ def worker_on(
     )
 
 
+def stop_worker_on(far: subprocess.Popen[str]) -> None:
+    """Stop a `worker_on` worker as SIGTERM asks it to (the worker is the first process of the host's pid
+    namespace, under `ip netns exec` and `unshare`), and wait for it."""
+    for init in psutil.Process(far.pid).children():
+        init.terminate()
+    far.wait(30)
+
+
 async def running_on(front: Engine, job: str, log: Path, name: str) -> None:
     with anyio.fail_after(60):
         while front.get(job).status != "running" or not log.exists():
@@ -157,9 +165,7 @@ async def test_a_fronts_job_wait_wakes_within_50_ms_of_a_job_ending_on_another_h
         lags = await job_wait_lags(settings, store, work, 5)
     finally:
         store.close()
-        for init in psutil.Process(far.pid).children():  # the worker: first process of the host's pid namespace
-            init.terminate()
-        far.wait(30)
+        stop_worker_on(far)
     print("job_wait after the end on another host, ms:", [round(lag * 1000, 1) for lag in lags])
     # Woken by the end's notice: a front that looked only once a second would answer ~0.5 s late on average.
     assert statistics.median(lags) <= 0.05, lags
@@ -199,9 +205,7 @@ async def test_a_cancel_through_one_front_kills_the_job_a_worker_on_another_host
             killed = time.monotonic() - asked
             waited = await first.call_tool("job_wait", {"job_ids": [job_id], "timeout_s": 10})
     finally:
-        for init in psutil.Process(far.pid).children():
-            init.terminate()
-        far.wait(30)
+        stop_worker_on(far)
     [job] = (waited.structured_content or {})["jobs"]
     assert job["status"] == "cancelled"
     print(f"cancel through another front -> agent's processes gone on the worker's host: {killed * 1000:.0f} ms")
