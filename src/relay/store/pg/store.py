@@ -441,14 +441,18 @@ class PgStore(PgClaims):
         # that epoch.
         with self._conn() as conn, conn.pipeline():
             with conn.transaction():
-                lock = conn.execute("SELECT epoch FROM jobs WHERE id=%s FOR NO KEY UPDATE", (job_id,))
+                lock = (
+                    conn.execute("SELECT epoch FROM jobs WHERE id=%s FOR NO KEY UPDATE", (job_id,))
+                    if epoch is not None
+                    else None
+                )
                 if events:
                     sql = _ADD_EVENTS + fence + _ADD_EVENTS_END
                     conn.execute(sql, (job_id, time.time(), seqs, types, data, job_id, *fenced))
                 if session_id is not None:
                     conn.execute("UPDATE jobs SET session_id=%s WHERE id=%s" + fence, (session_id, job_id, *fenced))
-            row = lock.fetchone()
-        return row is not None and (epoch is None or row[0] == epoch)
+            row = lock.fetchone() if lock is not None else None
+        return lock is None or (row is not None and row[0] == epoch)
 
     def max_event_seq(self, job_id: str) -> int:
         rows, _ = self._exec("SELECT MAX(seq) FROM events WHERE job_id=%s", (job_id,))
