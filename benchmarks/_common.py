@@ -94,12 +94,8 @@ def pg_cluster() -> Iterator[Any]:
     bin_dir = pg_bin()
     if bin_dir is None:
         raise SystemExit("no PostgreSQL under /usr/lib/postgresql/*/bin: scripts/install-system-tools installs it")
-    cluster = Cluster(bin_dir)
-    try:
-        cluster.start()
+    with Cluster(bin_dir) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @contextlib.contextmanager

@@ -210,12 +210,8 @@ def pg_cluster() -> Iterator[Cluster]:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    cluster = Cluster(bin_dir)
-    try:
-        cluster.start()
+    with Cluster(bin_dir) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -120,6 +120,18 @@ class Cluster:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def __enter__(self) -> Cluster:
+        """Started (and, past the block, stopped with its files removed, even when starting failed half-way)."""
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Stop the server by its postmaster's pid (SIGINT: fast shutdown, then SIGKILL) and remove its files."""
         if self.pid is not None:
