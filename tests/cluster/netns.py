@@ -22,7 +22,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +37,9 @@ COMMAND_TIMEOUT_S = 30.0
 _NAME = re.compile(r"^relay-t(\d+)-(\d+)$")
 # The n of relay-t<pid>-<n>: unique in this process, whichever Cluster makes the host.
 _numbers = itertools.count(1)
-# Namespaces and addresses are handed out one run at a time (two test runs on one machine).
-_LOCK = Path(tempfile.gettempdir(), "relay-netns.lock")
+# Namespaces and addresses are handed out one run at a time (two test runs on one machine). Namespaces
+# belong to the machine, so the lock does too: not under TMPDIR, which each test tier sets for itself.
+_LOCK = Path("/run/lock" if os.path.isdir("/run/lock") else "/tmp", "relay-netns.lock")
 
 
 @dataclass(frozen=True)
