@@ -90,10 +90,18 @@ def test_a_turn_holding_nul_and_any_unicode_is_kept_whole(
     threads = threads_of(backend, request, tmp_path)
     thread_id = new_thread_id()
     text = "a\x00b — 日本語 \U0001f600 end"  # NUL: PostgreSQL's text refuses it
-    thread = threads.add_turns(thread_id, [NewTurn("user", text)], tool="ask", title="nul\x00title")
-    assert thread.title == "nul title"
+    lone = "half a pair: \ud800, the other half: \udfff"  # valid JSON ("\\ud800"), not UTF-8: both stores refuse it as text
+    thread = threads.add_turns(
+        thread_id, [NewTurn("user", text), NewTurn("assistant", lone)], tool="ask", title="nul\x00title \ud800"
+    )
+    assert thread.title == "nul title \ufffd"
     found = threads.find(thread_id)
-    assert found is not None and [t.content for t in found.turns] == [text]
+    assert found is not None and [t.content for t in found.turns] == [text, lone]
+    assert [t.content for t in threads.add_turns(thread_id, [NewTurn("user", "next")], tool="ask").turns] == [
+        text,
+        lone,
+        "next",
+    ]
     threads.close()
 
 

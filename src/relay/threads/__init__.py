@@ -196,7 +196,22 @@ def too_many_turns(thread_id: str, count: int, max_turns: int) -> RelayError:
 
 
 def heading(title: str) -> str:
-    return " ".join(title.replace("\x00", " ").split())[:TITLE_CHARS]
+    """A thread's title: one line, no NUL, and no lone surrogate (valid in JSON, refused by both stores' text)."""
+    whole = title.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # a lone surrogate: U+FFFD
+    return " ".join(whole.replace("\x00", " ").split())[:TITLE_CHARS]
+
+
+def stored_text(content: str) -> str | bytes:
+    """A turn's content as relay.db keeps it: text, or its UTF-8 bytes where it holds a lone surrogate.
+
+    JSON may carry a lone surrogate ("\\ud800") and a turn is kept whole, but SQLite's text is UTF-8,
+    which has no such character; `turn_of` reads either back as the same string.
+    """
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError:
+        return content.encode("utf-8", "surrogatepass")
+    return content
 
 
 def turn_of(r: Mapping[str, Any]) -> Turn:
@@ -204,7 +219,7 @@ def turn_of(r: Mapping[str, Any]) -> Turn:
     return Turn(
         seq=int(r["seq"]),
         role=str(r["role"]),
-        content=str(r["content"]),
+        content=r["content"].decode("utf-8", "surrogatepass") if isinstance(r["content"], bytes) else str(r["content"]),
         created_at=float(r["created_at"]),
         tool=str(r["tool"]),
         files=tuple(json.loads(r["files"])),
@@ -222,7 +237,7 @@ def turn_row(thread_id: str, seq: int, turn: NewTurn, now: float, tool: str) -> 
         thread_id,
         seq,
         turn.role,
-        turn.content,
+        stored_text(turn.content),
         now,
         tool,
         json.dumps(list(turn.files)),

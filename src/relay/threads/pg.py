@@ -206,7 +206,12 @@ class PgThreads(ThreadStore):
 
 def _bytes_content(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A thread_turns row with its content as UTF-8 bytes (the column is bytea: a turn may hold NUL)."""
-    return (*row[:3], str(row[3]).encode("utf-8", "surrogatepass"), *row[4:])
+    content = row[3]
+    return (
+        *row[:3],
+        content if isinstance(content, bytes) else str(content).encode("utf-8", "surrogatepass"),
+        *row[4:],
+    )
 
 
 def _text(content: Any) -> str:
