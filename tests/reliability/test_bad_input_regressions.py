@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,9 @@ import pytest
 from mcp import Client
 
 from relay.server.app import build_server
+from relay.server.toolsets import BUILTIN
 from tests.reliability.conftest import AdvSettings, quick_agent
+from tests.reliability.test_fuzzed_tools import classify
 
 pytestmark = pytest.mark.anyio
 
@@ -59,3 +62,48 @@ async def test_a_job_id_longer_than_sqlite_allows_in_like_is_job_not_found(
         await call(client, "delegate", {"prompt": "a job to search past", "cwd": str(workdir), "mode": "sync"})
         failed, content = await call(client, tool, {"job_id": "a" * 60_000})
     assert failed and content["error"]["code"] == "JOB_NOT_FOUND"
+
+
+LONE = "\ud800"  # valid in JSON ("\\ud800"), not in UTF-8
+
+
+def surrogate_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Every property of a tool's input: each string a lone surrogate, the rest the first value its type allows."""
+    args: dict[str, Any] = {}
+    for name, prop in schema.get("properties", {}).items():
+        kinds = prop.get("type") if isinstance(prop.get("type"), list) else [prop.get("type")]
+        if "enum" in prop:
+            args[name] = prop["enum"][0]
+        elif "string" in kinds or not any(kinds):
+            args[name] = f"{name} {LONE}"
+        elif "array" in kinds:
+            args[name] = [f"{name} {LONE}"]
+        elif "object" in kinds:
+            args[name] = {LONE: LONE}
+        elif "integer" in kinds or "number" in kinds:
+            args[name] = 1
+        elif "boolean" in kinds:
+            args[name] = False
+    return args
+
+
+@pytest.mark.parametrize("toolset", sorted(BUILTIN))
+async def test_a_lone_surrogate_in_any_argument_of_any_tool_is_a_coded_error_not_a_crash(
+    adv_settings: AdvSettings, workdir: Path, tmp_path: Path, toolset: str
+) -> None:
+    settings = adv_settings(command=quick_agent(tmp_path / "bin"), RELAY_TOOLSETS=toolset)
+    outcomes: dict[str, str] = {}
+    said: dict[str, str] = {}
+    async with Client(build_server(settings)) as client:
+        with anyio.fail_after(30):
+            tools = (await client.list_tools()).tools
+        for tool in tools:
+            with anyio.fail_after(30):
+                result = await client.call_tool(tool.name, surrogate_arguments(tool.input_schema))
+            outcomes[tool.name] = classify(result)  # raises on INTERNAL, or an error without code and hint
+            said[tool.name] = json.dumps(result.structured_content)
+        with anyio.fail_after(30):
+            still = (await client.list_tools()).tools  # the server still answers
+    assert len(still) == len(tools) and "INVALID_ARGUMENT" in outcomes.values(), outcomes
+    if toolset == "tasks":  # the tracker's store is where the text first meets UTF-8: the error names the argument
+        assert "title holds a lone surrogate" in said["create_task"], said["create_task"]

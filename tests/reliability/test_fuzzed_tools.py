@@ -90,6 +90,9 @@ def tricky_strings(workdir: Path, outside: Path) -> list[str]:
         "\u202e\u200b\ufeff",
         "😀" * 500,
         "ünïcödé ☃ 中文 العربية",
+        "\ud800",  # lone surrogates: valid in JSON ("\\ud800"), not in UTF-8
+        "half \udfff pair",
+        "\udc80\udcff",  # bytes a shell passed as-is, as Python decodes them
         "[[fake:hang]]",
         "a" * 5000,
         *HUGE,

@@ -153,7 +153,8 @@ class JobState:
     def get(self, job_id: str, principal: str | None = None) -> JobRecord:
         """A job by id, or by a unique prefix of one; JOB_NOT_FOUND otherwise. With `principal`, only its
         own jobs are found (another's id or prefix answers as if no such job existed)."""
-        rec = self.store.get_job(job_id, principal=principal)
+        # An id no job can have (a lone surrogate is not text to look up) is simply not found.
+        rec = self.store.get_job(job_id, principal=principal) if _is_text(job_id) else None
         if rec is None:
             plausible = 4 <= len(job_id) <= 32 and all(c in "0123456789abcdef" for c in job_id)
             matches = self.store.find_jobs(job_id, principal=principal) if plausible else []
@@ -210,3 +211,12 @@ def mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
+
+
+def _is_text(value: str) -> bool:
+    """Whether `value` is text the store can look up (UTF-8 has no lone surrogate, which JSON may carry)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

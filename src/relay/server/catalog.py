@@ -8,7 +8,7 @@ exception a tool lets out into an error result with a code and a hint.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -205,13 +205,19 @@ class Catalog:
             asking = _needs_confirmation(exc.__cause__)
             if asking is not None:  # the person is asked in the result; the client's retry brings the answer
                 return InputRequiredResult(input_requests={asking.key: asking.request})
-            return error_result(self._translate(registered, exc))
+            return error_result(self._translate(registered, exc, arguments))
         return value if isinstance(value, InputRequiredResult) else as_result(value)
 
-    def _translate(self, registered: RegisteredTool, exc: ToolError) -> RelayError:
+    def _translate(self, registered: RegisteredTool, exc: ToolError, arguments: dict[str, Any]) -> RelayError:
         cause: BaseException | None = exc.__cause__
         if isinstance(cause, ValidationError):
             return invalid_arguments(registered, cause)
+        if isinstance(cause, UnicodeEncodeError) and (where := lone_surrogate(arguments)) is not None:
+            return RelayError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{registered.name}: {where} holds a lone surrogate, which is not text (JSON allows \\ud800, UTF-8 does not)",
+                f"pass {where} as text: a character outside the BMP is sent as a whole \\ud83d\\ude00 pair",
+            )
         if isinstance(cause, RelayError):
             return cause
         if isinstance(cause, BaseExceptionGroup):
@@ -249,6 +255,28 @@ def _first_relay_error(group: BaseExceptionGroup[Any]) -> RelayError | None:
             found = _first_relay_error(exc)  # pyright: ignore[reportUnknownArgumentType]
             if found is not None:
                 return found
+    return None
+
+
+def lone_surrogate(value: Any, where: str = "") -> str | None:
+    """Where in a tool's arguments a string holds a lone surrogate ("job_ids[0]"), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "an argument"
+        return None
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for key, inner in cast(dict[Any, Any], value).items():
+            path = f"{where}.{key}" if where else str(key)
+            items += [(path, key), (path, inner)]  # a key may hold one too
+    elif isinstance(value, list):
+        items = [(f"{where}[{i}]", inner) for i, inner in enumerate(cast(list[Any], value))]
+    for path, inner in items:
+        found = lone_surrogate(inner, path)
+        if found is not None:
+            return found
     return None
 
 
