@@ -87,3 +87,21 @@ def private(path: Path) -> None:
             os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
     except OSError:
         pass
+
+
+def expand_home(raw: str) -> Path:
+    """`raw` with a leading ~ or ~user expanded; as given where that user is unknown (it is then a relative
+    path, which every caller refuses with its own message, instead of a RuntimeError)."""
+    path = Path(raw)
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
+def is_dir(path: Path) -> bool:
+    """`path.is_dir()`, False where the system refuses the name itself (too long, a NUL byte) instead of raising."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False

@@ -107,3 +107,28 @@ async def test_a_lone_surrogate_in_any_argument_of_any_tool_is_a_coded_error_not
     assert len(still) == len(tools) and "INVALID_ARGUMENT" in outcomes.values(), outcomes
     if toolset == "tasks":  # the tracker's store is where the text first meets UTF-8: the error names the argument
         assert "title holds a lone surrogate" in said["create_task"], said["create_task"]
+
+
+TOO_LONG = "/" + "x" * 60_000  # a name the system refuses (ENAMETOOLONG), not merely a missing one
+
+
+@pytest.mark.parametrize(
+    ("toolset", "tool", "args"),
+    [
+        ("claude-code-mcp", "claude_code", {"prompt": "x", "workFolder": TOO_LONG}),
+        ("gateway", "import_mcp_server", {"from_project": TOO_LONG}),
+        ("zen", "chat", {"prompt": "x", "working_directory_absolute_path": TOO_LONG}),
+        ("zen", "chat", {"prompt": "x", "working_directory_absolute_path": "~nobody-such-user/x"}),
+        ("tasks", "list_tasks", {"project": "~nobody-such-user/x"}),
+        ("core", "delegate", {"prompt": "x", "cwd": "~nobody-such-user/x", "mode": "async"}),
+    ],
+    ids=["workFolder-too-long", "from_project-too-long", "zen-dir-too-long", "zen-unknown-user", "tracker", "cwd"],
+)
+async def test_a_path_too_long_or_under_an_unknown_users_home_is_a_coded_error(
+    adv_settings: AdvSettings, tmp_path: Path, toolset: str, tool: str, args: dict[str, Any]
+) -> None:
+    settings = adv_settings(command=quick_agent(tmp_path / "bin"), RELAY_TOOLSETS=f"core,{toolset}")
+    async with Client(build_server(settings)) as client:
+        with anyio.fail_after(30):
+            result = await client.call_tool(tool, args)
+    assert result.is_error and classify(result) != "INTERNAL", result.structured_content

@@ -22,13 +22,16 @@ from mcp.shared.exceptions import MCPError
 
 from relay.errors import ErrorCode
 from relay.server.app import build_server
+from relay.server.toolsets import BUILTIN
 from tests.reliability.conftest import AdvSettings, quick_agent, record
 
 pytestmark = pytest.mark.anyio
 
-# Cases across all tools; each tool gets an equal share, and at least MIN_PER_TOOL.
+# Cases across the default toolset's tools; each tool gets an equal share, and at least MIN_PER_TOOL.
 TOTAL_CASES = 1200
 MIN_PER_TOOL = 60
+# Every other built-in toolset (enabled beside core, as a client enables it): this many cases per tool of its own.
+PER_EXTRA_TOOL = 30
 CALL_TIMEOUT_S = 30
 CODES = {c.value for c in ErrorCode} - {ErrorCode.INTERNAL.value}
 
@@ -132,6 +135,8 @@ def plausible(
     if name == "mode":
         # Jobs go async so the fuzz never waits on one; the waiting modes are covered elsewhere.
         return st.sampled_from([m for m in schema.get("enum", []) if m in ("async", "any", "all")] or ["async"])
+    if name == "duration":  # gemini-mcp's timeout-test sleeps this many ms, as its seed does: no more than 50
+        return st.floats(min_value=10, max_value=50) | st.sampled_from([0, -1, 9.99])
     if name == "timeout_s":
         return st.floats(min_value=0.001, max_value=1) | st.sampled_from([0, -1, 3601, 1e300])
     if name == "agent":
@@ -194,12 +199,18 @@ def classify(result: Any) -> str:
     content = result.structured_content
     assert isinstance(content, dict), f"an error result without structured content: {result.content}"
     if content.get("success") is False:
-        # The gateway's tools answer in seed 003's shape ({success: false, error: text, error_type}) plus relay's code and hint.
+        # The gateway's, gobby's and powerspawn's tools answer in their seeds' shape ({success: false, error: text,
+        # error_type}) plus relay's hint (and its code, where the seed's error_type is not relay's code).
         assert isinstance(content.get("error"), str) and content["error"], f"no error text: {content}"
-        assert content.get("code") in CODES, f"code {content.get('code')!r}: {content['error']}"
+        code = content.get("code", content.get("error_type"))
+        assert code != ErrorCode.INTERNAL.value and ("code" in content) <= (code in CODES), f"code {code!r}: {content}"
+        assert isinstance(content.get("hint"), str) and content["hint"].strip(), f"no hint: {content}"
+        return str(code)
+    error = content.get("error")
+    if isinstance(error, str) and "code" in content:  # a compat profile's flat shape, plus relay's code and hint
+        assert content.get("code") in CODES, f"code {content.get('code')!r}: {error}"
         assert isinstance(content.get("hint"), str) and content["hint"].strip(), f"no hint: {content}"
         return str(content["code"])
-    error = content.get("error")
     assert isinstance(error, dict), f"an error result without error: {content}"
     assert error.get("code") in CODES, f"error code {error.get('code')!r}: {error.get('message')}"
     assert isinstance(error.get("hint"), str) and error["hint"].strip(), f"no hint: {error}"
@@ -211,7 +222,9 @@ def shorten(args: dict[str, Any]) -> str:
     return text if len(text) < 300 else text[:300] + "..."
 
 
+@pytest.mark.parametrize("toolset", ["core", *sorted(set(BUILTIN) - {"core"})])
 async def test_every_tool_answers_generated_arguments_with_a_result_or_a_coded_error(
+    toolset: str,
     adv_settings: AdvSettings,
     workdir: Path,
     tmp_path: Path,
@@ -222,7 +235,11 @@ async def test_every_tool_answers_generated_arguments_with_a_result_or_a_coded_e
     (workdir / "link-out").symlink_to("/")
     (workdir / "loop").symlink_to(workdir / "loop")
     strings = tricky_strings(workdir, outside)
-    settings_ = adv_settings(command=quick_agent(tmp_path / "bin"), RELAY_KILL_GRACE_S="0.2")
+    agent = quick_agent(tmp_path / "bin")
+    async with Client(build_server(adv_settings(command=agent))) as core_only:
+        core_tools = {tool.name for tool in (await core_only.list_tools()).tools}
+    extra = {} if toolset == "core" else {"RELAY_TOOLSETS": f"core,{toolset}"}
+    settings_ = adv_settings(command=agent, RELAY_KILL_GRACE_S="0.2", **extra)
     counts: dict[str, Counter[str]] = {}
     violations: list[tuple[str, str, str]] = []
     started = time.monotonic()
@@ -235,8 +252,8 @@ async def test_every_tool_answers_generated_arguments_with_a_result_or_a_coded_e
         job_id = seeded.structured_content["job_id"]
         session = seeded.structured_content["session_id"]
         ids = [job_id, job_id[:6], job_id.upper(), session, "0" * 16]
-        tools = listed.tools
-        per_tool = max(MIN_PER_TOOL, math.ceil(TOTAL_CASES / len(tools)))
+        tools = [tool for tool in listed.tools if (tool.name in core_tools) == (toolset == "core")]
+        per_tool = max(MIN_PER_TOOL, math.ceil(TOTAL_CASES / len(tools))) if toolset == "core" else PER_EXTRA_TOOL
 
         async def call(name: str, args: dict[str, Any]) -> Any:
             with anyio.fail_after(CALL_TIMEOUT_S):
@@ -290,11 +307,11 @@ async def test_every_tool_answers_generated_arguments_with_a_result_or_a_coded_e
         "outcomes": dict(sorted(outcomes.items())),
         "per_tool": {name: dict(sorted(c.items())) for name, c in sorted(counts.items())},
     }
-    path = tmp_path_factory.getbasetemp() / "fuzz-counts.json"
+    path = tmp_path_factory.getbasetemp() / f"fuzz-counts-{toolset}.json"
     path.write_text(json.dumps(summary, indent=2))
     print(f"fuzz counts ({path}):\n{json.dumps(summary, indent=2)}")
-    record("fuzz", "summary", summary)
-    assert total >= 1000
+    record("fuzz", "summary" if toolset == "core" else f"summary {toolset}", summary)
+    assert total >= (1000 if toolset == "core" else PER_EXTRA_TOOL * len(tools)) and tools
     distinct: dict[tuple[str, str], str] = {}
     for tool_name, problem, example in violations:
         key = (tool_name, problem[:90])

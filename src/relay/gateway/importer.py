@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from relay.errors import RelayError, invalid
 from relay.gateway.config import NAME_PATTERN, ServerConfig, make_config
+from relay.osfiles import expand_home, is_dir
 
 # Where each client keeps a project's MCP servers, and the key its servers live under.
 PROJECT_FILES: tuple[tuple[str, str], ...] = (
@@ -163,9 +164,9 @@ def from_project_files(directory: Path, scope: str, environ: Mapping[str, str]) 
 
 def resolve_project(source: str, cwd: Path, known_scopes: list[str]) -> Path:
     """`from_project` as a directory: a path (absolute or relative to cwd), or the name of a known project."""
-    path = Path(source).expanduser()
+    path = expand_home(source)
     path = path if path.is_absolute() else cwd / path
-    if path.is_dir():
+    if is_dir(path):
         return path.resolve()
     by_name = [Path(s) for s in known_scopes if s and Path(s).name == source]
     if len(by_name) == 1:

@@ -16,6 +16,7 @@ from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.grants import Permit, permit
+from relay.osfiles import expand_home
 from relay.principal import current
 from relay.runtime import choice, procinfo
 from relay.store import JobRecord, JobStore, SessionRecord
@@ -194,7 +195,7 @@ def _check_utf8(name: str, value: str) -> None:
 
 
 def resolve_cwd(settings: Settings, raw: str | None) -> str:
-    path = Path(raw).expanduser() if raw else Path.cwd()
+    path = expand_home(raw) if raw else Path.cwd()
     if not path.is_absolute():
         raise invalid(
             f"cwd must be an absolute path, got {raw!r}",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.osfiles import expand_home
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def find_repo_root(start: Path) -> Path | None:
 
 def resolve_project(cwd: Path, project: str | None = None, allowed_roots: Sequence[Path] = ()) -> Project:
     """The project for `project` (a directory, absolute or relative to `cwd`) or, without it, for `cwd`."""
-    raw = cwd if project is None else Path(project).expanduser()
+    raw = cwd if project is None else expand_home(project)
     if project is not None and ("\x00" in project or not project.strip()):
         raise invalid("project is empty or contains NUL bytes", "pass the repository's path, or omit project")
     path = raw if raw.is_absolute() else cwd / raw

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from relay.agents import known_agents
@@ -20,6 +19,7 @@ from relay.agents.api.registry import read_config_table
 from relay.config import Settings
 from relay.errors import invalid
 from relay.jobs.engine import Engine
+from relay.osfiles import expand_home
 from relay.threads import NewTurn, select_history
 from relay.workflows import messages as msg
 from relay.workflows.models import Answer, CliTarget, answer, cli_job_request, cli_model, wait_job
@@ -68,7 +68,7 @@ def _cli_settings(settings: Settings, cli: str) -> dict[str, Any]:
 def _file_refs(paths: tuple[str, ...]) -> str:
     lines: list[str] = []
     for raw in paths:
-        path = Path(raw).expanduser()
+        path = expand_home(raw)
         try:
             st = path.stat()
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime))

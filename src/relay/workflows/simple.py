@@ -13,6 +13,7 @@ from typing import Any
 from relay.ask import AskArgs
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.engine import Engine
+from relay.osfiles import expand_home, is_dir
 from relay.workflows import messages as msg
 from relay.workflows.models import Answer, resolve_model, start_model_job, wait_job
 from relay.workflows.models import answer as job_answer
@@ -35,10 +36,10 @@ class ChatRequest:
 
 def check_working_directory(engine: Engine, raw: str) -> Path:
     """An absolute, existing directory inside the allowed roots (the seed's messages for the first two)."""
-    path = Path(raw).expanduser()
+    path = expand_home(raw)
     if not path.is_absolute():
         raise msg.working_directory_not_absolute(raw)
-    if not path.is_dir():
+    if not is_dir(path):
         raise msg.working_directory_missing(raw)
     resolved = path.resolve()
     roots = engine.settings.allowed_roots

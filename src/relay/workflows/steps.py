@@ -13,11 +13,11 @@ import re
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from relay.config import Settings
 from relay.errors import invalid
+from relay.osfiles import expand_home
 from relay.threads import NewTurn, Thread, ThreadStore, new_thread_id, open_threads
 from relay.workflows import messages as msg
 
@@ -88,7 +88,7 @@ def check_absolute(paths: Sequence[str], images: bool = False) -> None:
     for raw in paths:
         if images and image_data_url(raw):
             continue
-        if not Path(raw).expanduser().is_absolute():
+        if not expand_home(raw).is_absolute():
             raise msg.image_form_error(raw) if images else msg.absolute_paths_error(raw)
 
 
@@ -256,7 +256,7 @@ def embeddable(paths: Sequence[str], settings: Settings) -> tuple[list[str], lis
     ok: list[str] = []
     skipped: list[str] = []
     for raw in paths:
-        path = Path(raw).expanduser()
+        path = expand_home(raw)
         try:
             resolved = path.resolve(strict=True)
         except (OSError, RuntimeError, ValueError):

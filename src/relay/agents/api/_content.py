@@ -11,6 +11,7 @@ from pathlib import Path
 
 from relay.agents.api._call import ImageData
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.osfiles import expand_home
 
 # Token estimate used for every budget: UTF-8 bytes / 4.
 BYTES_PER_TOKEN = 4
@@ -48,7 +49,7 @@ def check_paths(paths: Iterable[str], what: str, roots: Sequence[Path] = ()) -> 
     """Absolute paths of existing regular files or directories inside `roots`, resolved; else an error."""
     out: list[str] = []
     for raw in paths:
-        path = Path(raw).expanduser()
+        path = expand_home(raw)
         if not path.is_absolute():
             raise invalid(
                 f"{what} must be absolute paths, got {raw[:200]!r}",
@@ -144,7 +145,7 @@ def load_image(spec: str) -> ImageData:
         if len(raw) > MAX_IMAGE_BYTES:
             raise invalid("an image is larger than 5 MB", "resize it")
         return ImageData(match.group(1), base64.b64encode(raw).decode("ascii"))
-    path = Path(spec).expanduser()
+    path = expand_home(spec)
     if "\0" in spec or not path.is_absolute():
         raise invalid(f"images must be absolute paths or data URLs, got {spec[:80]!r}", "pass the image's full path")
     media_type = IMAGE_TYPES.get(path.suffix.lower())

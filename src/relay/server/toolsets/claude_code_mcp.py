@@ -13,6 +13,7 @@ from pydantic import Field
 
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import JobRequest
+from relay.osfiles import expand_home, is_dir
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
 from relay.server.toolsets._registry import RUNS_AGENT, Deps, ToolRegistry, Toolset
@@ -78,8 +79,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 def _work_folder(work_folder: str | None, home: str) -> str:
     """workFolder made absolute when it is a directory; otherwise home, as the original falls back."""
     if work_folder:
-        folder = Path(work_folder).expanduser().absolute()
-        if folder.is_dir():
+        folder = expand_home(work_folder).absolute()
+        if is_dir(folder):
             return str(folder)
     return home
 

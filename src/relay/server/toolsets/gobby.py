@@ -357,6 +357,9 @@ async def _sandbox_reply(engine: Engine, job_id: str, ctx: Context[Any, Any], la
         if timed_out
         else f"{outcome['language']} exited with code {outcome['exit_code']}",
         error_type="TimeoutError" if timed_out else "ExecutionError",
+        hint="give it a larger timeout (at most 600 seconds), or make it do less"
+        if timed_out
+        else "the code's own error is in stderr: fix the code and run it again",
         stderr=outcome["stderr"],
         exit_code=outcome["exit_code"],
         timed_out=timed_out,
