@@ -26,9 +26,13 @@ UNRULY = REPO / "tests" / "gateway" / "servers" / "unruly_server.py"
 
 
 def main() -> int:
+    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as work:
+        return run(Path(home), Path(work))
+
+
+def run(home: Path, work: Path) -> int:
     chars = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000_000
     cap = sys.argv[2] if len(sys.argv) > 2 else None
-    home, work = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
     sys.path.insert(0, str(REPO / "src"))
     from relay.gateway import ServerRegistry, make_config
 

@@ -35,7 +35,7 @@ def main() -> int:
 
 def run(stack: ExitStack) -> int:
     delegate, ask = "--delegate" in sys.argv, "--ask" in sys.argv
-    home, work = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    home, work = (Path(stack.enter_context(tempfile.TemporaryDirectory())) for _ in range(2))
     if delegate:
         (home / "config.toml").write_text(f'[agents.claude]\ncommand = "{FAKE_CLAUDE}"\n', encoding="utf-8")
     env = {**os.environ, "RELAY_HOME": str(home)}
