@@ -38,7 +38,7 @@ STREAM = (
 )
 # What a job's process writes where it runs: a file named `ran` in its working directory, and that
 # directory's real path appended to the log given as $1 (relative "ran": only where the process is).
-MARKS = 'pwd -P >> "$1"; : > ran'
+MARKS = ': > ran; pwd -P >> "$1"'  # the mark first: once the log names a cwd, its mark is there
 
 
 def swap_for_a_symlink(path: Path, target: Path) -> None:
