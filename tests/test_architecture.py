@@ -26,6 +26,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "relay.store",
         "relay.audit",
         "relay.osfiles",
+        "relay.text",
         "relay.config",
         "relay.errors",
         "relay.events",

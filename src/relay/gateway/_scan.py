@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from relay.text import mend_surrogates
+
 # Bytes read per step. A few copies of one step are what the scan holds; at 1 MiB each gets a mapping
 # of its own (relay.memory), handed back the moment it is freed, where smaller steps taken in a worker
 # thread leave their heap larger for good (measured: +0.8 MB at the peak with steps of 256 KiB).
@@ -172,7 +174,7 @@ class _Source:
                 if "\\" in text:
                     text = json.loads(f'"{text}"', strict=False)
                 if held:
-                    text = (held + text).encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+                    text = mend_surrogates(held + text)
                     held = ""
                 if text and "\ud800" <= text[-1] <= "\udbff":
                     text, held = text[:-1], text[-1]

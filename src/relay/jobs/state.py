@@ -28,6 +28,7 @@ from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, JobStore, WorkerInfo
 from relay.store.health import make_reserve
+from relay.text import is_utf8
 from relay.workspaces import Workspaces
 
 # A job's stop reason when this process lost its claim (another worker took it over): the process is
@@ -154,7 +155,7 @@ class JobState:
         """A job by id, or by a unique prefix of one; JOB_NOT_FOUND otherwise. With `principal`, only its
         own jobs are found (another's id or prefix answers as if no such job existed)."""
         # An id no job can have (a lone surrogate is not text to look up) is simply not found.
-        rec = self.store.get_job(job_id, principal=principal) if _is_text(job_id) else None
+        rec = self.store.get_job(job_id, principal=principal) if is_utf8(job_id) else None
         if rec is None:
             plausible = 4 <= len(job_id) <= 32 and all(c in "0123456789abcdef" for c in job_id)
             matches = self.store.find_jobs(job_id, principal=principal) if plausible else []
@@ -211,12 +212,3 @@ def mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _is_text(value: str) -> bool:
-    """Whether `value` is text the store can look up (UTF-8 has no lone surrogate, which JSON may carry)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -29,6 +29,7 @@ from relay.server.toolsets._registry import (
     did_you_mean,
     unknown_argument_error,
 )
+from relay.text import is_utf8
 
 
 class Catalog:
@@ -261,11 +262,7 @@ def _first_relay_error(group: BaseExceptionGroup[Any]) -> RelayError | None:
 def lone_surrogate(value: Any, where: str = "") -> str | None:
     """Where in a tool's arguments a string holds a lone surrogate ("job_ids[0]"), or None."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return where or "an argument"
-        return None
+        return None if is_utf8(value) else where or "an argument"
     items: list[tuple[str, Any]] = []
     if isinstance(value, dict):
         for key, inner in cast(dict[Any, Any], value).items():

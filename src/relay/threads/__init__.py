@@ -27,6 +27,7 @@ from relay.principal import current
 from relay.store.migrations import migrate
 from relay.store.open import is_pg_url
 from relay.store.release import connect
+from relay.text import is_utf8, mend_surrogates
 
 # Zen's defaults are 3 h and 50 turns; relay's threads persist, so a day is the default lifetime.
 DEFAULT_TTL_HOURS = 24.0
@@ -197,8 +198,7 @@ def too_many_turns(thread_id: str, count: int, max_turns: int) -> RelayError:
 
 def heading(title: str) -> str:
     """A thread's title: one line, no NUL, and no lone surrogate (valid in JSON, refused by both stores' text)."""
-    whole = title.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # a lone surrogate: U+FFFD
-    return " ".join(whole.replace("\x00", " ").split())[:TITLE_CHARS]
+    return " ".join(mend_surrogates(title).replace("\x00", " ").split())[:TITLE_CHARS]
 
 
 def stored_text(content: str) -> str | bytes:
@@ -207,11 +207,7 @@ def stored_text(content: str) -> str | bytes:
     JSON may carry a lone surrogate ("\\ud800") and a turn is kept whole, but SQLite's text is UTF-8,
     which has no such character; `turn_of` reads either back as the same string.
     """
-    try:
-        content.encode("utf-8")
-    except UnicodeEncodeError:
-        return content.encode("utf-8", "surrogatepass")
-    return content
+    return content if is_utf8(content) else content.encode("utf-8", "surrogatepass")
 
 
 def turn_of(r: Mapping[str, Any]) -> Turn:
