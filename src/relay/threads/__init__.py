@@ -227,13 +227,21 @@ def turn_of(r: Mapping[str, Any]) -> Turn:
     )
 
 
-def turn_row(thread_id: str, seq: int, turn: NewTurn, now: float, tool: str) -> tuple[Any, ...]:
-    """The values of a new row of thread_turns, in the column order of TURN_COLUMNS."""
+def turn_row(
+    thread_id: str,
+    seq: int,
+    turn: NewTurn,
+    now: float,
+    tool: str,
+    content: Callable[[str], str | bytes] = stored_text,
+) -> tuple[Any, ...]:
+    """The values of a new row of thread_turns, in the column order of TURN_COLUMNS; `content` is how the store
+    keeps a turn's text (relay.db: `stored_text`)."""
     return (
         thread_id,
         seq,
         turn.role,
-        stored_text(turn.content),
+        content(turn.content),
         now,
         tool,
         json.dumps(list(turn.files)),

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
-from typing import Any, LiteralString
+from typing import LiteralString
 
 import psycopg
 from psycopg import pq
@@ -143,7 +143,7 @@ class PgThreads(ThreadStore):
             rows = db.execute(
                 f"SELECT {TURN_COLUMNS} FROM thread_turns WHERE thread_id=%s ORDER BY seq", (thread_id,)
             ).fetchall()
-        return self._thread(row, tuple(turn_of(r | {"content": _text(r["content"])}) for r in rows))
+        return self._thread(row, tuple(turn_of(r) for r in rows))  # turn_of reads the bytea's UTF-8
 
     def list(self, *, limit: int = 20, include_expired: bool = False) -> list[Thread]:
         if limit < 1:
@@ -189,7 +189,7 @@ class PgThreads(ThreadStore):
             with db.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO thread_turns ({TURN_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    [_bytes_content(turn_row(thread_id, count + i, turn, now, tool)) for i, turn in enumerate(turns)],
+                    [turn_row(thread_id, count + i, turn, now, tool, _utf8) for i, turn in enumerate(turns)],
                 )
             db.execute(
                 "UPDATE threads SET turn_count=turn_count+%s, updated_at=%s, total_cost_usd=total_cost_usd+%s"
@@ -204,15 +204,6 @@ class PgThreads(ThreadStore):
             return cur.rowcount  # their turns go with them (ON DELETE CASCADE)
 
 
-def _bytes_content(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A thread_turns row with its content as UTF-8 bytes (the column is bytea: a turn may hold NUL)."""
-    content = row[3]
-    return (
-        *row[:3],
-        content if isinstance(content, bytes) else str(content).encode("utf-8", "surrogatepass"),
-        *row[4:],
-    )
-
-
-def _text(content: Any) -> str:
-    return bytes(content).decode("utf-8", "surrogatepass")
+def _utf8(content: str) -> bytes:
+    """A turn's text as the bytea column keeps it: UTF-8 (a turn may hold NUL, which PostgreSQL's text cannot)."""
+    return content.encode("utf-8", "surrogatepass")
