@@ -345,7 +345,8 @@ def _workspace_default(value: str) -> str:
 
 
 def _tokens(raw: Any, env: Mapping[str, str]) -> tuple[NamedToken, ...]:
-    """`[server.tokens.NAME]` tables: `token = "..."` or `token_env = "VAR"`, and `role = "user" | "admin"`."""
+    """`[server.tokens.NAME]` tables: `token = "..."` or `token_env = "VAR"`, `role = "user" | "admin"`, and the
+    token's own `grant` and `cap` (permission levels; relay.jobs.grants)."""
     if raw is None:
         return ()
     if not isinstance(raw, dict):
@@ -377,8 +378,27 @@ def _tokens(raw: Any, env: Mapping[str, str]) -> tuple[NamedToken, ...]:
             )
         if any(t.token == token for t in found):
             raise RelayError(ErrorCode.CONFIG_INVALID, f"[{where}] reuses another name's token", "give each its own")
-        found.append(NamedToken(Principal(name, role), token))
+        grant, cap = (_token_level(entry, where, key) for key in ("grant", "cap"))
+        if grant is not None and cap is not None and PERMISSIONS.index(grant) > PERMISSIONS.index(cap):
+            raise RelayError(
+                ErrorCode.CONFIG_INVALID,
+                f"[{where}] grant = {grant!r} is above its cap = {cap!r}",
+                "a token's cap is the most its calls can reach: set cap at or above grant",
+            )
+        found.append(NamedToken(Principal(name, role, grant, cap), token))
     return tuple(found)
+
+
+def _token_level(entry: Mapping[str, Any], where: str, key: str) -> str | None:
+    """A token's `grant` or `cap`: a permission level, or None when not set."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if value not in PERMISSIONS:
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID, f"{where}.{key} = {value!r} is not a permission", "use read-only, edit or full"
+        )
+    return str(value)
 
 
 def _grant(env: Mapping[str, str], security: Any, config_path: Path) -> tuple[str, str]:

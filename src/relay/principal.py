@@ -31,6 +31,10 @@ class Principal:
 
     name: str
     role: Role = "user"
+    # What this principal's calls run without asking (`[server.tokens.NAME] grant`; None: the relay's grant) and
+    # the level no confirmation can raise them past (`cap`; None: `full` for an admin, the grant for a user).
+    grant: str | None = None
+    cap: str | None = None
 
     @property
     def is_admin(self) -> bool:

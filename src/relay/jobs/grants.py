@@ -19,12 +19,14 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError
+from relay.principal import current
 
 # How much of the task a confirmation form and a refusal's audit entry quote.
 TASK_PREVIEW_CHARS = 400
 
-Action = Literal["accept", "decline", "cancel", "unavailable"]
-"""The person's answer; `unavailable`: nobody could be asked (no elicitation, a headless client)."""
+Action = Literal["accept", "decline", "cancel", "unavailable", "capped"]
+"""The person's answer; `unavailable`: nobody could be asked (no elicitation, a headless client); `capped`:
+nobody was asked, the level is above the acting principal's cap."""
 
 
 def rank(level: str) -> int:
@@ -168,29 +170,54 @@ def chosen_by_the_person(level: str) -> Any:
 def grant_for(settings: Settings, via: str | None) -> tuple[str, str]:
     """The grant of a job and where it comes from: the configured one, raised by what the person chose.
 
-    `[jobs] default_permission` is the person's own choice for every job, so it grants that much; a
-    full-access profile the person serves grants its level to its own toolset's jobs.
+    A named token's own `grant` stands in for the relay's; `[jobs] default_permission` is the person's own
+    choice for every job, so it grants that much; a full-access profile the person serves grants its level to
+    its own toolset's jobs. Nothing raises a grant past the acting principal's cap.
     """
+    who = current()
     level, source = settings.grant, settings.grant_source
+    if who.grant is not None:
+        level, source = who.grant, f"[server.tokens.{who.name}] grant"
     if rank(settings.default_permission) > rank(level):
         level, source = settings.default_permission, "[jobs] default_permission"
     toolset = (via or "").split("/", 1)[0]
     chosen = settings.toolset_grants.get(toolset)
     if chosen is not None and rank(chosen) > rank(level):
         level, source = chosen, f"profile {toolset} (chosen with relay serve --profile {toolset})"
+    if who.cap is not None and rank(level) > rank(who.cap):
+        level, source = who.cap, f"[server.tokens.{who.name}] cap"
     return level, source
 
 
+def cap_for(grant: str, source: str) -> tuple[str, str]:
+    """The most any confirmation can raise the acting principal's jobs to, and where that comes from.
+
+    The local person (stdio, the CLI) and an admin token may confirm up to `full`. A `user` token's client is
+    the remote user, not the person who runs relay, so by default it cannot confirm past its grant.
+    """
+    who = current()
+    if who.cap is not None:
+        return who.cap, f"[server.tokens.{who.name}] cap"
+    if who.is_admin:
+        return PERMISSIONS[-1], "no cap"
+    return grant, f"{source}, the cap of user token {who.name!r}"
+
+
 def permit(settings: Settings, permission: str, *, agent: str, cwd: str, prompt: str, via: str | None) -> Permit:
-    """The decision point: may a job run at `permission`? Raises `GrantExceeded` when the person must say so."""
+    """The decision point: may a job run at `permission`? Raises `GrantExceeded` when the person must say so,
+    `AboveCap` when nobody may (above the acting principal's cap)."""
     grant, source = grant_for(settings, via)
     principal = PRINCIPAL.get()
     if rank(permission) <= rank(grant):
         return Permit(permission, grant, source, "grant", principal)
+    ask = Ask(agent, cwd, permission, grant, source, prompt, via, principal)
+    cap, cap_source = cap_for(grant, source)
+    if rank(permission) > rank(cap):
+        raise AboveCap(settings, ask, cap, cap_source)
     consent = _CONSENT.get()
     if consent is not None and rank(permission) <= rank(consent.level):
         return Permit(permission, grant, source, consent.by, principal, consent.for_session)
-    raise GrantExceeded(settings, Ask(agent, cwd, permission, grant, source, prompt, via, principal))
+    raise GrantExceeded(settings, ask)
 
 
 class GrantExceeded(RelayError):
@@ -206,6 +233,7 @@ class GrantExceeded(RelayError):
             "cancel": "the client cancelled the confirmation (the person dismissed it, or a headless run such as "
             "`claude -p` cancels unasked)",
             "accept": "",
+            "capped": "it is above the acting principal's cap",
         }[answer.action if answer is not None else None]
         message = (
             f"permission '{ask.permission}' is above the grant '{ask.grant}' ({ask.grant_source}) and {why}: "
@@ -220,6 +248,24 @@ class GrantExceeded(RelayError):
         super().__init__(ErrorCode.PERMISSION_NOT_GRANTED, message, hint)
 
 
+class AboveCap(GrantExceeded):
+    """A job above the acting principal's cap: no confirmation can allow it, so nobody is asked."""
+
+    def __init__(self, settings: Settings, ask: Ask, cap: str, cap_source: str) -> None:
+        self.ask = ask
+        self.answer = Answer("capped")
+        self.cap = cap
+        who = current().name
+        RelayError.__init__(
+            self,
+            ErrorCode.PERMISSION_NOT_GRANTED,
+            f"permission '{ask.permission}' is above the cap '{cap}' of {who!r} ({cap_source}): no confirmation "
+            f"can allow it, and relay did not start {ask.agent}",
+            f"retry with permission '{ask.grant}' or lower; only the relay's operator can raise it: "
+            f'[server.tokens.{who}] cap = "{ask.permission}" (and grant) in {settings.home / "config.toml"}',
+        )
+
+
 Audit = Callable[[str, str | None, dict[str, Any]], Any]
 """Appends an audit entry: (event, job id, data)."""
 
@@ -228,7 +274,10 @@ async def confirm(settings: Settings, exceeded: GrantExceeded, audit: Audit) -> 
     """Ask the person (through the current call's `Confirmer`): their yes, or the refusal (on record as
     `permission.refused`; a yes is recorded with the job it starts, in its `queued` entry)."""
     confirmer = CONFIRMER.get()
-    answer = Answer("unavailable") if confirmer is None else await confirmer(exceeded.ask)
+    if isinstance(exceeded, AboveCap):
+        answer = Answer("capped")
+    else:
+        answer = Answer("unavailable") if confirmer is None else await confirmer(exceeded.ask)
     entry = exceeded.ask.record() | {
         "answer": answer.action,
         "for_session": answer.for_session,
@@ -236,7 +285,7 @@ async def confirm(settings: Settings, exceeded: GrantExceeded, audit: Audit) -> 
     }
     if answer.action != "accept":
         audit("permission.refused", None, entry)
-        raise GrantExceeded(settings, exceeded.ask, answer)
+        raise exceeded if isinstance(exceeded, AboveCap) else GrantExceeded(settings, exceeded.ask, answer)
     return Consent(exceeded.ask.permission, "session" if answer.remembered else "confirmation", answer.for_session)
 
 
