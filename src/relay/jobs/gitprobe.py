@@ -8,6 +8,9 @@ import subprocess
 
 # `git status` of a job's cwd, before and after, must not hold a job up for long.
 GIT_TIMEOUT_S = 5.0
+# The folder's own git config is not relay's to obey: an agent allowed to edit it could name a program that
+# `git status` runs (core.fsmonitor), outside that agent's sandbox and above its permission.
+UNTRUSTED_REPO_CONFIG = ("-c", "core.fsmonitor=false")
 
 
 def git_status(cwd: str) -> dict[str, str] | None:
@@ -17,7 +20,7 @@ def git_status(cwd: str) -> dict[str, str] | None:
         return None
     try:
         out = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=all", "-z"],
+            ["git", *UNTRUSTED_REPO_CONFIG, "status", "--porcelain", "--untracked-files=all", "-z"],
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             capture_output=True,
