@@ -84,6 +84,7 @@ def test_the_hooks_store_keeps_no_copy_of_a_large_summary(tmp_path: Path) -> Non
     hooks = HookStore(tmp_path / "relay.db")
     try:
         fields = {
+            "principal": "local",
             "source": "claude",
             "start_source": None,
             "machine_id": "m",
@@ -95,11 +96,11 @@ def test_the_hooks_store_keeps_no_copy_of_a_large_summary(tmp_path: Path) -> Non
         }
         hooks.start("s1", **fields)
         before = c_heap_in_use()
-        ended = hooks.set_summary("s1", "y" * BIG, "model")
+        ended = hooks.set_summary("s1", "y" * BIG, "model", "local")
         assert ended is not None and len(ended.summary or "") == BIG
         del ended
         assert c_heap_in_use() - before < ROOM
         hooks.start("s2", **fields)
-        assert hooks.get("s2") is not None
+        assert hooks.get("s2", "local") is not None
     finally:
         hooks.close()

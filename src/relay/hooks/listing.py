@@ -14,11 +14,11 @@ def merged_sessions(
     """Sessions newest first, each once: `origin` says who knows it (relay: a job ran it; hook: a CLI reported it).
 
     A session both know (a codex thread relay ran and tracks) is listed once, as relay's, with the hook's status.
-    With `principal`, only the sessions its jobs started: CLIs report theirs by hook on the local user's machine.
+    With `principal`, only that principal's: the sessions its jobs started and the ones it reported by hook.
     """
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for s in store.list_sessions(agent=agent, limit=limit, principal=principal):
-        rows[(s.agent, s.session_id)] = {
+        rows[(s.principal, s.agent, s.session_id)] = {
             "agent": s.agent,
             "session_id": s.session_id,
             "cwd": s.cwd,
@@ -31,8 +31,8 @@ def merged_sessions(
             "origin": "relay",
             "status": None,
         }
-    for h in hooks.list(source=agent, limit=limit) if principal is None else ():
-        key = (h.source.lower(), h.id)
+    for h in hooks.list(source=agent, limit=limit, principal=principal):
+        key = (h.principal, h.source.lower(), h.id)
         if key in rows:
             rows[key]["status"] = h.status
             if not rows[key]["title"]:

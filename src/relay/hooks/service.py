@@ -4,6 +4,10 @@ SessionStart registers a session (id, source CLI, cwd, project, parent) and hand
 of the project's last session; PromptSubmit records the prompt and gives the session its title;
 Stop pauses it; SessionEnd writes its summary (by a model when one is configured, else from its
 last prompts and the tasks it touched). The other hook types are recorded as events.
+
+Every session belongs to the principal that reported it (relay/principal.py's `current()`): a hook
+reaches only the caller's own sessions (another's id names a new session of the caller's), and the
+summary SessionStart restores is the caller's own last one in the project, never another principal's.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.hooks.store import HookSession, HookStore
+from relay.principal import current
 from relay.tracker import Project, TaskStore, resolve_project
 
 Asker = Callable[[str, str], Awaitable[str]]
@@ -104,6 +109,11 @@ def _text(params: Mapping[str, Any], key: str, required: bool = False) -> str | 
     return value
 
 
+def _owner() -> str:
+    """Whose session a hook reaches: the calling principal's."""
+    return current().name
+
+
 def _session_id(params: Mapping[str, Any]) -> str:
     sid = _text(params, "session_id", required=True)
     assert sid is not None
@@ -176,13 +186,15 @@ class Hooks:
         start_source = _text(params, "source")
         cwd = os.path.abspath(_text(params, "cwd") or os.getcwd())
         project = self._project(cwd, _text(params, "project"))
-        previous = self.store.last_in_project(project.key, exclude=sid)
+        owner = _owner()
+        previous = self.store.last_in_project(project.key, exclude=sid, principal=owner)
         parent = _text(params, "parent_session_id")
         if parent is None and start_source in HANDOFF_SOURCES and previous is not None:
             parent = previous.id
-        known = self.store.get(sid)
+        known = self.store.get(sid, owner)
         session, is_new = self.store.start(
             sid,
+            principal=owner,
             source=source or (known.source if known else DEFAULT_SOURCE),
             start_source=start_source,
             machine_id=self.machine_id,
@@ -208,12 +220,12 @@ class Hooks:
         }
 
     def _known(self, sid: str, params: dict[str, Any], source: str | None) -> HookSession:
-        """The session, registered on the spot when its CLI skipped SessionStart."""
-        found = self.store.get(sid)
+        """The caller's session, registered on the spot when its CLI skipped SessionStart."""
+        found = self.store.get(sid, _owner())
         if found is not None:
             return found
         self.session_start({**params, "session_id": sid}, source)
-        made = self.store.get(sid)
+        made = self.store.get(sid, _owner())
         assert made is not None
         return made
 
@@ -226,8 +238,8 @@ class Hooks:
         if title is None and not session.title:
             title = title_from(prompt)
         if transcript := _text(params, "transcript_path"):
-            self.store.set_transcript(sid, transcript)
-        updated = self.store.add_prompt(sid, prompt, title[: TITLE_CHARS * 2] if title else None)
+            self.store.set_transcript(sid, transcript, _owner())
+        updated = self.store.add_prompt(sid, prompt, title[: TITLE_CHARS * 2] if title else None, _owner())
         return {
             "session_id": sid,
             "title": updated.title,
@@ -238,7 +250,7 @@ class Hooks:
     def stop(self, params: dict[str, Any], source: str | None) -> dict[str, Any]:
         sid = _session_id(params)
         self._known(sid, params, source)
-        paused = self.store.set_status(sid, "paused")
+        paused = self.store.set_status(sid, "paused", _owner())
         assert paused is not None
         return {"session_id": sid, "status": paused.status, "title": paused.title}
 
@@ -246,11 +258,11 @@ class Hooks:
         sid = _session_id(params)
         session = self._known(sid, params, source)
         if transcript := _text(params, "transcript_path"):
-            self.store.set_transcript(sid, transcript)
-            session = self.store.get(sid) or session
+            self.store.set_transcript(sid, transcript, session.principal)
+            session = self.store.get(sid, session.principal) or session
         tasks = self.touched_tasks(session)
         summary, summary_source, problem = await self.write_summary(session, tasks)
-        ended = self.store.set_summary(sid, summary, summary_source)
+        ended = self.store.set_summary(sid, summary, summary_source, session.principal)
         assert ended is not None
         out: dict[str, Any] = {
             "session_id": sid,
@@ -267,8 +279,8 @@ class Hooks:
     def other(self, name: str, params: dict[str, Any], source: str | None) -> dict[str, Any]:
         sid = _session_id(params)
         self._known(sid, params, source)
-        self.store.record_event(sid, name, params)
-        out: dict[str, Any] = {"session_id": sid, "recorded": True, "events": self.store.event_counts(sid)}
+        self.store.record_event(sid, name, params, _owner())
+        out: dict[str, Any] = {"session_id": sid, "recorded": True, "events": self.store.event_counts(sid, _owner())}
         if name == "PreToolUse":
             out["decision"] = "allow"
         return out
@@ -337,9 +349,32 @@ class Hooks:
 
     # sessions relay's codex tool runs ------------------------------------------------------------
 
+    def archive(self, session_id: str, *, principal: str, source: str, cwd: str) -> HookSession:
+        """Archive `principal`'s session (registered first when only relay's jobs knew it): lists leave it out.
+
+        The owner is named, not the caller: an admin archives the thread of whoever it belongs to.
+        """
+        if self.store.get(session_id, principal) is None:
+            cwd = os.path.abspath(cwd or os.getcwd())
+            project = self._project(cwd, None)
+            self.store.start(
+                session_id,
+                principal=principal,
+                source=source,
+                start_source=None,
+                machine_id=self.machine_id,
+                cwd=cwd,
+                project=project.key,
+                project_id=project.project_id,
+                parent_session_id=None,
+                transcript_path=None,
+            )
+        archived = self.store.set_status(session_id, "archived", principal)
+        assert archived is not None
+        return archived
+
     def track(self, session_id: str, *, source: str, cwd: str, prompt: str) -> HookSession:
-        """Record a turn of a session relay itself ran (the codex tool): registered on first use, prompt added."""
-        self._known(session_id, {"cwd": cwd, "source": "relay"}, source)
-        session = self.store.get(session_id)
-        assert session is not None
-        return self.store.add_prompt(session_id, prompt, None if session.title else title_from(prompt))
+        """Record a turn of the caller's session relay itself ran (the codex tool): registered on first use,
+        prompt added."""
+        session = self._known(session_id, {"cwd": cwd, "source": "relay"}, source)
+        return self.store.add_prompt(session_id, prompt, None if session.title else title_from(prompt), _owner())

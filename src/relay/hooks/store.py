@@ -1,4 +1,10 @@
-"""Hook sessions in relay.db (migration m007_hook_sessions): the sessions CLIs report, and their hook events."""
+"""Hook sessions in relay.db (migrations m007_hook_sessions, m018_hook_principals): the sessions CLIs report,
+and their hook events.
+
+A session belongs to the principal that reported it (relay/principal.py): its key is (principal, id), so
+one principal's session ids name nothing of another's; rows from before principals are the local user's.
+Every write takes the owner; every read of one session takes it too, and lists take a filter (None: all).
+"""
 
 from __future__ import annotations
 
@@ -23,9 +29,10 @@ STATUSES = ("active", "paused", "ended", "archived")
 
 @dataclass(frozen=True)
 class HookSession:
-    """One session a CLI reported (or relay's codex tool tracked)."""
+    """One session a CLI reported (or relay's codex tool tracked), and the principal it belongs to."""
 
     id: str
+    principal: str
     source: str
     start_source: str | None
     machine_id: str
@@ -73,14 +80,16 @@ class HookStore:
         with self._lock:
             return self._db.execute(sql, params)
 
-    def get(self, session_id: str) -> HookSession | None:
-        row = self._exec("SELECT * FROM hook_sessions WHERE id=?", (session_id,)).fetchone()
+    def get(self, session_id: str, principal: str) -> HookSession | None:
+        """`principal`'s session `session_id` (another principal's of the same id is not it)."""
+        row = self._exec("SELECT * FROM hook_sessions WHERE principal=? AND id=?", (principal, session_id)).fetchone()
         return _session(row) if row else None
 
     def start(
         self,
         session_id: str,
         *,
+        principal: str,
         source: str,
         start_source: str | None,
         machine_id: str,
@@ -90,17 +99,18 @@ class HookStore:
         parent_session_id: str | None,
         transcript_path: str | None,
     ) -> tuple[HookSession, bool]:
-        """Register a session, or re-activate a known one (resume); returns it and whether it is new."""
+        """Register `principal`'s session, or re-activate a known one (resume); returns it and whether it is new."""
         now = time.time()
         with self._lock:
-            known = self.get(session_id)
+            known = self.get(session_id, principal)
             if known is None:
                 self._exec(
-                    "INSERT INTO hook_sessions (id, source, start_source, machine_id, cwd, project, project_id,"
-                    " parent_session_id, transcript_path, status, created_at, updated_at)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,'active',?,?)",
+                    "INSERT INTO hook_sessions (id, principal, source, start_source, machine_id, cwd, project,"
+                    " project_id, parent_session_id, transcript_path, status, created_at, updated_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,'active',?,?)",
                     (
                         session_id,
+                        principal,
                         source,
                         start_source,
                         machine_id,
@@ -117,85 +127,96 @@ class HookStore:
                 self._exec(
                     "UPDATE hook_sessions SET status='active', source=?, start_source=COALESCE(?, start_source),"
                     " transcript_path=COALESCE(?, transcript_path),"
-                    " parent_session_id=COALESCE(parent_session_id, ?), ended_at=NULL, updated_at=? WHERE id=?",
-                    (source, start_source, transcript_path, parent_session_id, now, session_id),
+                    " parent_session_id=COALESCE(parent_session_id, ?), ended_at=NULL, updated_at=?"
+                    " WHERE principal=? AND id=?",
+                    (source, start_source, transcript_path, parent_session_id, now, principal, session_id),
                 )
-            found = self.get(session_id)
+            found = self.get(session_id, principal)
         assert found is not None
         return found, known is None
 
-    def add_prompt(self, session_id: str, prompt: str, title: str | None) -> HookSession:
+    def add_prompt(self, session_id: str, prompt: str, title: str | None, principal: str) -> HookSession:
         """Record a prompt; set the title when given (or when the session has none yet)."""
         with self._lock:
-            found = self.get(session_id)
+            found = self.get(session_id, principal)
             if found is None:
                 raise KeyError(session_id)
             prompts = [*found.prompts, prompt[:PROMPT_CHARS]][-KEPT_PROMPTS:]
             new_title = title if title is not None else found.title
             self._exec(
                 "UPDATE hook_sessions SET prompts=?, prompt_count=prompt_count+1, title=?, status='active',"
-                " updated_at=? WHERE id=?",
-                (json.dumps(prompts), new_title, time.time(), session_id),
+                " updated_at=? WHERE principal=? AND id=?",
+                (json.dumps(prompts), new_title, time.time(), principal, session_id),
             )
-            updated = self.get(session_id)
+            updated = self.get(session_id, principal)
         assert updated is not None
         return updated
 
-    def set_status(self, session_id: str, status: str) -> HookSession | None:
+    def set_status(self, session_id: str, status: str, principal: str) -> HookSession | None:
         now = time.time()
         ended = now if status == "ended" else None
         self._exec(
-            "UPDATE hook_sessions SET status=?, updated_at=?, ended_at=COALESCE(?, ended_at) WHERE id=?",
-            (status, now, ended, session_id),
+            "UPDATE hook_sessions SET status=?, updated_at=?, ended_at=COALESCE(?, ended_at) WHERE principal=? AND id=?",
+            (status, now, ended, principal, session_id),
         )
-        return self.get(session_id)
+        return self.get(session_id, principal)
 
-    def set_summary(self, session_id: str, summary: str, summary_source: str) -> HookSession | None:
+    def set_summary(self, session_id: str, summary: str, summary_source: str, principal: str) -> HookSession | None:
         now = time.time()
         self._exec(
-            "UPDATE hook_sessions SET summary=?, summary_source=?, status='ended', ended_at=?, updated_at=? WHERE id=?",
-            (summary, summary_source, now, now, session_id),
+            "UPDATE hook_sessions SET summary=?, summary_source=?, status='ended', ended_at=?, updated_at=?"
+            " WHERE principal=? AND id=?",
+            (summary, summary_source, now, now, principal, session_id),
         )
-        return self.get(session_id)
+        return self.get(session_id, principal)
 
-    def set_transcript(self, session_id: str, transcript_path: str) -> None:
-        self._exec("UPDATE hook_sessions SET transcript_path=? WHERE id=?", (transcript_path, session_id))
+    def set_transcript(self, session_id: str, transcript_path: str, principal: str) -> None:
+        self._exec(
+            "UPDATE hook_sessions SET transcript_path=? WHERE principal=? AND id=?",
+            (transcript_path, principal, session_id),
+        )
 
-    def record_event(self, session_id: str, hook_type: str, data: dict[str, Any]) -> None:
+    def record_event(self, session_id: str, hook_type: str, data: dict[str, Any], principal: str) -> None:
         text = json.dumps(data, default=str)[:EVENT_DATA_CHARS]
         now = time.time()
         with self._lock:
             self._exec(
-                "INSERT INTO hook_events (session_id, hook_type, data, created_at) VALUES (?,?,?,?)",
-                (session_id, hook_type, text, now),
+                "INSERT INTO hook_events (session_id, principal, hook_type, data, created_at) VALUES (?,?,?,?,?)",
+                (session_id, principal, hook_type, text, now),
             )
-            self._exec("UPDATE hook_sessions SET updated_at=? WHERE id=?", (now, session_id))
+            self._exec("UPDATE hook_sessions SET updated_at=? WHERE principal=? AND id=?", (now, principal, session_id))
 
-    def event_counts(self, session_id: str) -> dict[str, int]:
+    def event_counts(self, session_id: str, principal: str) -> dict[str, int]:
         rows = self._exec(
-            "SELECT hook_type, COUNT(*) FROM hook_events WHERE session_id=? GROUP BY hook_type ORDER BY hook_type",
-            (session_id,),
+            "SELECT hook_type, COUNT(*) FROM hook_events WHERE principal=? AND session_id=?"
+            " GROUP BY hook_type ORDER BY hook_type",
+            (principal, session_id),
         ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
-    def last_in_project(self, project: str, exclude: str) -> HookSession | None:
-        """The project's most recently active session other than `exclude`."""
+    def last_in_project(self, project: str, exclude: str, principal: str) -> HookSession | None:
+        """`principal`'s most recently active session in the project other than `exclude` (never another's)."""
         row = self._exec(
-            "SELECT * FROM hook_sessions WHERE project=? AND id<>? AND status<>'archived'"
+            "SELECT * FROM hook_sessions WHERE principal=? AND project=? AND id<>? AND status<>'archived'"
             " ORDER BY updated_at DESC, created_at DESC LIMIT 1",
-            (project, exclude),
+            (principal, project, exclude),
         ).fetchone()
         return _session(row) if row else None
 
-    def list(self, *, source: str | None = None, limit: int = 50, offset: int = 0) -> list[HookSession]:
-        """Sessions, most recently active first (source matched case-insensitively)."""
+    def list(
+        self, *, source: str | None = None, limit: int = 50, offset: int = 0, principal: str | None = None
+    ) -> list[HookSession]:
+        """Sessions, most recently active first (source matched case-insensitively; with `principal`, its own)."""
+        where: list[str] = []
+        params: list[Any] = []
+        if principal is not None:
+            where.append("principal=?")
+            params.append(principal)
         if source:
-            rows = self._exec(
-                "SELECT * FROM hook_sessions WHERE lower(source)=lower(?) ORDER BY updated_at DESC LIMIT ? OFFSET ?",
-                (source, limit, offset),
-            ).fetchall()
-        else:
-            rows = self._exec(
-                "SELECT * FROM hook_sessions ORDER BY updated_at DESC LIMIT ? OFFSET ?", (limit, offset)
-            ).fetchall()
+            where.append("lower(source)=lower(?)")
+            params.append(source)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._exec(
+            f"SELECT * FROM hook_sessions{clause} ORDER BY updated_at DESC LIMIT ? OFFSET ?", (*params, limit, offset)
+        ).fetchall()
         return [_session(r) for r in rows]

@@ -428,6 +428,55 @@ def m017_jobs_worker_index(db: sqlite3.Connection) -> None:
     db.executescript("CREATE INDEX IF NOT EXISTS jobs_worker_created_id ON jobs(worker, created_at, id);")
 
 
+def m018_hook_principals(db: sqlite3.Connection) -> None:
+    """Hook sessions and their events belong to the principal that reported them (relay/hooks/store.py): a
+    session's key becomes (principal, id), so one principal's session id names nothing of another's; rows
+    from before are the local user's. The table is rebuilt (SQLite cannot change a primary key) in one
+    transaction; lists and the project's last session read through the new indexes."""
+    db.executescript(
+        """
+        BEGIN;
+        CREATE TABLE hook_sessions_new (
+            id TEXT NOT NULL,
+            principal TEXT NOT NULL DEFAULT 'local',
+            source TEXT NOT NULL,
+            start_source TEXT,
+            machine_id TEXT NOT NULL,
+            cwd TEXT NOT NULL,
+            project TEXT NOT NULL,
+            project_id TEXT NOT NULL,
+            parent_session_id TEXT,
+            transcript_path TEXT,
+            title TEXT NOT NULL DEFAULT '',
+            status TEXT NOT NULL,
+            summary TEXT,
+            summary_source TEXT,
+            prompts TEXT NOT NULL DEFAULT '[]',
+            prompt_count INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ended_at REAL,
+            PRIMARY KEY (principal, id)
+        );
+        INSERT INTO hook_sessions_new (id, principal, source, start_source, machine_id, cwd, project, project_id,
+            parent_session_id, transcript_path, title, status, summary, summary_source, prompts, prompt_count,
+            created_at, updated_at, ended_at)
+        SELECT id, 'local', source, start_source, machine_id, cwd, project, project_id, parent_session_id,
+            transcript_path, title, status, summary, summary_source, prompts, prompt_count, created_at, updated_at,
+            ended_at FROM hook_sessions;
+        DROP TABLE hook_sessions;
+        ALTER TABLE hook_sessions_new RENAME TO hook_sessions;
+        CREATE INDEX hook_sessions_project ON hook_sessions(principal, project, updated_at);
+        CREATE INDEX hook_sessions_updated ON hook_sessions(updated_at);
+        CREATE INDEX hook_sessions_principal_updated ON hook_sessions(principal, updated_at);
+        ALTER TABLE hook_events ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+        DROP INDEX hook_events_session;
+        CREATE INDEX hook_events_session ON hook_events(principal, session_id, id);
+        COMMIT;
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -446,6 +495,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m015_claims", m015_claims),
     ("m016_outputs", m016_outputs),
     ("m017_jobs_worker_index", m017_jobs_worker_index),
+    ("m018_hook_principals", m018_hook_principals),
 ]
 
 

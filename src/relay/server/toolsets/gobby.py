@@ -24,6 +24,7 @@ from relay.agents import get_adapter
 from relay.errors import ErrorCode, RelayError
 from relay.hooks import HOOK_TYPES, Hooks, HookStore
 from relay.jobs.engine import Engine, JobRequest
+from relay.principal import visible_to
 from relay.sandbox import LANGUAGES, datasets, read_outcome, submit_execute
 from relay.sandbox.runner import ALIASES as LANGUAGE_ALIASES
 from relay.server.results import json_result, wait_for_mode
@@ -63,6 +64,8 @@ Approval = Literal[
     "never", "unlessTrusted", "onRequest", "onFailure", "always", "untrusted", "on-request", "on-failure"
 ]
 DEFAULT_THREADS = 25
+# Keys of codex_threads' rows that codex_list_threads does not show.
+INTERNAL = ("archived", "principal")
 MAX_THREADS = 200
 # How many of a codex turn's items come back in its reply (the job keeps them all: job_result view=events).
 MAX_ITEMS = 50
@@ -147,15 +150,17 @@ def _offset(cursor: str | None) -> int:
 
 
 def codex_threads(deps: Deps) -> list[dict[str, Any]]:
-    """Every codex thread relay knows (its jobs' and the hooks'), newest first, archived ones included."""
+    """Every codex thread relay knows (its jobs' and the hooks') that the caller may see, newest first, archived
+    ones included; each with the `principal` it belongs to (a `user` sees only its own, an admin everyone's)."""
     engine = deps.engine()
     hooks = hooks_service(deps)
-    tracked = {h.id: h for h in hooks.store.list(source="codex", limit=10_000)}
-    threads: dict[str, dict[str, Any]] = {}
+    tracked = {(h.principal, h.id): h for h in hooks.store.list(source="codex", limit=10_000, principal=visible_to())}
+    threads: dict[tuple[str, str], dict[str, Any]] = {}
     for s in engine.sessions(agent="codex", limit=10_000):
-        hook = tracked.get(s.session_id)
-        threads[s.session_id] = {
+        hook = tracked.get((s.principal, s.session_id))
+        threads[(s.principal, s.session_id)] = {
             "id": s.session_id,
+            "principal": s.principal,
             "preview": (hook.title if hook and hook.title else s.title),
             "model_provider": "openai",
             "model": s.model,
@@ -165,10 +170,11 @@ def codex_threads(deps: Deps) -> list[dict[str, Any]]:
             "updated_at": _iso(max(s.last_used_at, hook.updated_at if hook else 0)),
             "archived": bool(hook and hook.status == "archived"),
         }
-    for h in tracked.values():
-        if h.id not in threads:
-            threads[h.id] = {
+    for key, h in tracked.items():
+        if key not in threads:
+            threads[key] = {
                 "id": h.id,
+                "principal": h.principal,
                 "preview": h.title,
                 "model_provider": "openai",
                 "model": None,
@@ -433,7 +439,7 @@ def _codex_tools(reg: ToolRegistry, deps: Deps) -> None:
         except RelayError as err:
             return failure(err)
         threads = [t for t in codex_threads(deps) if not t["archived"]]
-        page = [{k: v for k, v in t.items() if k != "archived"} for t in threads[offset : offset + limit]]
+        page = [{k: v for k, v in t.items() if k not in INTERNAL} for t in threads[offset : offset + limit]]
         more = offset + limit < len(threads)
         return json_result({"success": True, "threads": page, "next_cursor": _cursor(offset + limit) if more else None})
 
@@ -441,16 +447,16 @@ def _codex_tools(reg: ToolRegistry, deps: Deps) -> None:
     async def codex_archive_thread(
         thread_id: Annotated[str, Field(description="ID of the thread to archive")],
     ) -> CallToolResult:
-        known = next((t for t in codex_threads(deps) if t["id"] == thread_id), None)
-        if known is None:
+        # Only the caller's own threads (an admin's: anyone's); another's id is not found, as an unknown one.
+        known = [t for t in codex_threads(deps) if t["id"] == thread_id]
+        if not known:
             err = RelayError(
                 ErrorCode.SESSION_NOT_FOUND, f"Thread {thread_id[:100]} not found", "codex_list_threads lists them"
             )
             return failure(err, thread_id=thread_id)
         hooks = hooks_service(deps)
-        if hooks.store.get(thread_id) is None:
-            hooks.track(thread_id, source="Codex", cwd=str(known["cwd"] or ""), prompt=str(known["preview"] or ""))
-        hooks.store.set_status(thread_id, "archived")
+        for thread in known:
+            hooks.archive(thread_id, principal=str(thread["principal"]), source="Codex", cwd=str(thread["cwd"] or ""))
         return json_result({"success": True, "thread_id": thread_id, "message": f"Thread {thread_id} archived"})
 
 
