@@ -3,7 +3,10 @@
 IAC.md lists the newest jobs first (15 by default, as the seed), each with a status line, its input and
 its output in collapsible blocks; CONTEXT.md is the table of jobs still queued or running. Both are
 written to a temporary file and renamed over the old one, so a crash mid-render leaves the previous
-view whole. Rendering runs in a worker thread, batched (RENDER_DELAY_S), never in a job's way.
+view whole; both are created readable by relay's user only (0600: they hold prompts and outputs, and a
+profile may write them into a project folder others can read). `ViewsConfig.principals` keeps the views to
+some principals' jobs (powerspawn on a relay serving `user` tokens: the local person's only). Rendering runs
+in a worker thread, batched (RENDER_DELAY_S), never in a job's way.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any, cast
 
 from relay.audit.log import LOG_FILE, parse_loose
 from relay.osfiles import lock as lock_fd
+from relay.osfiles import write_all
+from relay.principal import LOCAL_NAME
 
 IAC_FILE = "IAC.md"
 CONTEXT_FILE = "CONTEXT.md"
@@ -35,6 +40,8 @@ FINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "interrupted")
 RENDER_DELAY_S = 0.5
 # An idle worker thread waits this long for the next change before it ends.
 WORKER_LINGER_S = 30.0
+# The views hold prompts and outputs: readable by relay's user only, from their first byte.
+VIEW_MODE = 0o600
 
 logger = logging.getLogger("relay.audit")
 
@@ -47,6 +54,8 @@ class ViewsConfig:
     iac_entries: int = DEFAULT_IAC_ENTRIES
     # CONTEXT.md shows only the jobs queued since then (seed 004: it resets when the server restarts).
     context_since: float | None = None
+    # Only the jobs of these principals (None: every principal's; a job recorded without one is `local`'s).
+    principals: frozenset[str] | None = None
 
 
 def views_config(
@@ -130,6 +139,12 @@ class Entry:
             self.tools = [str(t) for t in cast(list[Any], tools)] if isinstance(tools, list) else []
 
 
+def _owner(data: Any) -> str:
+    """The principal a job's `queued` entry records (one recorded before principals existed is `local`'s)."""
+    owner: Any = cast(dict[str, Any], data).get("principal") if isinstance(data, dict) else None
+    return str(owner) if owner else LOCAL_NAME
+
+
 def _opt_str(value: Any) -> str | None:
     return str(value) if value else None
 
@@ -139,8 +154,11 @@ class ViewState:
     """The jobs the views show: every job still active plus the newest finished ones, oldest first."""
 
     keep: int = DEFAULT_IAC_ENTRIES
+    principals: frozenset[str] | None = None
     entries: dict[str, Entry] = field(default_factory=lambda: {})
     offset: int = 0
+    # Jobs of other principals still active (their later entries are skipped; forgotten at their end).
+    hidden: set[str] = field(default_factory=lambda: set[str]())
 
     def fold_line(self, line: bytes) -> None:
         entry = parse_loose(line)
@@ -150,9 +168,17 @@ class ViewState:
         if not isinstance(job_id, str) or not isinstance(event, str):
             return
         ts = entry.get("ts")
+        if job_id in self.hidden:
+            if event in FINAL_EVENTS:
+                self.hidden.discard(job_id)
+            return
         job = self.entries.get(job_id)
         if job is None:
             if event not in ("queued", "running", *FINAL_EVENTS):
+                return
+            if self.principals is not None and (event != "queued" or _owner(data) not in self.principals):
+                if event not in FINAL_EVENTS:  # another's (or one whose owner is unknown): skip it to its end
+                    self.hidden.add(job_id)
                 return
             job = self.entries[job_id] = Entry(job_id)
         job.fold(event, float(ts) if isinstance(ts, int | float) else 0.0, data if isinstance(data, dict) else {})  # pyright: ignore[reportUnknownArgumentType]
@@ -172,7 +198,7 @@ class Views:
     def __init__(self, home: Path, config: ViewsConfig) -> None:
         self.home = home
         self.config = config
-        self.state = ViewState(config.iac_entries)
+        self.state = ViewState(config.iac_entries, config.principals)
         self._cv = threading.Condition()
         self._dirty = False
         self._busy = False
@@ -240,7 +266,7 @@ class Views:
         except FileNotFoundError:
             size = 0
         if size < self.state.offset:  # the log was replaced: start again
-            self.state = ViewState(self.config.iac_entries)
+            self.state = ViewState(self.config.iac_entries, self.config.principals)
         if size == self.state.offset:
             return
         with path.open("rb") as fh:
@@ -253,9 +279,18 @@ class Views:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a new file created with VIEW_MODE (never readable by others, not even for a moment) and
+    rename it over `path` (an old view of any mode is replaced whole)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # left by a render that died, with this pid and thread id
     try:
-        tmp.write_text(text, encoding="utf-8")
+        fd = os.open(tmp, flags, VIEW_MODE)
+        try:
+            write_all(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -25,6 +25,7 @@ from relay.audit import replace_views, views_config
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
+from relay.principal import LOCAL_NAME
 from relay.server.results import json_result
 from relay.server.toolsets import _compat as compat
 from relay.server.toolsets._registry import READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset
@@ -281,10 +282,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
 def on_start(engine: Engine, deps: Deps) -> None:
     """IAC.md and CONTEXT.md where a PowerSpawn user looks (the workspace, unless `[audit] views_dir` says
-    otherwise), and CONTEXT.md starting empty with this server, as the seed's does."""
-    home = deps.settings.home
-    where = Path(workspace(deps.settings))
-    config = views_config(home, where, deps.settings.environ, default_dir=where, context_since=deps.started)
+    otherwise), and CONTEXT.md starting empty with this server, as the seed's does. On a relay that serves
+    `user` tokens they hold only the local person's jobs: a file in the workspace is read by every job run
+    there, so no token's prompts go into it."""
+    settings = deps.settings
+    where = Path(workspace(settings))
+    config = views_config(settings.home, where, settings.environ, default_dir=where, context_since=deps.started)
+    if any(not named.principal.is_admin for named in settings.tokens):
+        config = replace(config, principals=frozenset({LOCAL_NAME}))
     replace_views(engine.store.audit, config)
 
 
