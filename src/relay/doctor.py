@@ -198,6 +198,24 @@ def _pg_store_report(url: str, home: Path) -> tuple[str, bool]:
     return f"store: {redact(url)} (PostgreSQL): answers; {len(applied)} migrations, the last {applied[-1]}", True
 
 
+def audit_report(settings: Settings) -> tuple[str, bool]:
+    """One line about what the audit log's record can prove: against a witness on the PostgreSQL store, whether
+    relay's role could rewrite it; without one, what the local chain can and cannot catch. False: a witness
+    is there but relay's own role could rewrite it."""
+    from relay.audit import unwitnessed
+    from relay.errors import RelayError
+
+    if settings.store_url is None:
+        return f"audit: {unwitnessed()}", True
+    from relay.store.pg.witness import status_at
+
+    try:
+        status = status_at(settings.store_url)
+    except RelayError as err:
+        return f"audit: the witness cannot be checked: {err.code.value}: {err.message}", True
+    return f"audit: {status.describe()}", not status.present or status.holds
+
+
 def worktree_report(settings: Settings) -> tuple[str, dict[str, Any]]:
     """One line about the worktrees of worktree jobs (how many, their disk use, each branch) and the details."""
     from relay.workspaces import Workspaces

@@ -2,8 +2,9 @@
 
 The store records one entry per job state change (`queued`, `running`, then the final status);
 `verify` names any line edited, removed, reordered or cut; IAC.md and CONTEXT.md are rendered from
-the log. Nothing here imports the rest of relay, so the store (the one place that sees every state
-change) can use it.
+the log. `verify` also checks the log against a witness when the store keeps one (witness.py: an
+INSERT-only record relay's own rights cannot rewrite). Nothing here imports relay above the store's floor,
+so the store (the one place that sees every state change) can use it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, cast
 from relay.audit.log import GENESIS, HEAD_FILE, LOG_FILE, AuditLog, iter_lines, parse_loose, read_head
 from relay.audit.verify import Problem, Report, verify
 from relay.audit.views import CONTEXT_FILE, IAC_FILE, Views, ViewsConfig, render_context, render_iac, views_config
+from relay.audit.witness import Witness, unwitnessed
 
 __all__ = [
     "CONTEXT_FILE",
@@ -26,6 +28,7 @@ __all__ = [
     "Report",
     "Views",
     "ViewsConfig",
+    "Witness",
     "bounded",
     "bounded_ends",
     "finished_data",
@@ -37,6 +40,7 @@ __all__ = [
     "render_context",
     "render_iac",
     "replace_views",
+    "unwitnessed",
     "verify",
     "views_config",
 ]

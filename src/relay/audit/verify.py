@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.audit.log import GENESIS, LOG_FILE, iter_lines, parse_loose, read_head, sha256, unseal
+from relay.audit.witness import Witness, WitnessCheck
 from relay.osfiles import lock
 
 
@@ -31,6 +32,10 @@ class Report:
     lines: int = 0
     problems: list[Problem] = field(default_factory=lambda: [])
     notes: list[str] = field(default_factory=lambda: [])
+    # The witness the log was checked against (None: none), and the highest seq it vouches for.
+    witness: str | None = None
+    witness_holds: bool = False
+    witnessed_to: int = 0
 
     @property
     def ok(self) -> bool:
@@ -43,14 +48,21 @@ class Report:
             "lines": self.lines,
             "problems": [p.to_dict() for p in self.problems],
             "notes": self.notes,
+            "witness": (
+                {"name": self.witness, "holds": self.witness_holds, "witnessed_to": self.witnessed_to}
+                if self.witness is not None
+                else None
+            ),
         }
 
 
-def verify(home: Path, mark: tuple[int, str] | None = None, jobs: int = 0) -> Report:
+def verify(home: Path, mark: tuple[int, str] | None = None, jobs: int = 0, witness: Witness | None = None) -> Report:
     """Check every line's own hash, its seq and its link to the line before, then the end against audit.head.
 
     `mark` is the (seq, hash) of the last entry relay's store says it wrote, and `jobs` how many jobs
-    the store holds: a log removed together with audit.head is then still found missing.
+    the store holds: a log removed together with audit.head is then still found missing. `witness`
+    holds each entry's hash as it was written (relay/audit/witness.py): a log rewritten together with
+    audit.head and the mark is then still found rewritten, from its first changed line.
     Holds a shared lock on the log meanwhile, so a line being appended is not mistaken for a cut one.
     """
     path = home / LOG_FILE
@@ -63,18 +75,24 @@ def verify(home: Path, mark: tuple[int, str] | None = None, jobs: int = 0) -> Re
             head = read_head(home)
             if path.exists():
                 continue  # a writer created the log meanwhile: verify it under the lock
-            return _verify(str(path), iter(()), head, mark, jobs)
+            return _verify(str(path), iter(()), head, mark, jobs, witness)
         try:
             lock(fd, shared=True)
-            return _verify(str(path), iter_lines(path), read_head(home), mark, jobs)
+            return _verify(str(path), iter_lines(path), read_head(home), mark, jobs, witness)
         finally:
             os.close(fd)
 
 
 def _verify(
-    path: str, lines: Iterator[bytes], head: tuple[int, str] | None, mark: tuple[int, str] | None, jobs: int
+    path: str,
+    lines: Iterator[bytes],
+    head: tuple[int, str] | None,
+    mark: tuple[int, str] | None,
+    jobs: int,
+    witness: Witness | None,
 ) -> Report:
     report = Report(path)
+    check = WitnessCheck(witness) if witness is not None else None
     flagged: set[int] = set()
 
     def problem(line: int, message: str) -> None:
@@ -114,8 +132,10 @@ def _verify(
                     f"{before} was changed, or lines between them were removed",
                 )
             last_seq = max(last_seq, seq)
-        expected = last_seq + 1
         prev_hash = sha256(line)
+        if check is not None:
+            check.line(number, seq if isinstance(seq, int) else expected, prev_hash)
+        expected = last_seq + 1
     report.lines = number
     if mark is not None and (head is None or mark[0] > head[0]):
         if head is None and number:
@@ -124,6 +144,12 @@ def _verify(
     if head is None and number == 0 and jobs:
         problem(1, f"the log is missing but relay's store holds {jobs} job(s), each with entries: the log was removed")
     _check_head(head, report, number, last_seq, prev_hash, problem)
+    if check is not None and witness is not None:
+        found, notes = check.finish(number)
+        for line, message in found:
+            problem(line, message)
+        report.notes += notes
+        report.witness, report.witness_holds, report.witnessed_to = witness.name, witness.holds, check.matched_to
     return report
 
 

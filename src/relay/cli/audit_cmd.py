@@ -1,4 +1,5 @@
-"""`relay audit verify|show|render`: check the audit log's hash chain, read it, write its views now."""
+"""`relay audit verify|show|render|witness-sql`: check the audit log's hash chain (and its witness), read it,
+write its views now, print the SQL that makes a witness on a PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def add_parser(sub: Any) -> None:
     show.add_argument("--job", help="only the entries of this job (id or its first characters)")
     show.add_argument("--json", action="store_true", help="print the entries as JSON lines")
     actions.add_parser("render", help="write IAC.md and CONTEXT.md from the log now")
+    witness = actions.add_parser(
+        "witness-sql",
+        help="print the SQL an operator runs (as another role) to make the audit witness on a PostgreSQL store",
+    )
+    witness.add_argument("--role", help="relay's database role (default: the user of RELAY_STORE's URL)")
 
 
 def audit_command(args: argparse.Namespace) -> int:
@@ -33,6 +39,8 @@ def audit_command(args: argparse.Namespace) -> int:
         return _verify(home, settings.store_target, args.json)
     if args.audit_command == "show":
         return _show(home, args.limit, args.job, args.json)
+    if args.audit_command == "witness-sql":
+        return _witness_sql(args.role, settings.store_url)
     from relay.audit import IAC_FILE, Views, views_config
 
     config = views_config(home)
@@ -46,22 +54,45 @@ def audit_command(args: argparse.Namespace) -> int:
 
 def _verify(home: Any, store_target: Any, as_json: bool) -> int:
     from relay.audit import verify
-    from relay.store.open import audit_expectation_at
+    from relay.store.open import audit_expectation_at, audit_witness_at
 
     known = audit_expectation_at(store_target, home=home)
-    report = verify(home, known.mark, known.jobs)
+    with audit_witness_at(store_target, home=home) as (witness, what):
+        report = verify(home, known.mark, known.jobs, witness)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.to_dict() | {"witness_summary": what}, indent=2))
         return 0 if report.ok else 1
     for note in report.notes:
         print(f"note: {note}")
     if report.ok:
         print(f"audit log intact: {report.lines} lines ({report.path})")
+        if report.witness is not None and report.witness_holds:
+            print(f"witness: checked against {report.witness} up to seq {report.witnessed_to}")
+        else:
+            print(f"witness: {what}")
         return 0
     print(f"audit log BROKEN: {len(report.problems)} problem(s) in {report.path}")
     for problem in report.problems:
         print(f"  line {problem.line}: {problem.message}")
     return 1
+
+
+def _witness_sql(role: str | None, store_url: str | None) -> int:
+    from relay.errors import ErrorCode, RelayError
+    from relay.store.pg.witness import setup_sql
+
+    if role is None and store_url is not None:
+        from psycopg.conninfo import conninfo_to_dict
+
+        role = str(conninfo_to_dict(store_url).get("user") or "") or None
+    if role is None:
+        raise RelayError(
+            ErrorCode.INVALID_ARGUMENT,
+            "relay's database role is not known (no RELAY_STORE URL with a user)",
+            "name it: relay audit witness-sql --role ROLE",
+        )
+    print(setup_sql(role), end="")
+    return 0
 
 
 def _show(home: Any, limit: int, job: str | None, as_json: bool) -> int:

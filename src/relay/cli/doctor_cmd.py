@@ -34,6 +34,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     from relay.config import load_settings
     from relay.doctor import (
         TABLE_HEADERS,
+        audit_report,
         diagnose,
         queue_report,
         repos_report,
@@ -77,6 +78,7 @@ def doctor_command(args: argparse.Namespace) -> int:
 
     problems = [r for r in reports if r.found and (r.version_status == "broken" or (r.smoke not in (None, "ok")))]
     store_line, store_ok = store_report(settings)  # relay.db: SQLite's integrity check and free space
+    audit_line, audit_ok = audit_report(settings)  # what the audit record proves: its witness, or what it cannot
     rows, client_reports, client_problems = client_rows()  # each MCP client's relay entry: present and sane?
     runtime = runtime_line(settings.runtime)
     worktree_line, worktrees = worktree_report(settings)
@@ -89,6 +91,7 @@ def doctor_command(args: argparse.Namespace) -> int:
             "agents": [r.to_dict() for r in reports],
             "clients": client_reports,
             "store": {"ok": store_ok, "summary": store_line},
+            "audit": {"ok": audit_ok, "summary": audit_line},
             "runtime": runtime.removeprefix("runtime: "),
             "worktrees": worktrees,
             "repos": repos | {"summary": repos_line},
@@ -102,6 +105,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         print(f"\n{runtime}")
         print(f"sandbox (execute_code): {sandbox['mode']}: {sandbox['details']}")
         print("\n" + store_line)
+        print(audit_line)
         print(queue_line)
         print(worktree_line)
         print(repos_line)
@@ -110,4 +114,4 @@ def doctor_command(args: argparse.Namespace) -> int:
         print(f"  {CLIENT_ROOTS_NOTE}")
         if rows:
             print("\n" + table(rows, CLIENT_HEADERS))
-    return 1 if problems or not store_ok or client_problems else 0
+    return 1 if problems or not store_ok or not audit_ok or client_problems else 0

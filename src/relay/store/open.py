@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from contextlib import contextmanager
 from pathlib import Path
 
-from relay.audit import AuditLog, open_audit
+from relay.audit import AuditLog, Witness, open_audit, unwitnessed
 from relay.errors import ErrorCode, RelayError
 from relay.store.api import JobStore
 from relay.store.db import AuditExpectation, Store, audit_expectation
@@ -47,3 +49,20 @@ def audit_expectation_at(target: str | Path, *, home: Path) -> AuditExpectation:
 
         return pg_audit_expectation(str(target), home)
     return audit_expectation(Path(str(target).removeprefix("sqlite://")))
+
+
+@contextmanager
+def audit_witness_at(target: str | Path, *, home: Path) -> Generator[tuple[Witness | None, str]]:
+    """The witness of the audit log in `home` that the store at `target` keeps (None: none that relay's role can
+    read; a SQLite store has none), its rows streamed while the block runs, and one line saying what it proves."""
+    if not is_pg_url(target):
+        yield None, unwitnessed()
+        return
+    from relay.store.pg.store import audit_log_name
+    from relay.store.pg.witness import where, witness_rows
+
+    with witness_rows(str(target), audit_log_name(home)) as (status, rows):
+        if rows is None:
+            yield None, status.describe()
+            return
+        yield Witness(where(str(target)), rows, status.holds, status.describe()), status.describe()

@@ -10,6 +10,7 @@ the tables' triggers on `relay_jobs` / `relay_queue` (pg/schema.py; pg/listen.py
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 import weakref
@@ -34,11 +35,14 @@ from relay.store.pg.listen import PgChanges
 from relay.store.pg.marks import LatestMark
 from relay.store.pg.schema import migrate
 from relay.store.pg.watch import ChangeCount
+from relay.store.pg.witness import INSERT_ROWS, WitnessWriter, witness_status
 
 # Connections one process keeps to the server: the event loop and a few worker threads at once.
 POOL_SIZE = 4
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
+
+logger = logging.getLogger("relay.store")
 
 _JOB_COLUMNS: LiteralString = (
     "id, agent, kind, status, request, model, cwd, session_id, created_at, started_at, finished_at, deadline_at,"
@@ -119,6 +123,10 @@ class PgStore(PgClaims):
         self._log = audit_log_name(audit.home)
         with relay_errors(url), psycopg.connect(conninfo(url), autocommit=True) as conn:
             migrate(conn)
+            # The audit witness (pg/witness.py): relay says at start whether its role could rewrite it.
+            self.witness = witness_status(conn)
+        if self.witness.present and not self.witness.holds:
+            logger.warning("audit witness: %s", self.witness.describe())
         self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         # The pool's connections by the pid of the server process serving each (a notice names its sender's).
         self._own: weakref.WeakValueDictionary[int, Conn] = weakref.WeakValueDictionary()
@@ -136,6 +144,10 @@ class PgStore(PgClaims):
         self._notices = ChangeCount(url, self._is_own)
         self._marks = LatestMark(self._mark_audit)
         self.audit.marks.append(self._marks.put)
+        self._witness: WitnessWriter | None = None
+        if self.witness.present and self.witness.can_insert:
+            self._witness = WitnessWriter(self._witness_rows)
+            self.audit.marks.append(self._witness.put)
 
     def changes(self) -> PgChanges:
         """A listener for this store's change notices (enter it with `async with` to start it)."""
@@ -145,6 +157,10 @@ class PgStore(PgClaims):
         with suppress(ValueError):
             self.audit.marks.remove(self._marks.put)
         self._marks.close()
+        if self._witness is not None:
+            with suppress(ValueError):
+                self.audit.marks.remove(self._witness.put)
+            self._witness.close()
         self._notices.close()
         self._pool.close()
 
@@ -184,6 +200,9 @@ class PgStore(PgClaims):
 
     def _mark_audit(self, seq: int, line_hash: str) -> None:
         self._exec(_MARK_AUDIT, (self._log, seq, line_hash, time.time()))
+
+    def _witness_rows(self, seqs: list[int], hashes: list[str]) -> None:
+        self._exec(INSERT_ROWS, (self._log, seqs, hashes))
 
     def queue_version(self) -> int:
         """A number that changes whenever another process changed a job (counted from the store's notices;
