@@ -26,7 +26,7 @@ from relay.errors import ErrorCode, RelayError, invalid
 from relay.runtime import supervisor
 from relay.runtime.invocation import Invocation
 from relay.runtime.supervisor import JobFiles
-from relay.sandbox.isolation import Isolation, bwrap_argv, detect
+from relay.sandbox.isolation import Isolation, bwrap_argv, detect, private_folders
 
 LANGUAGES = ("python", "bash", "node")
 ALIASES = {
@@ -202,7 +202,9 @@ def _prepare(
     inputs: Mapping[str, bytes],
 ) -> _Prepared:
     """In a worker thread: the isolation, a fresh temp dir holding the code and its inputs, the command line."""
-    command = interpreter(lang)
+    program, *flags = interpreter(lang)
+    # The interpreter's own file, through any link: bubblewrap shows its folder and nothing around it.
+    command = [os.path.realpath(program), *flags]
     iso = detect(environ)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = JobFiles(out_dir)
@@ -218,13 +220,13 @@ def _prepare(
             os.chown(path, iso.drop_uid, iso.drop_uid)
     os.chmod(workdir, 0o700)
     env = child_env(workdir)
-    keep = [Path(command[0]).resolve()]
-    inner = bwrap_argv(iso, workdir, env, hidden, keep, [*command, str(script)])
+    private = private_folders(environ, hidden)
+    inner = bwrap_argv(iso, workdir, env, private, [*command, str(script)])
     backstop = shutil.which("timeout", path=SAFE_PATH)
     if backstop is not None:
         inner = [backstop, "-s", "KILL", f"{timeout_s + BACKSTOP_S:g}", *inner]
     head = [json.dumps(limits_for(timeout_s))]
-    if iso.drop_uid is not None:
+    if iso.drop_uid is not None and iso.bwrap is None:  # under bubblewrap, setpriv drops inside the sandbox
         head += ["--uid", str(iso.drop_uid)]
     argv = (sys.executable, "-I", "-S", str(LIMITS_SCRIPT), *head, "--", *inner)
     return _Prepared(workdir, Invocation(argv, env, str(workdir)), files, iso)
