@@ -177,6 +177,9 @@ class Settings:
     default_workspace: str = "cwd"
     # A land's test command is stopped after this long (`[workspaces] test_timeout_s`).
     land_test_timeout_s: float = DEFAULT_LAND_TEST_TIMEOUT_S
+    # Test commands the person configured (`[workspaces] test_command`, one or a list): a caller naming one of these
+    # exactly runs it without asking; any other command a caller names is a `full` action (relay.jobs.grants).
+    test_commands: tuple[str, ...] = ()
     # HTTP bearer tokens, each a principal with a role (`[server.tokens.NAME]`); empty: the one local user.
     tokens: tuple[NamedToken, ...] = ()
     # The queue (store/claims.py): how long a worker's claim on a job lasts without a heartbeat
@@ -281,6 +284,20 @@ def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
         if all(isinstance(v, str) for v in items):
             return tuple(str(v) for v in items)
     raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} must be a list of strings", "fix config.toml")
+
+
+def _test_commands(value: Any) -> tuple[str, ...]:
+    """`[workspaces] test_command`: one shell command, or a list of them (kept whole: a command may hold commas)."""
+    if value is None:
+        return ()
+    items: list[Any] = [value] if isinstance(value, str) else value if isinstance(value, list) else [None]  # pyright: ignore[reportUnknownVariableType]
+    if not all(isinstance(v, str) and v.strip() for v in items):
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            "workspaces.test_command must be a command or a list of commands",
+            'set [workspaces] test_command = "pytest -q" (or a list of such strings) in config.toml',
+        )
+    return tuple(str(v) for v in items)
 
 
 def _agent_config(name: str, raw: Any) -> AgentConfig:
@@ -536,6 +553,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         land_test_timeout_s=_float(
             env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
         ),
+        test_commands=_test_commands(spaces.get("test_command")),
         tokens=_tokens(server.get("tokens"), env),
         lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,

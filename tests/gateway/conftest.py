@@ -26,7 +26,9 @@ PROJECT = "/projects/demo"
 # Generous: every bound here is a ceiling for a loaded 2-core machine, not an expected time.
 LIMITS = Limits(connect_timeout_s=60.0, call_timeout_s=60.0, list_wait_s=30.0)
 # The same for relay built from settings: the gateway toolset exposed, waits that suit a loaded machine.
-GATEWAY_ENV = {"RELAY_TOOLSETS": "core,gateway", "RELAY_GATEWAY_LIST_WAIT_S": "30"}
+# A stdio server a caller adds is a command relay starts, a `full` action: the person grants it here (the tests of
+# the grant itself are in tests/security/test_commands_are_full.py).
+GATEWAY_ENV = {"RELAY_TOOLSETS": "core,gateway", "RELAY_GATEWAY_LIST_WAIT_S": "30", "RELAY_GRANT": "full"}
 
 
 def toy_config(name: str = "toy", *args: str, state: Path, **extra: Any) -> ServerConfig:

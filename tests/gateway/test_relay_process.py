@@ -23,6 +23,7 @@ async def test_downstream_servers_end_when_relay_exits(relay_home: Path, tmp_pat
         "HOME": str(relay_home),
         "PATH": os.environ.get("PATH", ""),
         "RELAY_TOOLSETS": "core,gateway",
+        "RELAY_GRANT": "full",  # adding a stdio server is a `full` action: granted, not asked
     }
     params = StdioServerParameters(command=str(RELAY), args=["serve"], env=env, cwd=tmp_path)
     with anyio.fail_after(180):

@@ -26,7 +26,9 @@ async def test_best_of_three_agents_ranks_tested_candidates_by_the_review_and_on
 ) -> None:
     review = "Candidate 3 is the cleanest.\n" + json.dumps({"ranking": [3, 1, 2], "reasons": {}})
     anthropic_mock.script(Reply(text=review))
-    settings = zen_settings(RELAY_PROFILE="", RELAY_TOOLSETS="core,gateway,workspaces")
+    # The test command is the person's (config.toml): a caller's own would be a `full` action, asked about.
+    test_command = '[workspaces]\ntest_command = "grep -q 42 answer.txt"\n'
+    settings = zen_settings(test_command, RELAY_PROFILE="", RELAY_TOOLSETS="core,gateway,workspaces")
     async with zen_client(settings) as client:
         failed, env = await call(
             client,

@@ -9,6 +9,7 @@ import pytest
 
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
+from relay.jobs.grants import chosen_by_the_person
 from relay.workspaces import LandError
 from tests.conftest import SettingsFactory
 from tests.workspaces.conftest import git, snapshot
@@ -22,6 +23,12 @@ async def edit(engine: Engine, repo: Path, writes: str, **kw: object) -> str:
     with anyio.fail_after(20):
         await engine.wait_one(job_id, 20)
     return job_id
+
+
+async def land_as_the_person(engine: Engine, job: str, **kw: str) -> dict[str, object]:
+    """A land with a test command as `relay land --test` makes it: a command the person typed runs unasked."""
+    with chosen_by_the_person("full"):
+        return await engine.land(job, **kw)
 
 
 def refs(repo: Path) -> dict[str, str]:
@@ -81,9 +88,11 @@ async def test_a_failing_test_command_refuses_the_land_and_its_output_pages_like
         job = await edit(engine, repo, "app.txt~broken\\n")
         before = refs(repo)
         with pytest.raises(LandError) as caught:
-            await engine.land(job, test_command="grep -q three app.txt || { echo 'three is missing'; exit 3; }")
+            await land_as_the_person(
+                engine, job, test_command="grep -q three app.txt || { echo 'three is missing'; exit 3; }"
+            )
         page = engine.read_output(job, "test", 0, 1000)
-        passed = await engine.land(job, test_command="test -f app.txt && echo ok")
+        passed = await land_as_the_person(engine, job, test_command="test -f app.txt && echo ok")
     assert caught.value.code is ErrorCode.LAND_TEST_FAILED
     test = caught.value.details["test"]
     assert (test["passed"], test["exit_code"], test["output_tail"]) == (False, 3, "three is missing\n")
@@ -98,7 +107,7 @@ async def test_a_test_command_past_its_time_is_killed_and_the_land_refused(
     async with Engine(make_settings(RELAY_LAND_TEST_TIMEOUT_S="0.5")).running() as engine:
         job = await edit(engine, repo, "app.txt~x\\n")
         with pytest.raises(LandError) as caught:
-            await engine.land(job, test_command="sleep 30")
+            await land_as_the_person(engine, job, test_command="sleep 30")
     assert caught.value.code is ErrorCode.LAND_TEST_FAILED and caught.value.details["test"]["timed_out"] is True
 
 
@@ -210,7 +219,7 @@ async def test_two_lands_of_one_repository_at_once_are_serialized(make_settings:
         results: list[dict[str, object]] = []
 
         async def land(job: str) -> None:
-            results.append(await engine.land(job, test_command="sleep 0.3"))
+            results.append(await land_as_the_person(engine, job, test_command="sleep 0.3"))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(land, a)

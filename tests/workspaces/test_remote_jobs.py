@@ -23,6 +23,7 @@ from mcp import Client
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
+from relay.jobs.grants import chosen_by_the_person
 from relay.server.app import build_server
 from relay.store import Store, WorkerInfo
 from relay.workspaces import Workspaces
@@ -219,7 +220,8 @@ async def test_delegate_with_repo_over_mcp_runs_the_job_from_the_url_and_job_lan
     make_settings: SettingsFactory, daemon: GitDaemon, clone: Path
 ) -> None:
     args = {"prompt": EDIT, "repo": daemon.url("app.git"), "subdir": "src", "cwd": str(clone), "mode": "sync"}
-    async with Client(build_server(make_settings())) as c:
+    # The land's test command is the person's (config.toml): a caller's own would be a `full` action, asked about.
+    async with Client(build_server(make_settings('[workspaces]\ntest_command = "test -f new.txt"\n'))) as c:
         with anyio.fail_after(60):
             done = await c.call_tool("delegate", args)
             env = done.structured_content or {}
@@ -383,7 +385,9 @@ async def test_discarding_a_job_by_url_removes_the_copy_this_home_has_and_leaves
     async with front_and_worker(make_settings()) as (front, _):
         job_id = front.submit(JobRequest(agent="claude", prompt=EDIT, repo=daemon.url("app.git"), cwd=str(clone)))
         env = await ended(front, job_id)
-        tested = await front.test_worktree(job_id, "test -f new.txt")  # in the worker's worktree (shared home)
+        with chosen_by_the_person("full"):  # the test's command is the person's own, as `relay land --test`
+            permitted = await front.permit_command("test -f new.txt", what="a test command", cwd=str(clone))
+        tested = await front.test_worktree(job_id, "test -f new.txt", permitted)  # in the worker's worktree
         discarded = await front.discard(job_id)
         with pytest.raises(RelayError) as again:
             await front.land(job_id)

@@ -19,6 +19,7 @@ from relay.errors import ErrorCode, RelayError, invalid
 
 if TYPE_CHECKING:
     from relay.gateway import Gateway, ServerConfig, ServerRegistry
+    from relay.gateway.admin import ServerPermit
 
 # `relay mcp add NAME [options] -- CMD ARGS...`: the words after this are the stdio server's command line.
 COMMAND_SEPARATOR = "--"
@@ -109,20 +110,30 @@ def mcp_command(args: argparse.Namespace) -> int:
             import anyio
 
             from relay.gateway import Gateway, Limits
+            from relay.gateway.admin import server_permit
+            from relay.jobs.grants import COMMAND_PERMISSION, chosen_by_the_person
+            from relay.store.open import open_store
 
             gateway = Gateway(registry, settings.home, project, Limits.from_environ(settings.environ))
+            store = open_store(settings.store_target, home=settings.home)  # a stdio server's command is on record
+            permit = server_permit(settings, store.audit.record, project)
 
             async def change() -> int:
                 try:
-                    if args.mcp_command == "add":
-                        return await _add(gateway, args)
-                    if args.mcp_command == "remove":
-                        return await _remove(gateway, args)
-                    return await _import(gateway, args, settings.environ)
+                    # A command the person typed (or a project they named) at a terminal: their own choice, unasked.
+                    with chosen_by_the_person(COMMAND_PERMISSION):
+                        if args.mcp_command == "add":
+                            return await _add(gateway, args, permit)
+                        if args.mcp_command == "remove":
+                            return await _remove(gateway, args)
+                        return await _import(gateway, args, settings.environ, permit)
                 finally:
                     await gateway.aclose()  # a server started by --connect is stopped
 
-            return anyio.run(change)
+            try:
+                return anyio.run(change)
+            finally:
+                store.close()
         servers = {c.name: c for c in registry.visible(project)}
         if args.mcp_command == "list":
             return _list(registry, list(servers.values()), args.json)
@@ -197,7 +208,7 @@ def _where(config: ServerConfig) -> str:
     return f"the project {config.scope}" if config.scope else "every project (global)"
 
 
-async def _add(gateway: Gateway, args: argparse.Namespace) -> int:
+async def _add(gateway: Gateway, args: argparse.Namespace, permit: ServerPermit) -> int:
     from relay.gateway.admin import add_server, added_reply, try_server
     from relay.server.toolsets import reserved_names
 
@@ -226,6 +237,7 @@ async def _add(gateway: Gateway, args: argparse.Namespace) -> int:
         args=cmd_args,
         env=env,
         reserved=reserved_names(),
+        permit=permit,
     )
     listed = await try_server(gateway, config.name) if args.connect else None
     if args.json:
@@ -262,7 +274,7 @@ async def _remove(gateway: Gateway, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _import(gateway: Gateway, args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+async def _import(gateway: Gateway, args: argparse.Namespace, environ: Mapping[str, str], permit: ServerPermit) -> int:
     from relay.gateway.imports import import_servers
     from relay.server.toolsets import reserved_names
 
@@ -274,6 +286,7 @@ async def _import(gateway: Gateway, args: argparse.Namespace, environ: Mapping[s
         cwd=Path.cwd(),
         environ=environ,
         reserved=reserved_names(),
+        permit=permit,
     )
     if args.json:
         print(json.dumps(result.reply(), indent=2))

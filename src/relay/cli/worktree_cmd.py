@@ -42,12 +42,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_land(args: argparse.Namespace) -> int:
     import anyio
 
+    from relay.jobs.grants import COMMAND_PERMISSION, chosen_by_the_person
     from relay.workspaces import LandError
 
     engine = reading_engine()
 
     async def go() -> dict[str, Any]:
-        return await engine.land(args.job, into=args.into, strategy=args.strategy, test_command=args.test_command)
+        with chosen_by_the_person(COMMAND_PERMISSION):  # --test is a command the person typed: it runs unasked
+            return await engine.land(args.job, into=args.into, strategy=args.strategy, test_command=args.test_command)
 
     try:
         landed = anyio.run(go)

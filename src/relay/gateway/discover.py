@@ -110,7 +110,7 @@ async def from_git(url: str, scope: str, environ: Mapping[str, str]) -> Candidat
         try:
             with anyio.fail_after(CLONE_TIMEOUT_S):
                 done = await anyio.run_process(
-                    ["git", "clone", "--depth", "1", "--quiet", url, str(target)],
+                    ["git", "clone", "--depth", "1", "--quiet", "--", url, str(target)],
                     check=False,
                     stdin=subprocess.DEVNULL,
                     env={**{k: v for k, v in environ.items() if k in ("PATH", "HOME")}, "GIT_TERMINAL_PROMPT": "0"},

@@ -9,7 +9,8 @@ from typing import Any
 
 from relay.errors import invalid
 from relay.gateway import discover
-from relay.gateway.config import MASK
+from relay.gateway.admin import ServerPermit, require_admin
+from relay.gateway.config import MASK, ServerConfig
 from relay.gateway.importer import Candidate, from_project_files, resolve_project
 from relay.gateway.manager import Gateway
 
@@ -59,11 +60,15 @@ async def import_servers(
     environ: Mapping[str, str],
     registry_url: str = discover.DEFAULT_REGISTRY_URL,
     reserved: Collection[str] = (),
+    permit: ServerPermit,
 ) -> ImportResult:
     """The first of from_project, github_url, query that is given wins (seed 003); `servers` filters from_project.
 
-    A server named like one of relay's own toolsets (`reserved`) is skipped, as add_mcp_server refuses it.
+    A server named like one of relay's own toolsets (`reserved`) is skipped, as add_mcp_server refuses it. Only an
+    admin imports (`require_admin`); the stdio servers are recorded only once `permit` allowed their commands (a
+    project's .mcp.json, a repository's manifest or a registry entry is text a model can write or choose).
     """
+    require_admin("importing downstream MCP servers")
     scope = gateway.project
     result = ImportResult()
     if from_project:
@@ -98,6 +103,7 @@ async def import_servers(
             "Must provide one of: from_project, github_url, or query",
             "pass from_project (a project directory), github_url, or query",
         )
+    ready: list[ServerConfig] = []
     for cand in candidates:
         if cand.config.name in reserved:
             result.skipped[cand.config.name] = (
@@ -110,6 +116,9 @@ async def import_servers(
             else:
                 result.skipped[cand.config.name] = f"needs {', '.join(cand.missing)}"
             continue
-        await gateway.add(cand.config.with_(source=cand.source or cand.config.source))
-        result.imported.append(cand.config.name)
+        ready.append(cand.config.with_(source=cand.source or cand.config.source))
+    await permit(ready)
+    for config in ready:
+        await gateway.add(config)
+        result.imported.append(config.name)
     return result

@@ -331,17 +331,43 @@ class Engine:
                 f"job {rec.id} is still {rec.status}: a branch lands once its job has ended",
                 f"job_wait(job_ids=['{rec.id}']) first",
             )
+        if test_command:  # a caller's string about to become a process: a `full` action
+            await self.permit_command(
+                test_command,
+                what="job_land's test command",
+                cwd=rec.cwd or "",
+                job_id=rec.id,
+                instead="land without test_command",
+            )
         landed = await anyio.to_thread.run_sync(self._workspaces.land, rec.id, into, strategy, test_command)
         await anyio.to_thread.run_sync(self._workspaces.prune)
         return landed
+
+    async def permit_command(
+        self, command: str, *, what: str, cwd: str, job_id: str | None = None, instead: str = "leave it out"
+    ) -> grants.Permit:
+        """May a caller's test command run? A `full` action (relay.jobs.grants.permit_command): within the grant,
+        one the person configured (`[workspaces] test_command`), or with the person's yes; else PERMISSION_NOT_GRANTED."""
+        return await grants.permit_command(
+            self.settings,
+            command,
+            what=what,
+            cwd=cwd,
+            via=SUBMITTED_VIA.get(),
+            audit=self.store.audit.record,
+            configured=command in self.settings.test_commands,
+            instead=instead,
+            job_id=job_id,
+        )
 
     async def discard(self, job_id: str) -> dict[str, Any]:
         """Remove a worktree job's worktree and branch."""
         rec = self.get(job_id)
         return await anyio.to_thread.run_sync(self._workspaces.discard, rec.id)
 
-    async def test_worktree(self, job_id: str, command: str) -> dict[str, Any]:
-        """Run `command` in a worktree job's worktree (bounded like a land's test); {passed, exit_code, output_tail...}."""
+    async def test_worktree(self, job_id: str, command: str, permitted: grants.Permit) -> dict[str, Any]:
+        """Run `command` in a worktree job's worktree (bounded like a land's test); {passed, exit_code, output_tail...}.
+        `permitted`: what `permit_command` allowed it by (asked while the call that named it could still ask)."""
         return await anyio.to_thread.run_sync(self._workspaces.test, self.get(job_id).id, command)
 
     def prune_worktrees(self) -> list[str]:

@@ -310,3 +310,83 @@ async def consent_for(settings: Settings, check: Callable[[], Any], agents: str 
     except GrantExceeded as exceeded:
         ask = exceeded.ask if agents is None else replace(exceeded.ask, agent=agents)
         return await confirm(settings, GrantExceeded(settings, ask), audit)
+
+
+# A caller's string that becomes a process ---------------------------------------------------------------------
+
+COMMAND_PERMISSION = "full"
+"""A command a caller names may do anything relay's user can (read relay.db, the keys, every other principal's
+work): it is permitted exactly like `delegate(permission="full")`."""
+# What a `command.permitted` audit entry keeps of the command (the whole of any command a person could be asked
+# about: a longer one is never asked about, see `permit_command`).
+COMMAND_RECORD_CHARS = 4000
+
+
+class CommandRefused(GrantExceeded):
+    """A command a caller named that no grant and no person allowed: relay did not start it."""
+
+    def __init__(self, refused: GrantExceeded, hint: str) -> None:
+        self.ask = refused.ask
+        self.answer = refused.answer
+        RelayError.__init__(self, ErrorCode.PERMISSION_NOT_GRANTED, refused.message, hint)
+
+
+def command_hint(settings: Settings, instead: str) -> str:
+    """What a refused caller can do: `instead` (the tool's own way round), or what only the person can do."""
+    config = settings.home / "config.toml"
+    return (
+        f"{instead}; a command a caller names runs only as a 'full' action: the person confirms it when a client "
+        f'that supports MCP elicitation asks, or sets [security] grant = "full" in {config} (or `relay install '
+        "CLIENT --grant full`), or runs it themself from a terminal"
+    )
+
+
+async def permit_command(
+    settings: Settings,
+    command: str,
+    *,
+    what: str,
+    cwd: str,
+    via: str | None,
+    audit: Audit,
+    configured: bool = False,
+    instead: str = "leave the command out",
+    job_id: str | None = None,
+) -> Permit:
+    """May a caller's string become a process (a land's test, a stdio MCP server)? A `full` action.
+
+    It runs when the person chose it (`configured`: named in config.toml; or a command they typed at a terminal,
+    `chosen_by_the_person`) or when `full` is within the grant; otherwise the person is asked through the
+    current call, as for `delegate(permission="full")` (`permit`, `confirm`: the same grant, the same cap, the
+    same form, naming `what` and showing the command). Without their yes it is refused (`permission.refused`)
+    with `CommandRefused`. A permitted command is on record as `command.permitted`. A command too long for the
+    form to show whole is never asked about: it is refused, as if nobody could be asked.
+    """
+    principal = PRINCIPAL.get()
+
+    def check() -> Permit:
+        return permit(settings, COMMAND_PERMISSION, agent=what, cwd=cwd, prompt=command, via=via)
+
+    if configured:
+        grant, source = grant_for(settings, via)
+        allowed = Permit(COMMAND_PERMISSION, grant, source, "person", principal)
+    else:
+        try:
+            allowed = check()
+        except GrantExceeded as exceeded:
+            shown_whole = len(" ".join(command.split())) <= TASK_PREVIEW_CHARS
+            if not shown_whole:
+                instead += (
+                    ", or put the command in a script and name the script (a confirmation form shows a command of"
+                    f" up to {TASK_PREVIEW_CHARS} characters)"
+                )
+            try:
+                with _set(CONFIRMER, CONFIRMER.get() if shown_whole else None):
+                    consent = await confirm(settings, exceeded, audit)
+            except GrantExceeded as refused:
+                raise CommandRefused(refused, command_hint(settings, instead)) from None
+            with consented(consent):
+                allowed = check()
+    entry = {"command": command[:COMMAND_RECORD_CHARS], "what": what, "cwd": cwd, "via": via} | allowed.record()
+    audit("command.permitted", job_id, entry)
+    return allowed

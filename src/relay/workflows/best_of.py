@@ -18,7 +18,7 @@ from relay.ask import AskArgs
 from relay.errors import RelayError, invalid
 from relay.events import AgentResult, Event
 from relay.jobs.engine import Engine, JobRequest
-from relay.jobs.grants import consented
+from relay.jobs.grants import Permit, consented
 from relay.workflows.models import run_model
 
 # At most this many candidates in one run (each is an agent CLI in its own worktree).
@@ -116,8 +116,11 @@ def _rank(candidates: list[dict[str, Any]], ranking: list[str]) -> list[dict[str
     return ranked
 
 
-async def run_best_of(engine: Engine, req: BestOf, emit: Any = None) -> dict[str, Any]:
-    """Run every candidate, test each, ask the reviewer; the ranked candidates and the review."""
+async def run_best_of(
+    engine: Engine, req: BestOf, emit: Any = None, test_permitted: Permit | None = None
+) -> dict[str, Any]:
+    """Run every candidate, test each (`test_permitted`: what allowed req.test_command, asked when best_of
+    started), ask the reviewer; the ranked candidates and the review."""
     jobs: list[str] = []
     try:
         for agent in req.agents:
@@ -142,8 +145,8 @@ async def run_best_of(engine: Engine, req: BestOf, emit: Any = None) -> dict[str
         env = engine.envelope(job_id)
         ws: dict[str, Any] = env.get("workspace") or {}
         test: dict[str, Any] | None = None
-        if req.test_command and env["status"] == "completed":
-            test = await engine.test_worktree(job_id, req.test_command)
+        if req.test_command and test_permitted is not None and env["status"] == "completed":
+            test = await engine.test_worktree(job_id, req.test_command, test_permitted)
         if ws.get("head"):
             page = engine.read_output(job_id, "diff", 0, REVIEW_DIFF_CHARS + 1)
             diffs[job_id] = page["text"]
@@ -213,13 +216,25 @@ async def submit_best_of(engine: Engine, req: BestOf) -> str:
     """best_of as a job of its own (waitable, cancellable); its answer is run_best_of's JSON.
 
     Its candidates start in that job, after the call returned: a permission above the grant is put
-    to the person now, once for every agent, and the candidates run within that answer.
+    to the person now, once for every agent, and the candidates run within that answer. So is the test
+    command, a `full` action (relay.jobs.grants.permit_command): one form names the agents and the command
+    when both need the person's yes.
     """
-    consent = await engine.consent_for(_candidate(req, req.agents[0]), ", ".join(dict.fromkeys(req.agents)))
+    agents = ", ".join(dict.fromkeys(req.agents))
+    named = f"{agents}, then the test command {req.test_command!r} in each worktree" if req.test_command else agents
+    consent = await engine.consent_for(_candidate(req, req.agents[0]), named)
+    permitted = None
+    if req.test_command:
+        permitted = await engine.permit_command(
+            req.test_command,
+            what="best_of's test command",
+            cwd=f"each candidate's worktree of {req.cwd}" if req.cwd else "each candidate's worktree",
+            instead="run best_of without test_command and test the candidates yourself",
+        )
 
     async def task(emit: Any) -> AgentResult:
         with consented(consent) if consent is not None else contextlib.nullcontext():
-            found = await run_best_of(engine, req, emit)
+            found = await run_best_of(engine, req, emit, permitted)
         ok = found["best"] is not None
         return AgentResult(ok=ok, text=json.dumps(found, indent=1))
 

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway import Gateway, Limits, ServerRegistry, project_of
-from relay.gateway.admin import add_server, added_reply, remove_server, try_server
+from relay.gateway.admin import ServerPermit, add_server, added_reply, remove_server, server_permit, try_server
 from relay.gateway.discover import DEFAULT_REGISTRY_URL
 from relay.gateway.imports import import_servers
 from relay.gateway.rerank import Reranker, Reranking, engine_asker, rerank_config
@@ -143,6 +143,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     def all_names() -> list[str]:
         return [*deps.router.server_names(), *remote_names()]
+
+    def permit() -> ServerPermit:
+        """A caller's stdio server is a command relay will start: a `full` action, asked through this call."""
+        return server_permit(deps.settings, deps.engine().store.audit.record, gateway_service(deps).project)
 
     @reg.tool(
         description="Tools (name, brief) of one server or of all: relay's toolsets (zen, tasks...) and downstream "
@@ -362,6 +366,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 env=env,
                 enabled=enabled,
                 reserved=deps.router.server_names(),
+                permit=permit(),
             )
         except RelayError as err:
             return _failure(err, server=name)
@@ -410,6 +415,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 environ=environ,
                 registry_url=environ.get("RELAY_MCP_REGISTRY_URL") or DEFAULT_REGISTRY_URL,
                 reserved=deps.router.server_names(),
+                permit=permit(),
             )
         except RelayError as err:
             return _failure(err)
