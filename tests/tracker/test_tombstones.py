@@ -262,9 +262,11 @@ def test_a_new_task_never_takes_a_deleted_tasks_id(relay_home: Path, project: Pr
 def test_a_database_from_before_tombstones_is_upgraded_in_place(relay_home: Path, project: Project) -> None:
     path = relay_home / "old.db"
     TaskStore(path).close()
-    with sqlite3.connect(path) as db:  # as relay.db was before migration m010_task_tombstones
+    with sqlite3.connect(path) as db:  # as relay.db was before migration m010_task_tombstones (and the later m019)
         db.execute("DROP TABLE task_tombstones")
         db.execute("DELETE FROM migrations WHERE name='m010_task_tombstones'")
+        db.execute("ALTER TABLE task_sessions DROP COLUMN principal")
+        db.execute("DELETE FROM migrations WHERE name='m019_task_principals'")
         db.execute(
             "INSERT INTO tasks (project, id, project_id, title, created_at, updated_at) VALUES (?,?,?,?,?,?)",
             (

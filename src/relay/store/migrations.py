@@ -480,12 +480,11 @@ def m018_hook_principals(db: sqlite3.Connection) -> None:
 def m019_task_principals(db: sqlite3.Connection) -> None:
     """Tracker session links and tombstones record whose they are (relay/tracker/principals.py): a link shows only
     to the principal that made it, a tombstone travels to the repository file only with a task that did; rows
-    from before are the local user's. Tasks belong to `created_by` (m014_principals); lists filter by it."""
+    from before are the local user's. Tasks belong to `created_by` (m014_principals); reads filter by it."""
     db.executescript(
         """
         ALTER TABLE task_sessions ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
         ALTER TABLE task_tombstones ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
-        CREATE INDEX tasks_owner ON tasks(project, created_by);
         """
     )
 

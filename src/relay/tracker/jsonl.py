@@ -9,14 +9,21 @@ type, labels, ...). A tombstone line stands for a deleted task:
 `updated_at` is the deletion time, so the import orders it against task lines (last write wins);
 `cascade` says the task was deleted with its subtasks. A line whose `deleted` is false or absent
 is a task line, so a file written before tombstones existed reads as before.
+
+The file lives in the repository, where every principal's agents can read it and git carries it to
+every clone, so it holds only the tasks of the principals who see everything: the local user (lines
+without `principal`, as before) and admin tokens (`"principal": "<name>"`). A `user` token's tasks,
+their tombstones and the dependencies on them stay in relay's store (`Shared` decides).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from relay.errors import RelayError, invalid
+from relay.principal import LOCAL_NAME, NAME_PATTERN
 from relay.tracker.model import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
@@ -31,6 +38,7 @@ from relay.tracker.model import (
     format_ts,
     parse_ts,
 )
+from relay.tracker.principals import owner_of
 from relay.tracker.project import Project
 from relay.tracker.store import TaskStore
 
@@ -41,6 +49,13 @@ DEP_KEYS = {"blocks": "deps_on", "related": "related", "discovered-from": "disco
 # A task line's dependency lists by type (None: the line does not carry that type).
 Edges = dict[str, list[str] | None]
 FIX = f"fix or remove that line of {TASKS_FILE}"
+# Whether a principal's tasks are written to the repository file (sync.py: the local user and admin tokens).
+Shared = Callable[[str], bool]
+
+
+def local_only(owner: str) -> bool:
+    """The default `Shared`: only the local user's tasks go to the file."""
+    return owner == LOCAL_NAME
 
 
 def task_record(task: Task, deps: dict[str, list[str]], types: dict[str, list[str]]) -> dict[str, Any]:
@@ -69,31 +84,41 @@ def task_record(task: Task, deps: dict[str, list[str]], types: dict[str, list[st
     for dep_type, key in DEP_KEYS.items():
         if dep_type != "blocks":
             record[key] = sorted(types.get(f"{dep_type}:{task.id}", []))
+    if owner_of(task.created_by) != LOCAL_NAME:
+        record["principal"] = task.created_by
     return record
 
 
 def tombstone_record(stone: Tombstone) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "id": stone.id,
         "deleted": True,
         "updated_at": stone.deleted_at,
         "project_id": stone.project_id,
         "cascade": stone.cascaded,
     }
+    if stone.principal != LOCAL_NAME:
+        record["principal"] = stone.principal
+    return record
 
 
-def records(store: TaskStore, project: Project) -> list[dict[str, Any]]:
-    """The project's task and tombstone lines as the store holds them now, sorted by id."""
+def records(store: TaskStore, project: Project, shared: Shared = local_only) -> list[dict[str, Any]]:
+    """The project's task and tombstone lines of `shared` principals as the store holds them now, sorted by id
+    (whoever asks: the file is the project's, not the caller's)."""
+    tasks = [t for t in store.all_tasks(project, everyone=True) if shared(owner_of(t.created_by))]
+    kept = {t.id for t in tasks}
     deps: dict[str, list[str]] = {}
     types: dict[str, list[str]] = {}
-    for dep in store.all_dependencies(project):
+    for dep in store.all_dependencies(project, everyone=True):
+        if dep.task_id not in kept or dep.depends_on not in kept:
+            continue
         if dep.dep_type == "blocks":
             deps.setdefault(dep.task_id, []).append(dep.depends_on)
         else:
             types.setdefault(f"{dep.dep_type}:{dep.task_id}", []).append(dep.depends_on)
-    out = [task_record(t, deps, types) for t in store.all_tasks(project)]
-    live = {r["id"] for r in out}
-    out += [tombstone_record(s) for s in store.tombstones(project) if s.id not in live]
+    out = [task_record(t, deps, types) for t in tasks]
+    live = {t.id for t in store.all_tasks(project, everyone=True)}
+    out += [tombstone_record(s) for s in store.tombstones(project) if s.id not in live and shared(s.principal)]
     return sorted(out, key=lambda r: r["id"])
 
 
@@ -101,9 +126,19 @@ def to_text(lines: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in lines)
 
 
-def render(store: TaskStore, project: Project) -> str:
-    """The JSONL text for the project's tasks and tombstones as the store holds them now."""
-    return to_text(records(store, project))
+def render(store: TaskStore, project: Project, shared: Shared = local_only) -> str:
+    """The JSONL text for the project's tasks and tombstones of `shared` principals as the store holds them now."""
+    return to_text(records(store, project, shared))
+
+
+def line_owner(data: dict[str, Any], where: str) -> str:
+    """The principal a line names (absent: the local user's, as every line before principals)."""
+    raw = data.get("principal")
+    if raw is None:
+        return LOCAL_NAME
+    if not isinstance(raw, str) or not NAME_PATTERN.match(raw):
+        raise invalid(f"{where} names no usable principal ({str(raw)[:70]!r})", FIX)
+    return raw
 
 
 def _str_list(value: Any, where: str) -> list[str]:
@@ -133,6 +168,7 @@ def _tombstone(data: dict[str, Any], task_id: str, where: str, default_project_i
         project_id=project_id if isinstance(project_id, str) and project_id else default_project_id,
         deleted_at=_timestamp(data["updated_at"], f"{where} ({task_id}) tombstone"),
         cascaded=cascade,
+        principal=line_owner(data, f"{where} ({task_id})"),
     )
 
 
@@ -187,6 +223,7 @@ def parse_line(line: str, number: int, default_project_id: str) -> tuple[Task, E
         closed_at=text("closed_at"),
         validation_status=text("validation_status"),
         validation_feedback=text("validation_feedback"),
+        created_by=line_owner(data, f"{where} ({task_id})"),
     )
     edges: Edges = {
         dep_type: (_str_list(data[key], f"{where} {key}") if key in data else None)

@@ -128,12 +128,14 @@ class Task:
 
 @dataclass(frozen=True)
 class Tombstone:
-    """A deleted task: `deleted_at` orders it against edits (last write wins); `cascaded`: deleted with its subtasks."""
+    """A deleted task: `deleted_at` orders it against edits (last write wins); `cascaded`: deleted with its subtasks;
+    `principal`: whose task it was (tracker/principals.py)."""
 
     id: str
     project_id: str
     deleted_at: str
     cascaded: bool = False
+    principal: str = "local"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
+from relay.principal import LOCAL_NAME
+from relay.tracker.jsonl import Shared
 from relay.tracker.project import Project, resolve_project
 from relay.tracker.store import TaskStore
 from relay.tracker.sync import DEBOUNCE_S, AutoExporter, TaskSync, sync_paths
@@ -39,13 +41,19 @@ def export_delay(settings: Settings) -> float | None:
     return value
 
 
+def shared_principals(settings: Settings) -> Shared:
+    """Whose tasks go to the repository file: the local user's and admin tokens' (jsonl.py), not a user token's."""
+    admins = {t.principal.name for t in settings.tokens if t.principal.is_admin}
+    return lambda owner: owner == LOCAL_NAME or owner in admins
+
+
 class Tracker:
     """The tracker a server (or the CLI) works with; close it to flush pending exports."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.store = TaskStore.open(settings)
-        self.sync = TaskSync(self.store)
+        self.sync = TaskSync(self.store, shared=shared_principals(settings))
         delay = export_delay(settings)
         self.auto: AutoExporter | None = AutoExporter(self.sync, delay) if delay is not None else None
         if self.auto is not None:

@@ -4,6 +4,7 @@ session links; a deleted task leaves a tombstone (tombstones.py) so the deletion
 Every row is scoped by project (`Project.key`); a task id is unique within its project. Values
 come back as the frozen dataclasses of `model.py`. Each change bumps the task's `updated_at`
 (strictly increasing, so last-write-wins sync can order edits) and calls `on_change(project)`.
+Every read and change sees only the current principal's tasks (principals.py; an admin all).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.osfiles import private_home
+from relay.principal import current
 from relay.store.migrations import migrate
 from relay.tracker.graph import Edge, dependency_tree, find_cycles, find_path
 from relay.tracker.links import SessionLinks
@@ -46,7 +48,7 @@ from relay.tracker.model import (
     parse_ts,
     task_from_row,
 )
-from relay.tracker.principals import record_principals
+from relay.tracker.principals import linker, owned, owner_of, record_principals
 from relay.tracker.project import Project
 from relay.tracker.tombstones import load_tombstones, record_tombstones
 
@@ -178,11 +180,14 @@ class TaskStore(SessionLinks):
 
     # tasks ------------------------------------------------------------------------------
 
-    def find(self, project: Project, task_id: str) -> Task | None:
-        rows = self._rows("SELECT * FROM tasks WHERE project=? AND id=?", (project.key, task_id))
+    def find(self, project: Project, task_id: str, *, everyone: bool = False) -> Task | None:
+        """The task by id if the current principal may see it (principals.py; `everyone`: any principal's)."""
+        mine, who = owned(everyone=everyone)
+        rows = self._rows(f"SELECT * FROM tasks WHERE project=? AND id=? AND {mine}", (project.key, task_id, *who))
         return _task(rows[0]) if rows else None
 
     def get(self, project: Project, task_id: str) -> Task:
+        """The task by id; another principal's answers as an unknown id does (TASK_NOT_FOUND)."""
         task = self.find(project, task_id)
         if task is None:
             raise not_found(task_id)
@@ -248,9 +253,9 @@ class TaskStore(SessionLinks):
                 self._touch(db, project, blocked)
             if session_id:
                 db.execute(
-                    "INSERT OR IGNORE INTO task_sessions (project, task_id, session_id, action, created_at)"
-                    " VALUES (?,?,?,'discovered',?)",
-                    (project.key, task_id, session_id, now),
+                    "INSERT OR IGNORE INTO task_sessions (project, task_id, session_id, action, created_at, principal)"
+                    " VALUES (?,?,?,'discovered',?,?)",
+                    (project.key, task_id, session_id, now, linker()),
                 )
         self._changed(project)
         return self.get(project, task_id)
@@ -308,7 +313,7 @@ class TaskStore(SessionLinks):
             if parent.id in seen:
                 raise invalid(f"making {parent_id} the parent of {task_id} would loop", "pick another parent")
             seen.add(parent.id)
-            parent = self.find(project, parent.parent_task_id) if parent.parent_task_id else None
+            parent = self.find(project, parent.parent_task_id, everyone=True) if parent.parent_task_id else None
 
     def close_task(self, project: Project, task_id: str, reason: str = "completed") -> Task:
         reason = (check_text(reason, "reason") or "").strip() or "completed"
@@ -328,11 +333,19 @@ class TaskStore(SessionLinks):
             self.get(project, task_id)
             doomed = [task_id]
             frontier = [task_id]
+            mine, who = owned()
             while frontier:
+                marks = ",".join("?" * len(frontier))
+                # Another principal's subtask (an admin can file one under a user's task) is left, detached.
+                db.execute(
+                    f"UPDATE tasks SET parent_task_id=NULL WHERE project=? AND parent_task_id IN ({marks})"
+                    f" AND NOT ({mine})",
+                    (project.key, *frontier, *who),
+                )
                 kids = [
                     r[0]
                     for r in db.execute(
-                        f"SELECT id FROM tasks WHERE project=? AND parent_task_id IN ({','.join('?' * len(frontier))})",
+                        f"SELECT id FROM tasks WHERE project=? AND parent_task_id IN ({marks})",
                         (project.key, *frontier),
                     )
                 ]
@@ -344,7 +357,8 @@ class TaskStore(SessionLinks):
             victims = [self.get(project, v) for v in doomed]
             # After the newest write of any of them, so the tombstones win last-write-wins on every clone.
             deleted_at = self.next_ts(max((v.updated_at for v in victims), key=parse_ts))
-            record_tombstones(db, project, (Tombstone(v.id, v.project_id, deleted_at, cascade) for v in victims))
+            stones = (Tombstone(v.id, v.project_id, deleted_at, cascade, owner_of(v.created_by)) for v in victims)
+            record_tombstones(db, project, stones)
             for victim in reversed(doomed):
                 db.execute("DELETE FROM tasks WHERE project=? AND id=?", (project.key, victim))
         self._changed(project)
@@ -363,9 +377,10 @@ class TaskStore(SessionLinks):
         title_like: str | None = None,
         limit: int = 50,
     ) -> list[Task]:
-        """Tasks matching every filter given, newest first."""
-        where = ["project=?"]
-        params: list[Any] = [project.key]
+        """The current principal's tasks matching every filter given, newest first."""
+        mine, who = owned()
+        where = ["project=?", mine]
+        params: list[Any] = [project.key, *who]
         for column, value in (
             ("status", status),
             ("priority", priority),
@@ -389,8 +404,11 @@ class TaskStore(SessionLinks):
         sql = f"SELECT * FROM tasks WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT ?"
         return [_task(r) for r in self._rows(sql, params)]
 
-    def all_tasks(self, project: Project) -> list[Task]:
-        return [_task(r) for r in self._rows("SELECT * FROM tasks WHERE project=? ORDER BY id", (project.key,))]
+    def all_tasks(self, project: Project, *, everyone: bool = False) -> list[Task]:
+        """The project's tasks the current principal may see (`everyone`: all of them, for the JSONL sync)."""
+        mine, who = owned(everyone=everyone)
+        rows = self._rows(f"SELECT * FROM tasks WHERE project=? AND {mine} ORDER BY id", (project.key, *who))
+        return [_task(r) for r in rows]
 
     def tombstones(self, project: Project) -> list[Tombstone]:
         """The project's deleted tasks (tombstones.py), by id."""
@@ -416,17 +434,26 @@ class TaskStore(SessionLinks):
     # dependencies -----------------------------------------------------------------------
 
     def dependencies(self, project: Project, task_id: str) -> tuple[list[Dependency], list[Dependency]]:
-        """(what `task_id` depends on, what depends on `task_id`)."""
+        """(what `task_id` depends on, what depends on `task_id`), among the tasks the current principal sees."""
+        seen = {d.id for d in self.all_dependencies(project)}
         on = self._rows(
             "SELECT * FROM task_dependencies WHERE project=? AND task_id=? ORDER BY id", (project.key, task_id)
         )
         by = self._rows(
             "SELECT * FROM task_dependencies WHERE project=? AND depends_on=? ORDER BY id", (project.key, task_id)
         )
-        return [_dep(r) for r in on], [_dep(r) for r in by]
+        return [_dep(r) for r in on if r["id"] in seen], [_dep(r) for r in by if r["id"] in seen]
 
-    def all_dependencies(self, project: Project) -> list[Dependency]:
-        rows = self._rows("SELECT * FROM task_dependencies WHERE project=? ORDER BY id", (project.key,))
+    def all_dependencies(self, project: Project, *, everyone: bool = False) -> list[Dependency]:
+        """The project's dependencies whose both tasks the current principal sees (`everyone`: all of them)."""
+        a, who_a = owned("a.", everyone=everyone)
+        b, who_b = owned("b.", everyone=everyone)
+        rows = self._rows(
+            "SELECT d.* FROM task_dependencies d JOIN tasks a ON a.project=d.project AND a.id=d.task_id"
+            f" JOIN tasks b ON b.project=d.project AND b.id=d.depends_on WHERE d.project=? AND {a} AND {b}"
+            " ORDER BY d.id",
+            (project.key, *who_a, *who_b),
+        )
         return [_dep(r) for r in rows]
 
     def blocks_graph(self, project: Project) -> dict[str, list[str]]:
@@ -488,15 +515,23 @@ class TaskStore(SessionLinks):
         """Nested blockers (what the task waits for) and/or blocking (what waits for it), bounded in size."""
         check_one_of(direction, DIRECTIONS, "direction")
         self.get(project, task_id)
+        mine, who = owned()
         info = {
             row[0]: {"id": row[0], "title": row[1], "status": row[2]}
-            for row in self._rows("SELECT id, title, status FROM tasks WHERE project=?", (project.key,))
+            for row in self._rows(
+                f"SELECT id, title, status FROM tasks WHERE project=? AND {mine}", (project.key, *who)
+            )
         }
         edges = [Edge(d.task_id, d.depends_on, d.dep_type) for d in self.all_dependencies(project)]
         return dependency_tree(task_id, info, edges, direction, MAX_TREE_DEPTH, MAX_TREE_NODES)
 
     def cycles(self, project: Project) -> list[list[str]]:
-        return find_cycles(self.blocks_graph(project))
+        """Cycles of `blocks` dependencies among the tasks the current principal sees."""
+        graph: dict[str, list[str]] = {}
+        for d in self.all_dependencies(project):
+            if d.dep_type == "blocks":
+                graph.setdefault(d.task_id, []).append(d.depends_on)
+        return find_cycles(graph)
 
     # ready and blocked work -------------------------------------------------------------
 
@@ -510,8 +545,9 @@ class TaskStore(SessionLinks):
         limit: int = 10,
     ) -> list[Task]:
         """Open tasks none of whose `blocks` blockers is still open, by priority then age."""
-        where = ["t.project=?", "t.status='open'"]
-        params: list[Any] = [project.key]
+        mine, who = owned("t.")
+        where = ["t.project=?", "t.status='open'", mine]
+        params: list[Any] = [project.key, *who]
         for column, value in (("priority", priority), ("task_type", task_type), ("assignee", assignee)):
             if value is not None:
                 where.append(f"t.{column}=?")
@@ -531,12 +567,13 @@ class TaskStore(SessionLinks):
             "SELECT 1 FROM task_dependencies d JOIN tasks b ON b.project=d.project AND b.id=d.depends_on"
             " WHERE d.project=t.project AND d.task_id=t.id AND d.dep_type='blocks' AND b.status!='closed'"
         )
+        mine, who = owned("t.")
         waiting = [
             _task(r)
             for r in self._rows(
-                f"SELECT t.* FROM tasks t WHERE t.project=? AND t.status!='closed' AND EXISTS ({open_blocker})"
-                " ORDER BY t.priority, t.created_at, t.id LIMIT ?",
-                (project.key, _check_limit(limit)),
+                f"SELECT t.* FROM tasks t WHERE t.project=? AND {mine} AND t.status!='closed'"
+                f" AND EXISTS ({open_blocker}) ORDER BY t.priority, t.created_at, t.id LIMIT ?",
+                (project.key, *who, _check_limit(limit)),
             )
         ]
         if not waiting:
@@ -550,7 +587,11 @@ class TaskStore(SessionLinks):
             (project.key, *(t.id for t in waiting)),
         )
         blockers: dict[str, list[Task]] = {}
+        sees = current().sees
         for row in rows:
             d = dict(row)
-            blockers.setdefault(d.pop("waiting_id"), []).append(task_from_row(d))
+            waiting_id = d.pop("waiting_id")
+            blocker = task_from_row(d)
+            if sees(blocker.created_by):  # another's blocker still blocks, unnamed
+                blockers.setdefault(waiting_id, []).append(blocker)
         return [(t, blockers.get(t.id, [])) for t in waiting]

@@ -15,6 +15,11 @@ it; a task line newer than the tombstone brings the task back; with both lines f
 union merge) the newer counts. A file without tombstones imports as before. An export prunes
 tombstones older than TOMBSTONE_TTL (90 days): a clone that stays away longer can bring such a
 task back.
+
+Principals (jsonl.py, merge.py): the file holds the tasks of the local user and of admin tokens
+(`shared`), each line naming its principal when it is not the local user; a `user` token's tasks,
+their tombstones and dependencies on them stay in relay's store, whoever runs the export. An import
+makes each line its own principal's, never the caller's, and refuses lines of a `user` principal.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.errors import RelayError, invalid
-from relay.tracker.jsonl import TASKS_FILE, records, render, to_text
+from relay.tracker.jsonl import TASKS_FILE, Shared, local_only, records, render, to_text
 from relay.tracker.merge import ImportStats, merge_records
 from relay.tracker.model import SYNC_DIRECTIONS, check_one_of, now_iso, parse_ts
 from relay.tracker.project import Project
@@ -70,9 +75,14 @@ class TaskSync:
     """Import, export and status of a project's JSONL; one lock so a debounced export never races a sync."""
 
     def __init__(
-        self, store: TaskStore, clock: Callable[[], str] = now_iso, tombstone_ttl: timedelta = TOMBSTONE_TTL
+        self,
+        store: TaskStore,
+        clock: Callable[[], str] = now_iso,
+        tombstone_ttl: timedelta = TOMBSTONE_TTL,
+        shared: Shared = local_only,
     ) -> None:
         self.store = store
+        self.shared = shared
         self._clock = clock
         self.tombstone_ttl = tombstone_ttl
         self._lock = threading.RLock()
@@ -109,7 +119,7 @@ class TaskSync:
                 return None
             except (OSError, UnicodeDecodeError) as err:
                 raise invalid(f"cannot read {path}: {err}", "check the file's permissions and encoding") from None
-            stats = merge_records(self.store, project, text, str(path))
+            stats = merge_records(self.store, project, text, str(path), self.shared)
             self._write_meta(meta_path, content_hash=_hash(text), last_imported=self._clock())
             return stats
 
@@ -127,7 +137,7 @@ class TaskSync:
                     _write_atomic(extra, content)
             with self.store.transaction() as db:
                 pruned = prune_tombstones(db, project, parse_ts(self._clock()) - self.tombstone_ttl)
-            lines = records(self.store, project)
+            lines = records(self.store, project, self.shared)
             text = to_text(lines)
             old = path.read_text(encoding="utf-8") if path.exists() else None
             if old != text:
@@ -168,7 +178,7 @@ class TaskSync:
             if meta is None:
                 return {"status": "no_meta", "synced": False, **base}
             current = _hash(path.read_text(encoding="utf-8"))
-            in_store = _hash(render(self.store, project))
+            in_store = _hash(render(self.store, project, self.shared))
         except (OSError, UnicodeDecodeError, RelayError) as err:
             return {"status": "error", "synced": False, "error": str(err), **base}
         return {

@@ -23,10 +23,10 @@ TOMBSTONE_TTL = timedelta(days=90)
 def record_tombstones(db: sqlite3.Connection, project: Project, stones: Iterable[Tombstone]) -> None:
     """Insert tombstones, replacing any held for the same ids."""
     db.executemany(
-        "INSERT INTO task_tombstones (project, id, project_id, deleted_at, cascaded) VALUES (?,?,?,?,?)"
+        "INSERT INTO task_tombstones (project, id, project_id, deleted_at, cascaded, principal) VALUES (?,?,?,?,?,?)"
         " ON CONFLICT (project, id) DO UPDATE SET project_id=excluded.project_id,"
-        " deleted_at=excluded.deleted_at, cascaded=excluded.cascaded",
-        [(project.key, s.id, s.project_id, s.deleted_at, int(s.cascaded)) for s in stones],
+        " deleted_at=excluded.deleted_at, cascaded=excluded.cascaded, principal=excluded.principal",
+        [(project.key, s.id, s.project_id, s.deleted_at, int(s.cascaded), s.principal) for s in stones],
     )
 
 
@@ -37,10 +37,10 @@ def forget_tombstone(db: sqlite3.Connection, project: Project, task_id: str) -> 
 def load_tombstones(db: sqlite3.Connection, project: Project) -> dict[str, Tombstone]:
     """The project's tombstones by id, in id order."""
     rows = db.execute(
-        "SELECT id, project_id, deleted_at, cascaded FROM task_tombstones WHERE project=? ORDER BY id",
+        "SELECT id, project_id, deleted_at, cascaded, principal FROM task_tombstones WHERE project=? ORDER BY id",
         (project.key,),
     ).fetchall()
-    return {row[0]: Tombstone(row[0], row[1], row[2], bool(row[3])) for row in rows}
+    return {row[0]: Tombstone(row[0], row[1], row[2], bool(row[3]), row[4]) for row in rows}
 
 
 def prune_tombstones(db: sqlite3.Connection, project: Project, before: datetime) -> list[str]:

@@ -4,6 +4,10 @@ Names, parameters and return shapes are seed 003's (Gobby's gobby-tasks): list t
 8-field brief format, `get_task` the full record with its dependencies, `create_task` requires
 `session_id`. Every tool takes an optional `project` (a repository path; default: the directory
 relay runs in). Bad input comes back as an error result with a hint.
+
+Tasks belong to the principal that created them (relay/tracker/principals.py): a `user` token sees,
+changes, links and deletes only its own; another's id answers TASK_NOT_FOUND as an unknown one does.
+An admin token and the local user (stdio) see all.
 """
 
 import threading
@@ -15,6 +19,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from relay.errors import ErrorCode, RelayError
+from relay.principal import current
 from relay.server.results import error_result, json_result
 from relay.server.toolsets._registry import (
     DESTROYS_STATE,
@@ -317,7 +322,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     ) -> CallToolResult:
         def go() -> dict[str, Any]:
             t, p = scope(project)
-            tasks = [{**task.brief(), "action": action} for task, action in t.store.session_tasks(p, session_id)]
+            # A user sees the links it made; an admin (and the local user) the links anyone made to the session.
+            linked = t.store.session_tasks(p, session_id, everyone=current().is_admin)
+            tasks = [{**task.brief(), "action": action} for task, action in linked]
             return {"session_id": session_id, "tasks": tasks}
 
         return await _run(go)
