@@ -1,7 +1,8 @@
 """Profile `gemini-mcp`: jamubc/gemini-mcp-tool's ask-gemini, brainstorm, fetch-chunk, ping, Help, timeout-test.
 
 ask-gemini and brainstorm run Gemini CLI as relay jobs; changeMode asks Gemini for OLD/NEW edits,
-parses them, and serves them in chunks (cached in RELAY_HOME, 10 minutes) through fetch-chunk.
+parses them, and serves them in chunks (cached in RELAY_HOME, 10 minutes) through fetch-chunk. The
+cache is the caller's own: another principal's cache key misses exactly as an unknown or expired one.
 Long calls send a progress notification every 25 s, as the original does, so clients do not time out.
 """
 
@@ -21,6 +22,7 @@ from pydantic import Field
 
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import JobRequest
+from relay.principal import current
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
 from relay.server.toolsets._registry import READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset
@@ -424,25 +426,33 @@ def summarize(edits: list[Edit], *, partial: bool) -> str:
 
 
 class ChunkCache:
-    """changeMode chunks as JSON files in RELAY_HOME, by an 8-hex key from the prompt; 10 minutes, 50 files."""
+    """changeMode chunks as JSON files in RELAY_HOME, by an 8-hex key from the prompt; 10 minutes, 50 files.
+
+    Each principal (relay/principal.py) has a folder of its own, so one principal's key names nothing of
+    another's (a miss, as an unknown key), and two principals sending one prompt do not overwrite each other."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
+    def _own(self) -> Path:
+        """The current principal's folder (named by a hash: a principal's name never becomes a path)."""
+        return self.folder / hashlib.sha256(current().name.encode("utf-8")).hexdigest()[:16]
+
     def put(self, prompt: str, chunks: list[list[Edit]]) -> str:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._prune()
+        folder = self._own()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._prune(folder)
         key = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:8]
         data = {"created": time.time(), "chunks": [[asdict(e) for e in chunk] for chunk in chunks]}
-        tmp = self.folder / f"{key}.json.tmp"
+        tmp = folder / f"{key}.json.tmp"
         tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, self.folder / f"{key}.json")
+        os.replace(tmp, folder / f"{key}.json")
         return key
 
     def get(self, key: str) -> list[list[Edit]] | None:
         if not CACHE_KEY_RE.match(key):  # no file is named by anything else: a miss, whatever the key holds
             return None
-        path = self.folder / f"{key}.json"
+        path = self._own() / f"{key}.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -452,8 +462,8 @@ class ChunkCache:
             return None
         return [[Edit(**e) for e in chunk] for chunk in data["chunks"]]
 
-    def _prune(self) -> None:
-        files = sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    def _prune(self, folder: Path) -> None:
+        files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
         now = time.time()
         for i, path in enumerate(files):
             if i < len(files) - (CACHE_MAX_FILES - 1) or now - path.stat().st_mtime > CACHE_TTL_S:
