@@ -29,12 +29,12 @@ def for_server(
     gateway: Callable[[], Any],
 ) -> ASGIApp:
     """The dashboard for `relay serve --http` to mount under /ui, reading the server's engine and gateway."""
-    access = Access(host=host, port=port, token=token, admin_tokens=admin_tokens(settings))
+    access = Access(host=host, port=port, token=token)  # build_app adds config's named tokens
     return build_app(settings, access=access, engine_provider=engine, gateway_provider=gateway)
 
 
 def admin_tokens(settings: Settings) -> tuple[str, ...]:
-    """The named tokens whose principal is an `admin`: the ones that may log in to the dashboard."""
+    """The named tokens whose principal is an `admin`: the ones that may log in to the dashboard (besides `--token`)."""
     return tuple(t.token for t in settings.tokens if t.principal.is_admin)
 
 
@@ -50,11 +50,16 @@ def run_dashboard(*, host: str, port: int, token: str | None, open_browser: bool
 
     settings = load_settings()
     token = token or settings.environ.get("RELAY_TOKEN")
-    access = Access(host=host, port=port, token=token, admin_tokens=admin_tokens(settings))
-    app = build_app(settings, access=access)
+    app = build_app(settings, access=Access(host=host, port=port, token=token))
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown}:{port}/jobs"
     print(f"relay dashboard: {url}", file=sys.stderr)
+    if settings.tokens and not token and not admin_tokens(settings):
+        print(
+            "relay dashboard: no token opens it: it is admin-only and config names only user tokens;"
+            ' give one role = "admin" ([server.tokens.NAME]) or pass --token',
+            file=sys.stderr,
+        )
     if open_browser:
         threading.Timer(0.5, webbrowser.open, args=(url,)).start()
     uvicorn.run(app, host=host, port=port, log_level="warning")

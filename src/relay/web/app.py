@@ -12,15 +12,17 @@ from urllib.parse import quote
 import anyio
 from markupsafe import Markup
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
+from relay.principal import acting_as
 from relay.web import security
 from relay.web.chart import color, stacked_bars
 from relay.web.live import FEED_MAX_S, NOTICE_WAITERS, JobFeed, JobsFeed, WorkersFeed, parse_since
@@ -45,8 +47,6 @@ from relay.web.workers import worker_fact, workers_view
 
 HERE = Path(__file__).resolve().parent
 NOT_FOUND = (ErrorCode.JOB_NOT_FOUND, ErrorCode.TASK_NOT_FOUND, ErrorCode.SESSION_NOT_FOUND, ErrorCode.SERVER_NOT_FOUND)
-# Pages anyone may reach before logging in.
-PUBLIC_PREFIXES = ("/login", "/static/")
 
 
 def _ago(ts: float | None) -> str:
@@ -77,33 +77,68 @@ def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
+def _public(path: str) -> bool:
+    """The login form and the static files (nothing secret in them): the only paths served before a login."""
+    return path == "/login" or path.startswith("/static/")
+
+
 class Guard:
-    """ASGI middleware: Host and Origin checks on every request, the login on every non-public one."""
+    """ASGI middleware: Host and Origin checks on every request and WebSocket, the login on every one but the login
+    form and the static files, and each request run as the principal that logged in."""
 
     def __init__(self, app: ASGIApp, access: Access) -> None:
         self.app = app
         self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # lifespan
             await self.app(scope, receive, send)
             return
-        request = Request(scope)
-        path = request.url.path[len(scope.get("root_path", "")) :] or "/"
-        if not security.host_ok(self.access, request):
+        conn = HTTPConnection(scope)
+        base = scope.get("root_path", "")
+        path = conn.url.path[len(base) :] or "/"
+        who = security.login_of(self.access, conn)
+        if not security.host_ok(self.access, conn):
             response: Response = PlainTextResponse("Invalid Host header", status_code=421)
-        elif not security.origin_ok(self.access, request):
+        elif not security.origin_ok(self.access, conn):
             response = PlainTextResponse("Cross-origin request refused", status_code=403)
-        elif path.startswith(PUBLIC_PREFIXES) or security.logged_in(self.access, request):
+        elif who is not None:
+            with acting_as(who):  # what the page reads and changes is this principal's doing
+                await self.app(scope, receive, send)
+            return
+        elif _public(path) and scope["type"] == "http":
             await self.app(scope, receive, send)
             return
-        elif request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-            base = scope.get("root_path", "")
-            target = quote(path + (f"?{request.url.query}" if request.url.query else ""), safe="")
+        elif conn.scope.get("method") == "GET" and "text/html" in conn.headers.get("accept", ""):
+            target = quote(path + (f"?{conn.url.query}" if conn.url.query else ""), safe="")
             response = RedirectResponse(f"{base}/login?next={target}", status_code=303)
         else:
-            response = PlainTextResponse("Log in first: the dashboard needs relay's token", status_code=401)
+            response = _refusal(conn, self.access)
+        if scope["type"] == "websocket":  # refused before it is accepted, whatever the reason
+            await WebSocketClose(code=1008, reason="refused: log in first")(scope, receive, send)
+            return
         await response(scope, receive, send)
+
+
+def _refusal(conn: HTTPConnection, access: Access) -> Response:
+    """401, saying why: no login, a wrong token, or a `user` token (right, but the dashboard is admin-only)."""
+    auth = conn.headers.get("authorization", "")
+    if auth.startswith("Bearer ") and access.is_user_token(auth[len("Bearer ") :]):
+        err = RelayError(ErrorCode.AUTH_INVALID, "a user token does not open the dashboard", ADMIN_ONLY_HINT)
+    elif auth:
+        err = RelayError(ErrorCode.AUTH_INVALID, "that token does not open the dashboard", LOGIN_HINT)
+    else:
+        err = RelayError(ErrorCode.AUTH_MISSING, "log in first: the dashboard needs relay's token", LOGIN_HINT)
+    if "application/json" in conn.headers.get("accept", ""):
+        return JSONResponse({"error": err.to_dict()}, status_code=401)
+    return PlainTextResponse(f"{err.message}: {err.hint}", status_code=401)
+
+
+LOGIN_HINT = "log in on /login, or send Authorization: Bearer with an admin's token or relay's --token"
+ADMIN_ONLY_HINT = (
+    "the dashboard shows every principal's work, so it is admin-only: use an admin's token"
+    ' ([server.tokens.NAME] role = "admin"); a user reads its own jobs through the MCP tools'
+)
 
 
 class Dashboard:
@@ -179,8 +214,9 @@ class Dashboard:
     async def login(self, request: Request) -> Response:
         base = request.scope.get("root_path", "")
         nxt = request.query_params.get("next", "/jobs")
-        if request.method == "GET":
-            return self.render(request, "login.html", {"next": nxt, "failed": False})
+        shown = {"next": nxt, "failed": False, "user_token": False, "closed": self.access.closed}
+        if request.method in ("GET", "HEAD"):
+            return self.render(request, "login.html", shown)
         form = await request.form()
         token = str(form.get("token", ""))
         nxt = str(form.get("next", "/jobs"))
@@ -190,7 +226,13 @@ class Dashboard:
             return RedirectResponse(base + nxt, status_code=303)
         matched = self.access.matching_token(token)
         if matched is None:
-            return self.render(request, "login.html", {"next": nxt, "failed": True}, status_code=401)
+            user = self.access.is_user_token(token)  # right, but the dashboard is admin-only
+            return self.render(
+                request,
+                "login.html",
+                shown | {"next": nxt, "failed": not user, "user_token": user},
+                status_code=401,
+            )
         response = RedirectResponse(base + nxt, status_code=303)
         response.set_cookie(
             security.SESSION_COOKIE,
@@ -375,8 +417,9 @@ def build_app(
     gateway_provider: Callable[[], Any] | None = None,
     feed_max_s: float = FEED_MAX_S,
 ) -> ASGIApp:
-    """The dashboard as an ASGI app; `access` says where it is served and whether it asks for the token."""
-    access = access or Access()
+    """The dashboard as an ASGI app; `access` says where it is served and whether it asks for the token (config's
+    named tokens always make it ask: then only an admin's token, or `access.token`, opens it)."""
+    access = security.with_config(access or Access(), settings)
     if not access.loopback and not access.needs_login:
         raise RelayError(
             ErrorCode.INVALID_ARGUMENT,

@@ -1,10 +1,17 @@
 """Who may use the dashboard: Host/Origin checks, the token login cookie, and CSRF for the two actions.
 
-Bound to loopback the dashboard is open to the machine's user, as the MCP endpoint is. Bound
-anywhere else it asks for the MCP endpoint's token once, on a login form, and keeps a session
-cookie (HttpOnly, SameSite=Strict) derived from the token, so no token travels in a URL.
-The two state-changing actions (cancel a job, change a task's status) need a CSRF token that
-matches a SameSite=Strict cookie, and an Origin (when the browser sends one) of the dashboard.
+The dashboard shows every principal's jobs, transcripts, threads, tasks and audit log, so it is
+admin-only: it opens to the one `--token` (the local user's, as for the MCP endpoint) and to the
+named tokens of `admin` principals, never to a `user` token. It asks for one whenever any token
+exists: always beyond loopback (relay refuses to serve it there without one), and on loopback too
+as soon as config names a token (`[server.tokens.NAME]`, of any role), since loopback is then no
+longer one person's. Bound to loopback with no token anywhere it is the machine's, as the MCP
+endpoint is.
+
+The login is a form that sets a session cookie (HttpOnly, SameSite=Strict) derived from the token,
+so no token travels in a URL; scripts may send `Authorization: Bearer`. The two state-changing
+actions (cancel a job, change a task's status) need a CSRF token that matches a SameSite=Strict
+cookie, and an Origin (when the browser sends one) of the dashboard.
 """
 
 from __future__ import annotations
@@ -12,10 +19,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
+
+from relay.config import NamedToken, Settings
+from relay.principal import LOCAL, Principal
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 SESSION_COOKIE = "relay_dashboard"
@@ -34,13 +44,17 @@ class Access:
     port: int = 8766
     token: str | None = None
     extra_hosts: tuple[str, ...] = field(default_factory=tuple)
-    # The tokens of `admin` principals (`[server.tokens.NAME] role = "admin"`): each may log in too. A `user`
-    # token may not: the dashboard shows every principal's jobs.
+    # The tokens of `admin` principals (`[server.tokens.NAME] role = "admin"`): each may log in too.
     admin_tokens: tuple[str, ...] = field(default_factory=tuple, repr=False)
+    # Every named token of config, of either role: any of them closes the dashboard behind a login (loopback
+    # too), and says whose a login is. A `user` token may not log in: the dashboard shows every principal's work.
+    named: tuple[NamedToken, ...] = field(default_factory=tuple, repr=False)
 
     @property
     def tokens(self) -> tuple[str, ...]:
-        return ((self.token,) if self.token is not None else ()) + self.admin_tokens
+        """The tokens that open the dashboard: the one `--token` and every admin's."""
+        admins = [t.token for t in self.named if t.principal.is_admin]
+        return tuple(dict.fromkeys([*((self.token,) if self.token else ()), *self.admin_tokens, *admins]))
 
     @property
     def loopback(self) -> bool:
@@ -48,7 +62,13 @@ class Access:
 
     @property
     def needs_login(self) -> bool:
-        return bool(self.tokens)
+        """Whether a browser must log in: whenever any token exists, wherever the dashboard is served."""
+        return bool(self.tokens) or bool(self.named)
+
+    @property
+    def closed(self) -> bool:
+        """Named tokens exist but none opens the dashboard (only `user` ones, and no `--token`): nobody may log in."""
+        return self.needs_login and not self.tokens
 
     def allowed_hosts(self) -> set[str]:
         """Host header values accepted (DNS-rebinding protection, as for the MCP endpoint)."""
@@ -68,23 +88,38 @@ class Access:
         return hmac.new(token.encode(), SESSION_LABEL, hashlib.sha256).hexdigest()
 
     def matching_token(self, given: str) -> str | None:
-        """The token `given` is (compared in constant time with each), or None."""
+        """The token `given` is, among those that open the dashboard (compared in constant time with each), or None."""
         found = [t for t in self.tokens if hmac.compare_digest(given.encode(), t.encode())]
         return found[0] if found else None
 
     def token_matches(self, given: str) -> bool:
         return self.matching_token(given) is not None
 
+    def is_user_token(self, given: str) -> bool:
+        """Whether `given` is a named `user` token: a right token, refused because the dashboard is admin-only."""
+        users = [t.token for t in self.named if not t.principal.is_admin]
+        return any([hmac.compare_digest(given.encode(), t.encode()) for t in users])
 
-def host_ok(access: Access, request: Request) -> bool:
-    return request.headers.get("host", "") in access.allowed_hosts()
+    def principal_of(self, token: str) -> Principal:
+        """Whose a token that opens the dashboard is: its named admin, else the local user (`--token`)."""
+        return next((t.principal for t in self.named if t.token == token), LOCAL)
 
 
-def origin_ok(access: Access, request: Request) -> bool:
+def with_config(access: Access, settings: Settings) -> Access:
+    """`access` with config's named tokens: however the dashboard is built, a named token closes it behind a login."""
+    named = tuple(dict.fromkeys([*access.named, *settings.tokens]))
+    return replace(access, named=named)
+
+
+def host_ok(access: Access, conn: HTTPConnection) -> bool:
+    return conn.headers.get("host", "") in access.allowed_hosts()
+
+
+def origin_ok(access: Access, conn: HTTPConnection) -> bool:
     """A cross-site request is refused: Origin (or, lacking it, Referer) must name the dashboard itself."""
-    origin = request.headers.get("origin")
+    origin = conn.headers.get("origin")
     if origin is None:
-        referer = request.headers.get("referer")
+        referer = conn.headers.get("referer")
         if referer is None:
             return True  # not a browser's cross-site request (curl, the test client)
         parts = urlsplit(referer)
@@ -92,22 +127,29 @@ def origin_ok(access: Access, request: Request) -> bool:
     return origin in access.allowed_origins()
 
 
-def logged_in(access: Access, request: Request) -> bool:
-    """Whether the request may see the dashboard: no login needed, the session cookie, or a bearer token."""
+def login_of(access: Access, conn: HTTPConnection) -> Principal | None:
+    """Who the request is logged in as (the session cookie, or a bearer token), None when it is not; with no
+    login needed, the local user."""
     if not access.needs_login:
-        return True
-    cookie = request.cookies.get(SESSION_COOKIE, "")
-    if cookie and any(hmac.compare_digest(cookie.encode(), access.session_value(t).encode()) for t in access.tokens):
-        return True
-    auth = request.headers.get("authorization", "")
-    return auth.startswith("Bearer ") and access.token_matches(auth[len("Bearer ") :])
+        return LOCAL
+    cookie = conn.cookies.get(SESSION_COOKIE, "")
+    if cookie:
+        for token in access.tokens:
+            if hmac.compare_digest(cookie.encode(), access.session_value(token).encode()):
+                return access.principal_of(token)
+    auth = conn.headers.get("authorization", "")
+    if auth.startswith("Bearer "):
+        token = access.matching_token(auth[len("Bearer ") :])
+        if token is not None:
+            return access.principal_of(token)
+    return None
 
 
 def new_csrf_token() -> str:
     return secrets.token_hex(16)
 
 
-def csrf_ok(request: Request, submitted: str | None) -> bool:
+def csrf_ok(request: HTTPConnection, submitted: str | None) -> bool:
     """Double submit: the form field (or header) must equal the SameSite=Strict CSRF cookie."""
     cookie = request.cookies.get(CSRF_COOKIE, "")
     given = submitted or request.headers.get(CSRF_HEADER, "")
