@@ -9,8 +9,11 @@ import subprocess
 # `git status` of a job's cwd, before and after, must not hold a job up for long.
 GIT_TIMEOUT_S = 5.0
 # The folder's own git config is not relay's to obey: an agent allowed to edit it could name a program that
-# `git status` runs (core.fsmonitor), outside that agent's sandbox and above its permission.
-UNTRUSTED_REPO_CONFIG = ("-c", "core.fsmonitor=false")
+# `git status` runs (core.fsmonitor), outside that agent's sandbox and above its permission. Nor does a hook of
+# the folder's run (git status runs none today; core.hooksPath names where git would look).
+UNTRUSTED_REPO_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+# Nor a submodule's: `git status` would run itself in each, under the submodule's own config.
+UNTRUSTED_STATUS = ("--ignore-submodules=all",)
 
 
 def git_status(cwd: str) -> dict[str, str] | None:
@@ -19,9 +22,13 @@ def git_status(cwd: str) -> dict[str, str] | None:
     if not in_work_tree(cwd) or not shutil.which("git"):
         return None
     try:
+        filters = _no_filters(cwd)
+        if filters is None:
+            return None
         out = subprocess.run(
-            ["git", *UNTRUSTED_REPO_CONFIG, "status", "--porcelain", "--untracked-files=all", "-z"],
+            ["git", *UNTRUSTED_REPO_CONFIG, "status", "--porcelain", "--untracked-files=all", "-z", *UNTRUSTED_STATUS],
             cwd=cwd,
+            env={**os.environ, **filters},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=GIT_TIMEOUT_S,
@@ -43,6 +50,37 @@ def git_status(cwd: str) -> dict[str, str] | None:
             # Status plus size and mtime: an already-dirty file edited again still counts as changed.
             entries[path] = f"{item[:2]} {stamp}"
     return entries
+
+
+def _no_filters(cwd: str) -> dict[str, str] | None:
+    """Environment that empties every filter driver the folder's git config names (None: its config is unreadable).
+
+    A clean filter (or a long-running `process` one) that the tree's .gitattributes applies runs when
+    `git status` compares a file whose stat changed; its command is the folder's config, the agent's to write.
+    Given as GIT_CONFIG_COUNT/KEY/VALUE: a driver's name is matched exactly, whatever characters it holds.
+    """
+    listed = subprocess.run(
+        ["git", *UNTRUSTED_REPO_CONFIG, "config", "--null", "--get-regexp", r"^filter\."],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=GIT_TIMEOUT_S,
+        check=False,
+    )
+    if listed.returncode not in (0, 1):  # 1: no filter configured
+        return None
+    names = {
+        key.removeprefix("filter.").rpartition(".")[0]
+        for key in (item.split("\n", 1)[0] for item in listed.stdout.decode("utf-8", "surrogateescape").split("\0"))
+        if key.startswith("filter.")
+    }
+    keys = [f"filter.{name}.{var}" for name in sorted(names) for var in ("clean", "smudge", "process")]
+    if not keys:
+        return {}
+    env = {"GIT_CONFIG_COUNT": str(len(keys))}
+    for i, key in enumerate(keys):
+        env |= {f"GIT_CONFIG_KEY_{i}": key, f"GIT_CONFIG_VALUE_{i}": ""}
+    return env
 
 
 def in_work_tree(cwd: str) -> bool:

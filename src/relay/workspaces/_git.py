@@ -26,6 +26,10 @@ AUTHOR = {
 }
 # Never ask a person anything (credentials, an editor for a message).
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true", "GIT_MERGE_AUTOEDIT": "no"}
+# relay's git is mechanical: no hook of the repository's and no fsmonitor command runs with it. An agent that can
+# write a worktree's files could otherwise have relay (outside its sandbox) run any program it names. Passed as
+# `-c` before every subcommand, so they also reach the git processes git starts (GIT_CONFIG_PARAMETERS).
+SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 
 
 class GitError(RelayError):
@@ -61,18 +65,24 @@ def run(
     check: bool = True,
     timeout: float = GIT_TIMEOUT_S,
     stop: Callable[[], bool] | None = None,
+    git_dir: str | Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `git args` in `cwd`; raises GitError when it fails and `check` is set.
 
     `stop`: asked every STOP_POLL_S; once it says so, git (its process group) is killed: CANCELLED.
+    `git_dir`: the git folder to use (GIT_DIR, with `cwd` as GIT_WORK_TREE) instead of the one git finds from
+    `cwd`; a worktree's own `.git` file is its agent's to rewrite, so relay names the folder it recorded
+    (`worktree_git_dir`).
     """
-    full_env = {**os.environ, **_QUIET, **(env or {})}
+    where = {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(cwd)} if git_dir is not None else {}
+    full_env = {**os.environ, **_QUIET, **(env or {}), **where}
+    argv = [git_path(), *SAFE_CONFIG, *args]
     try:
         if stop is not None:
-            out = _until_stopped([git_path(), *args], cwd, full_env, timeout, stop)
+            out = _until_stopped(argv, cwd, full_env, timeout, stop)
         else:
             out = subprocess.run(
-                [git_path(), *args],
+                argv,
                 cwd=cwd,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
@@ -127,18 +137,55 @@ def _until_stopped(
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             if stopped:
-                raise RelayError(ErrorCode.CANCELLED, f"git {' '.join(argv[1:3])} was stopped", "nothing was kept")
+                said = " ".join(argv[len(SAFE_CONFIG) + 1 :][:2])
+                raise RelayError(ErrorCode.CANCELLED, f"git {said} was stopped", "nothing was kept")
             raise subprocess.TimeoutExpired(argv, timeout)
 
 
-def out(args: Sequence[str], cwd: str | Path, *, env: Mapping[str, str] | None = None) -> str:
+def out(
+    args: Sequence[str], cwd: str | Path, *, env: Mapping[str, str] | None = None, git_dir: str | Path | None = None
+) -> str:
     """git's stdout, stripped."""
-    return run(args, cwd, env=env).stdout.strip()
+    return run(args, cwd, env=env, git_dir=git_dir).stdout.strip()
 
 
-def ok(args: Sequence[str], cwd: str | Path) -> bool:
+def ok(args: Sequence[str], cwd: str | Path, *, git_dir: str | Path | None = None) -> bool:
     """Whether `git args` succeeds."""
-    return run(args, cwd, check=False).returncode == 0
+    return run(args, cwd, check=False, git_dir=git_dir).returncode == 0
+
+
+def worktree_git_dir(common_dir: str | Path, worktree: str | Path) -> Path:
+    """The git folder of the checkout at `worktree` of the repository whose git folder is `common_dir`.
+
+    Found from the repository's own records, never from the worktree's `.git` file: whoever edits the
+    worktree can point that at a git folder of their own, whose config names programs git runs
+    (core.fsmonitor, hooks, filters). The main checkout's is `common_dir` itself (its `.git`); a linked
+    worktree's is the folder `git worktree add PATH` made, `<common_dir>/worktrees/<basename of PATH>` (a
+    number appended when that was taken), whose `gitdir` file points back at `<worktree>/.git`. None
+    found: GIT_FAILED, and no git runs there.
+    """
+    common = Path(common_dir).resolve()
+    if common.name == ".git" and Path(worktree).resolve() == common.parent:
+        return common
+    admin = common / "worktrees"
+    want = Path(worktree, ".git").resolve()
+    name = Path(worktree).name
+    candidates = [admin / name]
+    with contextlib.suppress(OSError):
+        candidates += sorted(p for p in admin.iterdir() if p.name.removeprefix(name).isdigit())
+    for folder in candidates:
+        try:
+            back = folder.joinpath("gitdir").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if back and folder.joinpath(back).resolve() == want:  # an absolute `back` stands alone
+            return folder
+    raise RelayError(
+        ErrorCode.GIT_FAILED,
+        f"the repository at {common_dir} has no record of the worktree {worktree} (no {admin / name})",
+        f"relay runs no git in a worktree the repository does not vouch for; `git worktree list` in {common_dir}"
+        " shows the ones it knows; discard the job (relay discard JOB) if its worktree was removed by hand",
+    )
 
 
 @contextlib.contextmanager

@@ -50,7 +50,10 @@ def _take(origin: Origin, branch: str, fetched: str, url: str) -> str:
         )
     trees = worktrees_on(origin.common_dir, branch)
     if trees:  # checked out (the job's worktree, made by an earlier land): move its files with it
-        _git.run(["merge", "--quiet", "--ff-only", fetched], trees[0])
+        tree = trees[0]
+        _git.run(
+            ["merge", "--quiet", "--ff-only", fetched], tree, git_dir=_git.worktree_git_dir(origin.common_dir, tree)
+        )
     else:
         _git.run(["update-ref", "-m", "relay: fetch a job's branch", ref, fetched, local], origin.repo)
     return fetched

@@ -61,35 +61,37 @@ def checked_out_in(rec: WorkspaceRecord, branch: str) -> list[str]:
     return [path for path in worktrees_on(rec.common_dir, branch) if Path(path) != Path(rec.path)]
 
 
-def _conflicted(wt: Path) -> list[str]:
-    return sorted(filter(None, _git.run(["diff", "--name-only", "-z", "--diff-filter=U"], wt).stdout.split("\0")))
+def _conflicted(wt: Path, gd: Path) -> list[str]:
+    listed = _git.run(["diff", "--name-only", "-z", "--diff-filter=U"], wt, git_dir=gd).stdout
+    return sorted(filter(None, listed.split("\0")))
 
 
 def _apply(rec: WorkspaceRecord, wt: Path, old: str, head: str, strategy: str, message: str) -> str:
     """The commit the target should move to; on a conflict the worktree is put back and LandError raised."""
-    if strategy != "squash" and _git.ok(["merge-base", "--is-ancestor", old, head], wt):
+    gd = _git.worktree_git_dir(rec.common_dir, wt)  # never the one the worktree's `.git` file names
+    if strategy != "squash" and _git.ok(["merge-base", "--is-ancestor", old, head], wt, git_dir=gd):
         return head  # already on top of the target: a fast-forward
     if strategy == "rebase":
-        attempt = _git.run(["rebase", "--quiet", old], wt, env=AUTHOR, check=False)
-        conflicts = _conflicted(wt) if attempt.returncode != 0 else []
+        attempt = _git.run(["rebase", "--quiet", old], wt, env=AUTHOR, check=False, git_dir=gd)
+        conflicts = _conflicted(wt, gd) if attempt.returncode != 0 else []
         if attempt.returncode != 0:
-            _git.run(["rebase", "--abort"], wt, check=False)
+            _git.run(["rebase", "--abort"], wt, check=False, git_dir=gd)
     else:
-        _git.run(["checkout", "--quiet", "--detach", old], wt)
+        _git.run(["checkout", "--quiet", "--detach", old], wt, git_dir=gd)
         args = (
             ["merge", "--squash", rec.branch]
             if strategy == "squash"
             else ["merge", "--no-ff", "-m", message, rec.branch]
         )
-        attempt = _git.run(args, wt, env=AUTHOR, check=False)
-        conflicts = _conflicted(wt) if attempt.returncode != 0 else []
+        attempt = _git.run(args, wt, env=AUTHOR, check=False, git_dir=gd)
+        conflicts = _conflicted(wt, gd) if attempt.returncode != 0 else []
         if attempt.returncode == 0 and strategy == "squash":
-            if _git.ok(["diff", "--cached", "--quiet"], wt):
+            if _git.ok(["diff", "--cached", "--quiet"], wt, git_dir=gd):
                 _back_to_branch(rec, wt, head)
                 raise invalid(f"job {rec.job_id}'s branch changes nothing against the target", "discard it instead")
-            _git.run(["commit", "--quiet", "--no-verify", "-m", message], wt, env=AUTHOR)
+            _git.run(["commit", "--quiet", "--no-verify", "-m", message], wt, env=AUTHOR, git_dir=gd)
         elif attempt.returncode != 0:
-            _git.run(["merge", "--abort"], wt, check=False)
+            _git.run(["merge", "--abort"], wt, check=False, git_dir=gd)
             _back_to_branch(rec, wt, head)
     if attempt.returncode != 0:
         raise LandError(
@@ -99,13 +101,14 @@ def _apply(rec: WorkspaceRecord, wt: Path, old: str, head: str, strategy: str, m
             f"{rec.job_id}', prompt='rebase onto the target and resolve the conflicts'), or land with another strategy",
             conflicts=conflicts or [attempt.stderr.strip()[-400:]],
         )
-    return _git.out(["rev-parse", "HEAD"], wt)
+    return _git.out(["rev-parse", "HEAD"], wt, git_dir=gd)
 
 
 def _back_to_branch(rec: WorkspaceRecord, wt: Path, head: str) -> None:
     """Put the worktree back on the job's branch at `head`, as it was before the land."""
-    _git.run(["checkout", "--quiet", "--force", rec.branch], wt, check=False)
-    _git.run(["reset", "--quiet", "--hard", head], wt, check=False)
+    gd = _git.worktree_git_dir(rec.common_dir, wt)
+    _git.run(["checkout", "--quiet", "--force", rec.branch], wt, check=False, git_dir=gd)
+    _git.run(["reset", "--quiet", "--hard", head], wt, check=False, git_dir=gd)
 
 
 def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, Any]:
@@ -169,10 +172,13 @@ def _move_target(rec: WorkspaceRecord, target: str, old: str, new: str) -> None:
             raise _moved(rec, target)
         return
     tree = trees[0]
-    if _git.out(["rev-parse", "HEAD"], tree) != old:
+    gd = _git.worktree_git_dir(rec.common_dir, tree)  # the caller's checkout, or another job's worktree
+    if _git.out(["rev-parse", "HEAD"], tree, git_dir=gd) != old:
         raise _moved(rec, target)
-    touched = set(filter(None, _git.run(["diff", "--name-only", "-z", old, new], tree).stdout.split("\0")))
-    status = _git.run(["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"], tree).stdout
+    touched = set(filter(None, _git.run(["diff", "--name-only", "-z", old, new], tree, git_dir=gd).stdout.split("\0")))
+    status = _git.run(
+        ["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"], tree, git_dir=gd
+    ).stdout
     dirty = {item[3:] for item in status.split("\0") if len(item) > 3}
     blocked = sorted(touched & dirty)
     if blocked:
@@ -182,7 +188,7 @@ def _move_target(rec: WorkspaceRecord, target: str, old: str, new: str) -> None:
             f"nothing was changed; commit or stash them in {tree} (git stash), then land again",
             conflicts=blocked,
         )
-    _git.run(["merge", "--quiet", "--ff-only", new], tree)
+    _git.run(["merge", "--quiet", "--ff-only", new], tree, git_dir=gd)
 
 
 def land(

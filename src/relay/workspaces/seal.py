@@ -30,9 +30,10 @@ def commit_leftovers(rec: WorkspaceRecord, message: str) -> bool:
     path = Path(rec.path)
     if not path.is_dir():
         return False
-    _git.run(["add", "--all"], path)
-    if not _git.ok(["diff", "--cached", "--quiet"], path):
-        _git.run(["commit", "--quiet", "--no-verify", "-m", message], path, env=AUTHOR)
+    git_dir = _git.worktree_git_dir(rec.common_dir, path)  # not the one its `.git` file names: the agent's to edit
+    _git.run(["add", "--all"], path, git_dir=git_dir)
+    if not _git.ok(["diff", "--cached", "--quiet"], path, git_dir=git_dir):
+        _git.run(["commit", "--quiet", "--no-verify", "-m", message], path, env=AUTHOR, git_dir=git_dir)
     return True
 
 
