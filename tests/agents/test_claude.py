@@ -126,9 +126,8 @@ def test_full_permission_as_root_sets_is_sandbox() -> None:
 def test_model_resume_system_prompt_and_max_turns_are_passed() -> None:
     req = AgentRequest(prompt="p", cwd="/w", model="sonnet", session_id="s1", system_prompt="be terse", max_turns=3)
     argv = build(req, HOST).argv
-    assert argv[argv.index("--model") + 1] == "sonnet"
-    assert argv[argv.index("--resume") + 1] == "s1"
-    assert argv[argv.index("--append-system-prompt") + 1] == "be terse"
+    assert "--model=sonnet" in argv and "--resume=s1" in argv
+    assert "--append-system-prompt=be terse" in argv
     assert argv[argv.index("--max-turns") + 1] == "3"
     assert "-c" not in argv
 

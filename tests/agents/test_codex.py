@@ -159,11 +159,11 @@ def test_a_new_session_passes_cwd_and_the_sandbox_for_each_permission(permission
         "/usr/bin/codex",
         "exec",
         "--json",
-        "-C",
-        "/w",
+        "--cd=/w",
         "--skip-git-repo-check",
         "-s",
         sandbox,
+        "--",
         "hello",
     )
     assert inv.cwd == "/w" and inv.stdin_text is None
@@ -175,15 +175,13 @@ def test_model_and_reasoning_effort_are_passed_as_flag_and_config_override() -> 
         "/usr/bin/codex",
         "exec",
         "--json",
-        "-C",
-        "/w",
+        "--cd=/w",
         "--skip-git-repo-check",
         "-s",
         "read-only",
-        "-m",
-        "gpt-5.5",
-        "-c",
-        'model_reasoning_effort="high"',
+        "--model=gpt-5.5",
+        '--config=model_reasoning_effort="high"',
+        "--",
         "p",
     )
 
@@ -196,11 +194,10 @@ def test_resume_uses_a_sandbox_override_and_repasses_the_model_without_cd() -> N
         "exec",
         "--json",
         "--skip-git-repo-check",
-        "-c",
-        'sandbox_mode="workspace-write"',
-        "-m",
-        "gpt-5.5",
+        '--config=sandbox_mode="workspace-write"',
+        "--model=gpt-5.5",
         "resume",
+        "--",
         "thr-1",
         "next",
     )
@@ -209,13 +206,13 @@ def test_resume_uses_a_sandbox_override_and_repasses_the_model_without_cd() -> N
 
 def test_continue_latest_resumes_the_last_thread() -> None:
     argv = build(AgentRequest(prompt="p", cwd="/w", continue_latest=True), HOST).argv
-    assert argv[-3:] == ("resume", "--last", "p")
-    assert "-C" not in argv and "-s" not in argv
+    assert argv[-4:] == ("resume", "--last", "--", "p")
+    assert "--cd=/w" not in argv and "-s" not in argv
 
 
 def test_extra_args_come_before_the_prompt() -> None:
     host = HostContext(command="codex", extra_args=("-c", "model_provider=mock"))
-    assert build(AgentRequest(prompt="p", cwd="/w"), host).argv[-3:] == ("-c", "model_provider=mock", "p")
+    assert build(AgentRequest(prompt="p", cwd="/w"), host).argv[-4:] == ("-c", "model_provider=mock", "--", "p")
 
 
 @pytest.mark.parametrize("prompt", ["--help me", "x" * 200_000])

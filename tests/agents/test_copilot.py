@@ -218,12 +218,10 @@ def test_model_effort_and_resume_are_passed() -> None:
     )
     assert build(req, HOST).argv == (
         *BASE,
-        "--model",
-        "gpt-5",
+        "--model=gpt-5",
         "--allow-tool",
         "write",
-        "--reasoning-effort",
-        "high",
+        "--reasoning-effort=high",
         "--resume=s-1",
     )
 

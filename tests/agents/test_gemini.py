@@ -180,7 +180,7 @@ def test_a_run_without_a_result_line_is_a_failure() -> None:
 @pytest.mark.parametrize(("permission", "mode"), [("read-only", ()), ("edit", ("--approval-mode", "auto_edit"))])
 def test_read_only_passes_no_approval_flag_and_edit_auto_edit(permission: str, mode: tuple[str, ...]) -> None:
     inv = build(AgentRequest(prompt="hello", cwd="/w", permission=permission), HOST)  # pyright: ignore[reportArgumentType]
-    assert inv.argv == ("/usr/bin/gemini", "-p", "hello", "-m", DEFAULT_MODEL, "-o", "stream-json", *mode)
+    assert inv.argv == ("/usr/bin/gemini", "-p", "hello", f"--model={DEFAULT_MODEL}", "-o", "stream-json", *mode)
     assert inv.cwd == "/w" and inv.stdin_text is None
 
 
@@ -190,27 +190,22 @@ def test_full_permission_is_yolo_with_the_given_model_and_resume() -> None:
         "/usr/bin/gemini",
         "-p",
         "p",
-        "-m",
-        "gemini-2.5-pro",
+        "--model=gemini-2.5-pro",
         "-o",
         "stream-json",
         "--approval-mode",
         "yolo",
-        "--resume",
-        "u-1",
+        "--resume=u-1",
     )
 
 
 def test_the_model_is_always_passed_defaulting_to_flash() -> None:
     argv = build(AgentRequest(prompt="p", cwd="/w"), HOST).argv
-    assert argv[argv.index("-m") + 1] == "gemini-2.5-flash"
+    assert "--model=gemini-2.5-flash" in argv
 
 
 def test_continue_latest_resumes_latest() -> None:
-    assert build(AgentRequest(prompt="p", cwd="/w", continue_latest=True), HOST).argv[-2:] == (
-        "--resume",
-        "latest",
-    )
+    assert build(AgentRequest(prompt="p", cwd="/w", continue_latest=True), HOST).argv[-1] == "--resume=latest"
 
 
 @pytest.mark.parametrize("prompt", ["--help me", "x" * 200_000])
@@ -243,7 +238,7 @@ def test_the_fake_gemini_round_trips_and_takes_the_resumed_session_id(tmp_path: 
         model="gemini-2.5-flash",
         usage=Usage(input=10, output=5, cached=0),
     )
-    assert json.loads(log.read_text())["argv"][-4:] == ["--approval-mode", "auto_edit", "--resume", "uuid-7"]
+    assert json.loads(log.read_text())["argv"][-3:] == ["--approval-mode", "auto_edit", "--resume=uuid-7"]
 
 
 def test_the_fake_gemini_reads_a_flag_like_prompt_from_stdin(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from relay.server.toolsets.call_cc import TEXTS
+from tests.argv import opt
 from tests.compat.conftest import ProfileClient, call, data, logged, schemas, stdio_tool_names, wait_done
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +54,7 @@ async def test_sync_call_returns_the_output_with_haiku_by_default(
     assert out == {"status": "completed", "output": "hi from mock", "session_id": SESSION}
     assert isinstance(job_id, str) and isinstance(duration, int) and model
     run = logged(argv_log)[0]
-    assert run["argv"][run["argv"].index("--model") + 1] == "haiku"
+    assert opt(run["argv"], "--model") == "haiku"
     # safe by default: relay's configured permission (read-only), not a skipped-permissions run
     assert run["argv"][run["argv"].index("--permission-mode") + 1] == "default"
     assert run["cwd"] == str(workdir) and run["prompt"] == "say hello"
@@ -69,7 +70,7 @@ async def test_model_tiers_and_full_names(
         result = await call(c, "call_cc", prompt="hi", working_directory=str(workdir), model=given)
     assert not result.is_error, data(result)
     argv = logged(argv_log)[0]["argv"]
-    assert argv[argv.index("--model") + 1] == passed
+    assert opt(argv, "--model") == passed
 
 
 async def test_brainstorm_adds_the_seeds_preamble(profile_client: ProfileClient, workdir: Path, argv_log: Path) -> None:
@@ -175,7 +176,7 @@ async def test_session_id_continues_the_claude_session(
         await call(c, "call_cc", prompt="one", working_directory=str(workdir))
         second = data(await call(c, "call_cc", prompt="two", session_id=SESSION))
     argv = logged(argv_log)[1]["argv"]
-    assert argv[argv.index("--resume") + 1] == SESSION
+    assert opt(argv, "--resume") == SESSION
     assert second["session_id"] == SESSION and logged(argv_log)[1]["cwd"] == str(workdir)
 
 
@@ -186,7 +187,7 @@ async def test_a_resumed_session_keeps_its_model_unless_the_call_names_one(
         await call(c, "call_cc", prompt="one", working_directory=str(workdir), model="o")
         await call(c, "call_cc", prompt="two", session_id=SESSION)
         await call(c, "call_cc", prompt="three", session_id=SESSION, model="s")
-    models = [run["argv"][run["argv"].index("--model") + 1] for run in logged(argv_log)]
+    models = [opt(run["argv"], "--model") for run in logged(argv_log)]
     assert models == ["opus", "opus", "sonnet"]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.argv import opt, resumed
 from tests.compat.conftest import ProfileClient, call, data, error_message, logged, schemas, stdio_tool_names, text
 
 pytestmark = pytest.mark.anyio
@@ -23,7 +24,8 @@ def _in_workdir(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> None:  # pyri
 
 
 def flag(argv: list[str], name: str) -> str:
-    return argv[argv.index(name) + 1]
+    """A codex option's value as relay passes it (`--model=`, `--cd=`), or the thread after `resume --`."""
+    return resumed(argv) if name == "resume" else opt(argv, *{"-m": ("--model",), "-C": ("--cd",)}.get(name, ()), name)
 
 
 async def test_relay_serve_profile_codex_mcp_lists_exactly_the_tools(relay_home: Path, workdir: Path) -> None:
@@ -68,7 +70,7 @@ async def test_codex_answers_in_text_with_the_thread_in_meta(
     assert result.content[0].meta == {"model": "gpt-5.2-codex", "threadId": THREAD}
     argv = logged(argv_log)[0]["argv"]
     assert (flag(argv, "-m"), flag(argv, "-s"), flag(argv, "-C")) == ("gpt-5.2-codex", "workspace-write", str(workdir))
-    assert 'model_reasoning_effort="low"' in argv
+    assert '--config=model_reasoning_effort="low"' in argv
 
 
 async def test_full_auto_writes_in_the_workspace_and_the_default_is_read_only(
@@ -182,7 +184,7 @@ async def test_a_full_auto_conversation_keeps_its_sandbox_and_directory_on_every
         await call(c, "codex", prompt="two", sessionId="s1")
     first, second = logged(argv_log)
     assert flag(first["argv"], "-s") == "workspace-write" and flag(first["argv"], "-C") == str(project)
-    assert flag(second["argv"], "resume") == THREAD and 'sandbox_mode="workspace-write"' in second["argv"]
+    assert flag(second["argv"], "resume") == THREAD and '--config=sandbox_mode="workspace-write"' in second["argv"]
     assert second["cwd"] == str(project)
 
 
@@ -195,8 +197,8 @@ async def test_a_later_turn_that_names_a_sandbox_resumes_the_thread_with_it(
         await call(c, "codex", prompt="two", sessionId="s1", sandbox="danger-full-access")
         await call(c, "codex", prompt="three", sessionId="s1")
     second, third = (run["argv"] for run in logged(argv_log)[1:])
-    assert flag(second, "resume") == THREAD and 'sandbox_mode="danger-full-access"' in second
-    assert 'sandbox_mode="workspace-write"' in third  # the session keeps what it was started with
+    assert flag(second, "resume") == THREAD and '--config=sandbox_mode="danger-full-access"' in second
+    assert '--config=sandbox_mode="workspace-write"' in third  # the session keeps what it was started with
 
 
 async def test_codex_publishes_an_output_schema_with_thread_id_and_returns_structured_content(

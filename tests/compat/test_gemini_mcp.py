@@ -12,6 +12,7 @@ import pytest
 
 from relay.server.toolsets import gemini_mcp
 from relay.server.toolsets.gemini_mcp import TEXTS
+from tests.argv import opt
 from tests.compat.conftest import (
     CALL_TIMEOUT_S,
     ProfileClient,
@@ -91,7 +92,7 @@ async def test_ask_gemini_prefixes_the_answer_and_uses_gemini_2_5_pro(
         result = await call(c, "ask-gemini", prompt="What is 2 + 2?")
     assert (result.is_error, text(result)) == (False, "Gemini response:\nhi from gemini mock")
     argv = logged(argv_log)[0]["argv"]
-    assert argv[argv.index("-m") + 1] == "gemini-2.5-pro"
+    assert opt(argv, "--model", "-m") == "gemini-2.5-pro"
 
 
 async def test_a_blank_prompt_gives_the_originals_message(profile_client: ProfileClient) -> None:
@@ -113,7 +114,7 @@ async def test_a_blank_prompt_gives_the_originals_message(profile_client: Profil
 async def test_a_pro_quota_error_is_retried_once_on_flash(profile_client: ProfileClient, argv_log: Path) -> None:
     async with profile_client("gemini-mcp") as c:
         result = await call(c, "ask-gemini", prompt="hi [[fake:fail=429]]")
-    models = [run["argv"][run["argv"].index("-m") + 1] for run in logged(argv_log)]
+    models = [opt(run["argv"], "--model", "-m") for run in logged(argv_log)]
     assert models == ["gemini-2.5-pro", "gemini-2.5-flash"]
     assert error_message(result).startswith("gemini-2.5-pro quota exceeded, gemini-2.5-flash fallback also failed: ")
 

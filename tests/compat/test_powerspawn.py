@@ -15,6 +15,7 @@ from mcp import Client
 
 from relay.audit import IAC_FILE, LOG_FILE, Views, iter_lines, parse_loose, verify, views_config
 from tests.api.mock_servers import MockServer, Recorded, Reply
+from tests.argv import opt
 from tests.compat.conftest import ProfileClient, call, data, logged, schemas, stdio_tool_names
 from tests.conftest import FAKES
 
@@ -172,8 +173,8 @@ async def test_cli_spawns_return_at_once_and_run_with_the_seeds_flags(
         assert record["agent_id"] == agent_id and record["success"] is True
     runs = {str(r["prompt"]).split()[0]: r["argv"] for r in logged(argv_log)}
     assert "bypassPermissions" in runs["claude"]
-    assert runs["claude"][runs["claude"].index("--model") + 1] == "sonnet"
-    assert runs["copilot"][runs["copilot"].index("--model") + 1] == "gpt-5"
+    assert opt(runs["claude"], "--model") == "sonnet"
+    assert opt(runs["copilot"], "--model") == "gpt-5"
 
 
 def after(argv: list[str], flag: str) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.argv import opt
 from tests.compat.conftest import ProfileClient, call, data, wait_done
 from tests.workspaces.conftest import git, one_commit_repo
 
@@ -35,7 +36,7 @@ async def test_spawn_codex_runs_in_its_own_worktree_with_the_sandbox_on_the_work
     assert ws["files_changed"] == ["app.txt"]
     started = json.loads(argv_log.read_text().splitlines()[-1])
     argv = started["argv"]
-    assert started["cwd"] == ws["path"] and argv[argv.index("-C") + 1] == ws["path"]
+    assert started["cwd"] == ws["path"] and opt(argv, "--cd", "-C") == ws["path"]
     assert (repo / "app.txt").read_text() == "one\n"  # the caller's checkout is untouched
     assert git(repo, "show", f"relay/{env['job_id']}:app.txt") == "two"
 

@@ -11,6 +11,7 @@ from mcp import Client
 
 from relay.config import Settings
 from relay.server.app import build_server
+from tests.argv import opt
 from tests.conftest import SettingsFactory
 
 from .conftest import FAKE_CODEX, tool
@@ -35,7 +36,11 @@ def runs(argv_log: Path) -> list[list[str]]:
 
 
 def flag(argv: list[str], name: str) -> str | None:
-    return argv[argv.index(name) + 1] if name in argv else None
+    """A codex option's value as relay passes it (`--model=`, `--cd=`, or `-s value`), None when absent."""
+    try:
+        return opt(argv, *{"-m": ("--model",), "-C": ("--cd",)}.get(name, ()), name)
+    except KeyError:
+        return None
 
 
 async def test_codex_runs_a_turn_as_a_job_and_continues_its_thread(
@@ -54,7 +59,7 @@ async def test_codex_runs_a_turn_as_a_job_and_continues_its_thread(
     assert (again["thread_id"], again["is_continuation"], again["approval_policy"]) == (THREAD, True, "never")
     new, resumed = runs(argv_log)
     assert (flag(new, "-s"), flag(new, "-m"), flag(new, "-C")) == ("workspace-write", "o3", str(project_dir))
-    assert resumed[-3:] == ["resume", THREAD, "Now add tests"]
+    assert resumed[-4:] == ["resume", "--", THREAD, "Now add tests"]
     listed = {j["job_id"] for j in jobs["result"]["jobs"]}
     assert {first["turn_id"], again["turn_id"]} <= listed
 

@@ -21,6 +21,7 @@ LAYERS = [
     "waiting",
     "workspace",
     "request",
+    "sessions",
     "grants",
     "gitprobe",
     "state",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.argv import opt
 from tests.workflows.conftest import SettingsFactory, call, error_message, logged, zen_client
 
 pytestmark = pytest.mark.anyio
@@ -65,8 +66,8 @@ async def test_clink_resolves_claudes_short_model_name_from_config(
         )
     assert not failed, out
     argv = logged(argv_log)[0]["argv"]
-    assert argv[argv.index("--model") + 1] == "opus"
-    assert argv[argv.index("--append-system-prompt") + 1] == "You audit security."
+    assert opt(argv, "--model") == "opus"
+    assert opt(argv, "--append-system-prompt") == "You audit security."
     schema = tools["clink"].input_schema["properties"]
     assert {"claude", "codex", "gemini", "copilot"} <= set(schema["cli_name"]["enum"])
     assert schema["role"]["enum"] == ["default", "planner", "codereviewer", "security"]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.api.mock_servers import Reply
+from tests.argv import opt
 from tests.workflows.conftest import SettingsFactory, SlowMock, call, error_message, logged, request_text, zen_client
 
 pytestmark = pytest.mark.anyio
@@ -112,9 +113,9 @@ async def test_an_api_model_and_two_cli_agents_run_at_once_and_a_failing_one_is_
     assert by_model["grok"]["metadata"]["error"]["code"] == "AUTH_INVALID"
     assert answers[-1]["status"] == "consensus_workflow_complete"
     assert answers[-1]["complete_consensus"]["total_responses"] == 4
-    claude_argv = next(e["argv"] for e in logged(argv_log) if "--append-system-prompt" in e["argv"])
-    assert claude_argv[claude_argv.index("--model") + 1] == "sonnet"
-    assert claude_argv[claude_argv.index("--append-system-prompt") + 1].startswith("Judge it as an operator.")
+    claude_argv = next(e["argv"] for e in logged(argv_log) if "--verbose" in e["argv"])  # claude's run
+    assert opt(claude_argv, "--model") == "sonnet"
+    assert opt(claude_argv, "--append-system-prompt").startswith("Judge it as an operator.")
 
 
 async def test_step_one_without_models_is_refused_with_the_seeds_message(zen_settings: SettingsFactory) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay import events as ev
+from relay.agents import values
 from relay.agents.base import (
     AgentRequest,
     CliAdapter,
@@ -21,6 +22,7 @@ from relay.agents.base import (
     stderr_last_line,
     upstream_failed,
 )
+from relay.agents.values import option
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event, Usage
 
@@ -38,7 +40,7 @@ MODEL_ENV = "ANTHROPIC_MODEL"
 
 
 def build(request: AgentRequest, host: HostContext) -> Invocation:
-    """The argv, env and cwd for one headless Claude Code run."""
+    """The argv, env and cwd for one headless Claude Code run; every caller's value in a form claude reads as one."""
     if request.session_id and request.continue_latest:
         raise invalid(
             "session_id and continue_latest cannot be used together",
@@ -51,24 +53,25 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
         argv.append(request.prompt)
     argv += ["--output-format", "stream-json", "--verbose"]
     if request.model and not request.model_via_env:
-        argv += ["--model", request.model]
+        argv.append(option("--model", values.model(NAME, request.model)))
     if request.session_id:
-        argv += ["--resume", request.session_id]
+        argv.append(option("--resume", values.resumable(request.session_id)))
     elif request.continue_latest:
         argv.append("-c")
     argv += ["--permission-mode", PERMISSION_MODES[request.permission]]
     if request.system_prompt:
-        argv += ["--append-system-prompt", request.system_prompt]
+        argv.append(option("--append-system-prompt", values.system_prompt(request.system_prompt)))
     if request.max_turns is not None:
-        argv += ["--max-turns", str(request.max_turns)]
+        argv += ["--max-turns", str(int(request.max_turns))]
     if request.max_budget_usd is not None:
-        argv += ["--max-budget-usd", f"{request.max_budget_usd:g}"]
+        argv += ["--max-budget-usd", f"{float(request.max_budget_usd):g}"]
     if request.reasoning_effort:
-        argv += ["--effort", EFFORTS.get(request.reasoning_effort, request.reasoning_effort)]
+        effort = values.reasoning_effort(NAME, request.reasoning_effort)
+        argv.append(option("--effort", EFFORTS.get(effort, effort)))
     argv += list(host.extra_args)
     env = child_env(host, ENV_ALLOW, ENV_PREFIXES)
     if request.model and request.model_via_env:
-        env[MODEL_ENV] = request.model
+        env[MODEL_ENV] = values.model(NAME, request.model)
     if request.permission == "full" and host.is_root:
         # Claude refuses bypass mode as root unless told it runs in a sandbox.
         env["IS_SANDBOX"] = "1"

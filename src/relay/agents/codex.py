@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from relay import events as ev
+from relay.agents import values
 from relay.agents.base import (
     AgentRequest,
     CliAdapter,
@@ -22,6 +23,7 @@ from relay.agents.base import (
     stderr_last_line,
     upstream_failed,
 )
+from relay.agents.values import option
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event, Usage
 
@@ -34,7 +36,6 @@ ENV_ALLOW = ("RUST_LOG",)
 ENV_PREFIXES = ("CODEX_", "OPENAI_")
 
 SANDBOX_MODES = {"read-only": "read-only", "edit": "workspace-write", "full": "danger-full-access"}
-_EFFORT_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 # relay's reasoning-effort levels codex does not name -> its nearest model_reasoning_effort.
 EFFORTS = {"max": "xhigh"}
 
@@ -53,7 +54,11 @@ def _toml_string(value: str) -> str:
 
 
 def build(request: AgentRequest, host: HostContext) -> Invocation:
-    """The argv, env and cwd for one `codex exec --json` run (new, resumed, or continuing the latest)."""
+    """The argv, env and cwd for one `codex exec --json` run (new, resumed, or continuing the latest).
+
+    Every caller's value is one argv string codex cannot misread: `--opt=value`, and `--` before the
+    positionals (a session id, the prompt), so neither is taken for an option or a subcommand (a prompt
+    `review` or `help` would otherwise run `codex exec review` / print the help)."""
     if request.session_id and request.continue_latest:
         raise invalid(
             "session_id and continue_latest cannot be used together",
@@ -64,25 +69,23 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
     argv: list[str] = [host.command, "exec", "--json"]
     if resuming:
         # `exec resume` has no -s/-C: the sandbox comes from a config override, the cwd from the process.
-        argv += ["--skip-git-repo-check", "-c", f"sandbox_mode={_toml_string(sandbox)}"]
+        argv += ["--skip-git-repo-check", option("--config", f"sandbox_mode={_toml_string(sandbox)}")]
     else:
-        argv += ["-C", request.cwd, "--skip-git-repo-check", "-s", sandbox]
+        argv += [option("--cd", request.cwd), "--skip-git-repo-check", "-s", sandbox]
     # Codex does not restore the model on resume, so it is always re-passed.
     if request.model:
-        argv += ["-m", request.model]
+        argv.append(option("--model", values.model(NAME, request.model)))
     if request.reasoning_effort:
-        if not _EFFORT_RE.match(request.reasoning_effort):
-            raise invalid(
-                f"reasoning_effort {request.reasoning_effort!r} is not a plain word",
-                "use one of minimal, low, medium, high, xhigh",
-            )
-        effort = EFFORTS.get(request.reasoning_effort, request.reasoning_effort)
-        argv += ["-c", f"model_reasoning_effort={_toml_string(effort)}"]
+        level = values.reasoning_effort(NAME, request.reasoning_effort)
+        effort = EFFORTS.get(level, level)
+        argv.append(option("--config", f"model_reasoning_effort={_toml_string(effort)}"))
     argv += list(host.extra_args)
     if request.session_id:
-        argv += ["resume", request.session_id]
+        argv += ["resume", "--", values.resumable(request.session_id)]
     elif request.continue_latest:
-        argv += ["resume", "--last"]
+        argv += ["resume", "--last", "--"]
+    else:
+        argv.append("--")
     # A prompt that looks like a flag, or is too long for argv, goes on stdin (codex reads `-` from there).
     via_stdin = prompt_via_stdin(request.prompt)
     argv.append("-" if via_stdin else request.prompt)

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from relay import events as ev
+from relay.agents import values
 from relay.agents.base import (
     MAX_ARGV_PROMPT_BYTES,
     UPSTREAM_HINT,
@@ -22,6 +23,7 @@ from relay.agents.base import (
     parse_json_line,
     stderr_last_line,
 )
+from relay.agents.values import option
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event
 
@@ -68,12 +70,13 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
     argv: list[str] = [host.command, "--no-auto-update", "-p", prompt, "-s", "--output-format", "json"]
     argv += ["-C", request.cwd]
     if request.model:
-        argv += ["--model", request.model]
+        argv.append(option("--model", values.model(NAME, request.model)))
     argv += PERMISSION_FLAGS[request.permission]
     if request.reasoning_effort:
-        argv += ["--reasoning-effort", EFFORTS.get(request.reasoning_effort, request.reasoning_effort)]
+        effort = values.reasoning_effort(NAME, request.reasoning_effort)
+        argv.append(option("--reasoning-effort", EFFORTS.get(effort, effort)))
     if request.session_id:
-        argv.append(f"--resume={request.session_id}")
+        argv.append(option("--resume", values.resumable(request.session_id)))
     elif request.continue_latest:
         argv.append("--continue")
     elif host.job_id:

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from relay import events as ev
+from relay.agents import values
 from relay.agents.base import (
     AgentRequest,
     CliAdapter,
@@ -21,6 +22,7 @@ from relay.agents.base import (
     stderr_last_line,
     upstream_failed,
 )
+from relay.agents.values import option
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.events import AgentResult, Event, Usage
 
@@ -45,7 +47,8 @@ EXIT_UNTRUSTED = 55
 
 
 def build(request: AgentRequest, host: HostContext) -> Invocation:
-    """The argv, env and cwd for one headless Gemini CLI run."""
+    """The argv, env and cwd for one headless Gemini CLI run; every caller's value as `--opt=value`, which
+    gemini's parser reads as that option's value even when it looks like a flag (`--resume -y` is YOLO)."""
     if request.session_id and request.continue_latest:
         raise invalid(
             "session_id and continue_latest cannot be used together",
@@ -57,14 +60,14 @@ def build(request: AgentRequest, host: HostContext) -> Invocation:
     via_stdin = prompt_via_stdin(request.prompt)
     if not via_stdin:
         argv += ["-p", request.prompt]
-    argv += ["-m", request.model or DEFAULT_MODEL, "-o", "stream-json"]
+    argv += [option("--model", values.model(NAME, request.model or DEFAULT_MODEL)), "-o", "stream-json"]
     mode = APPROVAL_MODES[request.permission]
     if mode is not None:
         argv += ["--approval-mode", mode]
     if request.session_id:
-        argv += ["--resume", request.session_id]
+        argv.append(option("--resume", values.resumable(request.session_id)))
     elif request.continue_latest:
-        argv += ["--resume", "latest"]
+        argv.append(option("--resume", "latest"))
     argv += list(host.extra_args)
     env = child_env(host, ENV_ALLOW, ENV_PREFIXES)
     return Invocation(argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=request.prompt if via_stdin else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay import events as ev
+from relay.agents import values
 from relay.agents.base import (
     MAX_ARGV_PROMPT_BYTES,
     AgentRequest,
@@ -30,14 +31,21 @@ SESSION_KEYS = ("session_id", "sessionId", "thread_id", "threadId", "conversatio
 
 
 def render(template: tuple[str, ...], values: dict[str, str | None]) -> list[str]:
-    """Fill `{name}` placeholders; an argument that is only an unset placeholder is dropped."""
+    """Fill `{name}` placeholders; an argument that is only an unset placeholder is dropped.
+
+    A value never turns an argument into an option: where the template's argument does not start with '-'
+    but the filled one does (only a prompt can: the other values are refused with a leading '-'), it gets a
+    leading space, as copilot's prompt does, so the CLI reads it as text."""
     out: list[str] = []
     for arg in template:
         if arg.startswith("{") and arg.endswith("}") and arg[1:-1] in values and values[arg[1:-1]] is None:
             continue
+        filled = arg
         for name in PLACEHOLDERS:
-            arg = arg.replace("{" + name + "}", values.get(name) or "")
-        out.append(arg)
+            filled = filled.replace("{" + name + "}", values.get(name) or "")
+        if filled.startswith("-") and not arg.startswith("-"):
+            filled = " " + filled
+        out.append(filled)
     return out
 
 
@@ -62,18 +70,18 @@ def build(name: str, cfg: AgentConfig, request: AgentRequest, host: HostContext)
             f"the prompt is longer than {name} accepts on its command line ({MAX_ARGV_PROMPT_BYTES} bytes)",
             "write the long context to a file in cwd and ask the agent to read it",
         )
-    values: dict[str, str | None] = {
+    filled: dict[str, str | None] = {
         "prompt": request.prompt,
-        "model": request.model,
+        "model": values.model(name, request.model) if request.model else None,
         "cwd": request.cwd,
-        "session_id": request.session_id,
+        "session_id": values.resumable(request.session_id) if request.session_id else None,
         "permission": request.permission,
     }
-    argv = [host.command, *render(cfg.args, values)]
+    argv = [host.command, *render(cfg.args, filled)]
     if request.model:
-        argv += render(cfg.model_args, values)
+        argv += render(cfg.model_args, filled)
     if request.session_id:
-        argv += render(cfg.resume_args, values)
+        argv += render(cfg.resume_args, filled)
     argv += list(host.extra_args)
     env = child_env(host)
     return Invocation(argv=tuple(argv), env=env, cwd=request.cwd, stdin_text=None if in_template else request.prompt)

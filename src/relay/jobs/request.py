@@ -10,16 +10,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from relay.agents import get_adapter
+from relay.agents import get_adapter, values
 from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
 from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, Settings
 from relay.errors import ErrorCode, RelayError, invalid
+from relay.jobs import sessions
 from relay.jobs.grants import Permit, permit
 from relay.osfiles import expand_home
-from relay.principal import current
 from relay.runtime import choice, procinfo
-from relay.store import JobRecord, JobStore, SessionRecord
+from relay.store import JobRecord, JobStore
 from relay.workspaces import shown_url
 
 # Agents whose CLI takes a system prompt / a turn limit as flags.
@@ -28,7 +28,7 @@ MAX_TURNS_AGENTS = ("claude",)
 # Agents whose CLI has a reasoning-effort setting (claude --effort, codex model_reasoning_effort, copilot
 # --reasoning-effort), and the levels a caller may name (each adapter maps them to its CLI's nearest).
 REASONING_EFFORT_AGENTS = ("claude", "codex", "copilot")
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+REASONING_EFFORTS = values.REASONING_EFFORTS
 
 SUBMITTED_VIA: ContextVar[str | None] = ContextVar("relay_submitted_via", default=None)
 """Which tool or command submits jobs in this context: `toolset/tool` for an MCP tool ("core/delegate",
@@ -112,6 +112,10 @@ class Prepared:
             "idle_timeout_s": self.idle_timeout_s,
             "depth": depth,
             "grant": self.permit.record() if self.permit else None,
+            # continue_latest resolved to the caller's own newest session: the job resumes it by id, also when
+            # it is prepared again (after a restart, by another worker) where no one acts for its principal.
+            "session_id": ar.session_id,
+            "continue_latest": ar.continue_latest,
         }
 
 
@@ -218,14 +222,18 @@ def resolve_cwd(settings: Settings, raw: str | None) -> str:
     return str(resolved)
 
 
-# How many of an agent's recent sessions continue_latest looks through for the newest one in its cwd.
-LATEST_SESSION_SCAN = 200
-
-
-def latest_session(settings: Settings, store: JobStore, agent: str, cwd_raw: str | None) -> SessionRecord | None:
-    """The agent's most recently used session relay knows in this cwd (what `continue_latest` resumes)."""
-    cwd = resolve_cwd(settings, cwd_raw)
-    return next((s for s in store.list_sessions(agent=agent, limit=LATEST_SESSION_SCAN) if s.cwd == cwd), None)
+def check_values(req: JobRequest) -> None:
+    """Every value of `req` that reaches the agent's argv, or git's, by its CLI's rule for that slot
+    (relay.agents.values); the session id is checked when it is resolved (relay.jobs.sessions)."""
+    if req.model is not None and req.model.strip():
+        values.model(req.agent, req.model.strip())
+    if req.reasoning_effort is not None:
+        check_reasoning_effort(req.agent, req.reasoning_effort)
+        values.reasoning_effort(req.agent, req.reasoning_effort)
+    if req.system_prompt and req.agent in SYSTEM_PROMPT_AGENTS:  # elsewhere it heads the prompt
+        values.system_prompt(req.system_prompt)
+    if req.base is not None:
+        values.git_ref("base", req.base)
 
 
 def check_reasoning_effort(agent: str, effort: str | None) -> None:
@@ -285,37 +293,23 @@ def prepare(
     adapter = get_adapter(req.agent, settings)
     choice.active().runtime.check_spawn()  # no CLI jobs where there is no job runtime (Windows): say so now
     cfg = settings.agent(req.agent)
+    check_values(req)
     model, permission, cwd_raw = req.model, req.permission, req.cwd
-    if req.session_id:
-        session = store.get_session(req.session_id, req.agent)
-        if session is not None and not current().sees(session.principal):
-            raise RelayError(
-                ErrorCode.SESSION_NOT_FOUND,
-                f"no {req.agent} session {req.session_id!r}",
-                "list your sessions with session_list, or omit session_id to start a new one",
+    resumed = sessions.resolve(
+        settings, store, req.agent, req.session_id, req.continue_latest, lambda: resolve_cwd(settings, req.cwd)
+    )
+    session = resumed.record
+    if session is not None:
+        # A CLI resumes only from the cwd that started the session; keep its settings.
+        if cwd_raw and resolve_cwd(settings, cwd_raw) != session.cwd:
+            raise invalid(
+                f"session {session.session_id} started in {session.cwd}, not {cwd_raw}",
+                "omit cwd to resume in the session's own directory, or start a new session",
             )
-        if session is not None:
-            # A CLI resumes only from the cwd that started the session; keep its settings.
-            if cwd_raw and resolve_cwd(settings, cwd_raw) != session.cwd:
-                raise invalid(
-                    f"session {req.session_id} started in {session.cwd}, not {cwd_raw}",
-                    "omit cwd to resume in the session's own directory, or start a new session",
-                )
-            cwd_raw = session.cwd
-            model = model or session.model
-            permission = permission or session.permission
-            cap = settings.max_session_cost_usd
-            if cap is not None and session.total_cost_usd >= cap:
-                raise RelayError(
-                    ErrorCode.LIMIT_REACHED,
-                    f"session {req.session_id} has cost ${session.total_cost_usd:.4f}, at its cap of ${cap:.4f}",
-                    "start a new session, or raise jobs.max_session_cost_usd in config.toml",
-                )
-    elif req.continue_latest:
-        latest = latest_session(settings, store, req.agent, cwd_raw)
-        if latest is not None:  # the newest session in cwd is the one the CLI continues: keep its settings
-            model = model or latest.model
-            permission = permission or latest.permission
+        cwd_raw = session.cwd
+        model = model or session.model
+        permission = permission or session.permission
+        sessions.check_cost(settings, session)
     permission = permission or settings.default_permission
     if permission not in PERMISSIONS:
         raise invalid(
@@ -331,7 +325,6 @@ def prepare(
             f"{req.agent} has no way to limit its turns",
             f"omit max_turns for {req.agent}, or use one of: {', '.join(MAX_TURNS_AGENTS)}",
         )
-    check_reasoning_effort(req.agent, req.reasoning_effort)
     prompt = req.prompt
     system_prompt = req.system_prompt
     if system_prompt and req.agent not in SYSTEM_PROMPT_AGENTS:
@@ -355,8 +348,8 @@ def prepare(
         prompt=prompt,
         cwd=cwd,
         model=model,
-        session_id=req.session_id,
-        continue_latest=req.continue_latest,
+        session_id=resumed.session_id,
+        continue_latest=resumed.continue_latest,
         permission=permission,  # pyright: ignore[reportArgumentType]
         system_prompt=system_prompt,
         max_turns=req.max_turns,

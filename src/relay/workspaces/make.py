@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from relay.agents import values
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.workspaces import _git
 from relay.workspaces._git import AUTHOR, GitError
@@ -51,8 +52,8 @@ def locate(cwd: str) -> Origin:
 
 def resolve_base(origin: Origin, base: str | None) -> tuple[str | None, str]:
     """(the branch name or None, the commit) that a worktree starts from; default: the checkout's HEAD."""
-    if base is not None and (not base.strip() or base.startswith("-") or "\x00" in base):
-        raise invalid(f"base {base!r} is not a ref", "pass a branch, tag or commit, or omit base for HEAD")
+    if base is not None:
+        values.git_ref("base", base)  # never an option of git's, no control characters (relay.agents.values)
     name = base or "HEAD"
     found = _git.run(["rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], origin.repo, check=False)
     if found.returncode != 0:
