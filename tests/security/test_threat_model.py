@@ -134,3 +134,34 @@ def test_every_row_of_the_threat_model_names_a_test_that_exists() -> None:
         assert named, f"the row {row[0]!r} names no test"
         missing = [t for t in named if not defined(t)]
         assert missing == [], f"the row {row[0]!r} names tests that do not exist"
+
+
+# The steps of a job's admission, and the one module allowed to run them (grants itself uses permit for
+# permit_command, a caller's command: the same decision as a job at `full`).
+ADMISSION_STEPS = {"relay.jobs.request": {"check", "resolve", "build"}, "relay.jobs.grants": {"permit"}}
+THE_DOOR = {"relay.jobs.door", "relay.jobs.grants"}
+
+
+def admission_steps_used_in(source: str) -> set[str]:
+    """The admission steps a module imports by name or calls as `grants.permit` / `request.build`."""
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module in ADMISSION_STEPS:
+            used |= {f"{node.module}.{a.name}" for a in node.names if a.name in ADMISSION_STEPS[node.module]}
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            for module, names in ADMISSION_STEPS.items():
+                if node.value.id == module.rsplit(".", 1)[1] and node.attr in names:
+                    used.add(f"{module}.{node.attr}")
+    return used
+
+
+def test_permit_and_the_invocations_build_are_reached_only_through_the_one_door() -> None:
+    outside: dict[str, set[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+        used = admission_steps_used_in(path.read_text(encoding="utf-8"))
+        if used and module not in THE_DOOR:
+            outside[module] = used
+    assert outside == {}, "modules that run a step of a job's admission around relay.jobs.door"
+    door = (SRC / "jobs" / "door.py").read_text(encoding="utf-8")
+    assert admission_steps_used_in(door) == {f"{m}.{n}" for m, names in ADMISSION_STEPS.items() for n in names}

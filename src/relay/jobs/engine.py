@@ -13,7 +13,9 @@ each one responsibility, dependencies pointing down:
     admission.py  claims from the store's queue within the limits; bounds.py  what grows with use, and how far
     waiting.py    wait any/all, subscribe
     workspace.py  worktree jobs: placed in their worktree, sealed at the end, landed, discarded
-    request.py    JobRequest and its validation (grants.py: the permission decision); gitprobe.py  files_changed
+    door.py       the one admission path: values, then session, model and workspace, then permit, then place
+    request.py    JobRequest and the steps of its admission (grants.py: the permission decision; sessions.py:
+                  which session it resumes; depth.py: how deep); gitprobe.py  files_changed
     state.py      what the rooms share (settings, store, jobs of this process, change notices)
 """
 
@@ -24,7 +26,6 @@ import shutil
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,12 +37,14 @@ from relay.errors import RelayError, invalid
 from relay.events import Event
 from relay.jobs import grants
 from relay.jobs.admission import Admission
+from relay.jobs.depth import check_depth, with_inherited_depth
+from relay.jobs.door import Admitted, Door
 from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page
 from relay.jobs.paging import read_page
 from relay.jobs.recovery import Recovery
-from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, check_depth, prepare, with_inherited_depth
+from relay.jobs.request import SUBMITTED_VIA, JobRequest
 from relay.jobs.state import JobState, new_job_id
 from relay.jobs.tending import Tending
 from relay.jobs.waiting import Waiting
@@ -91,11 +94,12 @@ class Engine:
         settings = self.settings = with_inherited_depth(settings, self.store)
         self._state = JobState(settings, self.store)
         self._admission = Admission(self._state)
-        self._lifecycle = Lifecycle(self._state, self._admission, spawn=spawn, which=which)
+        self._workspaces = JobWorkspaces(self._state)
+        self._door = Door(self._state, self._workspaces, which)
+        self._lifecycle = Lifecycle(self._state, self._admission, spawn=spawn, readmit=self._door.readmit)
         self._recovery = Recovery(self._state, self._lifecycle)
         self._tending = Tending(self._state, self._lifecycle, self._recovery)
         self._waiting = Waiting(self._state)
-        self._workspaces = JobWorkspaces(self._state)
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------
@@ -170,34 +174,6 @@ class Engine:
 
     # submitting ---------------------------------------------------------------------------
 
-    def _prepare(self, req: JobRequest, job_id: str) -> Prepared:
-        # A job by repository URL is placed, and prepared again, by the worker that claims it.
-        return prepare(self.settings, self.store, self._lifecycle.which, req, job_id, place_later=bool(req.repo))
-
-    def _place(self, req: JobRequest, job_id: str) -> tuple[JobRequest, Prepared, dict[str, Any]]:
-        """The request validated, moved into its worktree when it asks for one, and what to store of that."""
-        spaces = self._workspaces
-        if req.repo is not None:  # checked here, fetched by the worker that claims it
-            req, placed = spaces.by_url(req, job_id)
-            return req, self._prepare(req, job_id), placed
-        spaces.check(req.workspace, req.base, req.carry_changes, req.subdir)
-        follow = spaces.follow_up_target(req.workspace, req.session_id, req.agent)
-        if follow is not None:  # an earlier job's worktree: made again if it was removed, never shared at once
-            ws = spaces.reopen(follow)
-            # A resumed session that started elsewhere is refused by prepare (its cwd is not the worktree's).
-            req = replace(req, cwd=ws.cwd, workspace=f"job:{ws.job_id}")
-            return req, self._prepare(req, job_id), spaces.stored(ws)
-        prepared = self._prepare(req, job_id)  # everything checked before a worktree is made
-        if req.workspace is None and spaces.worktree_by_default(prepared):
-            req = replace(req, workspace="worktree")  # [workspaces] default: a job that may edit gets its own
-        if req.workspace != "worktree":
-            return req, prepared, {}
-        ws = self._state.workspaces.create(
-            job_id, prepared.agent_request.cwd, base=req.base, carry_changes=req.carry_changes
-        )
-        req = replace(req, cwd=ws.cwd)
-        return req, self._prepare(req, job_id), spaces.stored(ws)
-
     def files(self, job_id: str) -> JobFiles:
         return self._state.files(job_id)
 
@@ -211,15 +187,23 @@ class Engine:
             raise os_error(exc, self.settings.jobs_dir) from None
 
     def submit(self, req: JobRequest) -> str:
-        """Validate, record and queue a job; returns its id. Raises RelayError on bad input."""
+        """Admit (relay.jobs.door), record and queue a job; returns its id. Raises RelayError on bad input."""
         self._state.task_group()
-        if req.via is None:
-            req = replace(req, via=SUBMITTED_VIA.get())
         job_id = new_job_id()
-        req, prepared, placed = self._place(req, job_id)
+        return self._queue(self._door.admit(req, job_id))
+
+    async def submit_confirmed(self, req: JobRequest) -> str:
+        """`submit`, asking the person first when the job is above its grant; else `PERMISSION_NOT_GRANTED`."""
+        self._state.task_group()
+        job_id = new_job_id()
+        return self._queue(await self._door.admit_confirmed(req, job_id))
+
+    def _queue(self, admitted: Admitted) -> str:
+        """An admitted job recorded (its folder first: a row without a folder could not run) and queued."""
+        req, prepared, job_id = admitted.request, admitted.prepared, admitted.job_id
         ar = prepared.agent_request
         # vars: a flat dataclass of scalars, its fields as they are (asdict deep-copies each)
-        stored = vars(req) | placed | prepared.stored(self.settings.depth)
+        stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth)
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
@@ -227,14 +211,9 @@ class Engine:
         self._lifecycle.pump()
         return job_id
 
-    async def submit_confirmed(self, req: JobRequest) -> str:
-        """`submit`, asking the person first when the job is above its grant; else `PERMISSION_NOT_GRANTED`."""
-        return await grants.submit_confirmed(self.settings, lambda: self.submit(req), self.store.audit.record)
-
     async def consent_for(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
         """The person's answer now, for jobs like `req` a task submits later (best_of): None within the grant."""
-        check = lambda: self._prepare(replace(req, via=req.via or SUBMITTED_VIA.get()), new_job_id())  # noqa: E731
-        return await grants.consent_for(self.settings, check, agents, self.store.audit.record)
+        return await self._door.judge(req, agents)
 
     def submit_task(
         self,

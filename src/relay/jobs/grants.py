@@ -289,21 +289,10 @@ async def confirm(settings: Settings, exceeded: GrantExceeded, audit: Audit) -> 
     return Consent(exceeded.ask.permission, "session" if answer.remembered else "confirmation", answer.for_session)
 
 
-async def submit_confirmed(settings: Settings, submit: Callable[[], str], audit: Audit) -> str:
-    """Submit; above the grant, ask the person and submit again within their yes. Without a way to ask, or
-    when the person says no, the refusal (on record in the audit log): nothing was created or started."""
-    try:
-        return submit()
-    except GrantExceeded as exceeded:
-        consent = await confirm(settings, exceeded, audit)
-    with consented(consent):
-        return submit()
-
-
 async def consent_for(settings: Settings, check: Callable[[], Any], agents: str | None, audit: Audit) -> Consent | None:
     """For jobs a task will submit later (best_of's candidates): ask the person now, while the call that starts
     the task can still ask. None when `check` (validating one such job) passes within the grant; raises the
-    refusal like `submit_confirmed`. `agents` names every agent in the form when there are several."""
+    refusal, as the door's `admit_confirmed` does. `agents` names every agent in the form when there are several."""
     try:
         check()
         return None

@@ -18,11 +18,10 @@ from relay.events import AgentResult, Event
 from relay.jobs.admission import Admission
 from relay.jobs.finish import STORE_STOP, Finisher, storage_failure
 from relay.jobs.gitprobe import git_status
-from relay.jobs.grants import as_allowed
 from relay.jobs.mirror import Mirror
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
-from relay.jobs.request import Prepared, check_cwd_unchanged, prepare, request_from
+from relay.jobs.request import JobRequest, Prepared, check_cwd_unchanged
 from relay.jobs.state import LEASE_LOST, JobState, Live
 from relay.runtime import procinfo, supervisor
 from relay.runtime.folders import MARKER, mark_spawning
@@ -34,7 +33,8 @@ from relay.store.health import release_reserve
 SpawnFn = Callable[[Invocation, JobFiles], JobProcess]
 # An in-process job (a model API call): it reports events through `emit` and returns the result.
 TaskFn = Callable[[Callable[[Event], None]], Awaitable[AgentResult]]
-WhichFn = Callable[[str], str | None]
+ReadmitFn = Callable[[JobRecord, JobRequest | None], Prepared]
+"""Admits a stored job again where it runs (relay.jobs.door): its record, and the request placed in its folder."""
 
 # How often the end of a job is tried again when the store could not take it (disk full, lock held).
 FINISH_RETRY_S = 1.0
@@ -54,12 +54,12 @@ class _SpawnError(Exception):
 class Lifecycle:
     """Starts admitted jobs, watches them to their end, records the end and frees the slot."""
 
-    def __init__(self, state: JobState, admission: Admission, *, spawn: SpawnFn, which: WhichFn) -> None:
+    def __init__(self, state: JobState, admission: Admission, *, spawn: SpawnFn, readmit: ReadmitFn) -> None:
         self._state = state
+        self._readmit = readmit
         self._admission = admission
         self._spawn = spawn
         self.spawns_for_real = spawn is supervisor.spawn  # not a test's stand-in
-        self.which = which
         self.publisher = Publisher(state)
         self.finisher = Finisher(state)
         # Jobs whose end pushes their branch to a repository URL: recorded in a worker thread, off the event loop.
@@ -150,11 +150,9 @@ class Lifecycle:
                 place, epoch = self.finisher.workspaces.place, state.epochs.get(job_id)
                 req = await anyio.to_thread.run_sync(place, rec, epoch, live.stop.is_set)  # CANCELLED when stopped
                 self.pushes.add(job_id)
-                with as_allowed(rec.request):
-                    prepared = prepare(state.settings, state.store, self.which, req, job_id)
-            elif prepared is None:
-                with as_allowed(rec.request):  # prepared again after a restart: what allowed it still holds
-                    prepared = prepare(state.settings, state.store, self.which, request_from(rec), job_id)
+                prepared = self._readmit(rec, req)  # through the one door, in the folder it was placed in
+            elif prepared is None:  # admitted again after a restart: what allowed it at its submit still holds
+                prepared = self._readmit(rec, None)
             # Creating a process takes milliseconds (more on a loaded machine). A job starting alone
             # spawns right here: no thread hop on its way, and its process is recorded before anything
             # else runs. Jobs starting together spawn in worker threads: in parallel, and without

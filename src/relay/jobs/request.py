@@ -1,4 +1,5 @@
-"""A job request and its validation: everything is checked, and the agent's invocation built, before a job exists."""
+"""A job request and the steps of its admission (relay.jobs.door runs them in order): `check` every value,
+`resolve` its session, model, permission and folder, and `build` its invocation once it is permitted."""
 
 from __future__ import annotations
 
@@ -6,19 +7,20 @@ import os
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from relay.agents import get_adapter, values
 from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
 from relay.agents.models import resolve_model
-from relay.config import PERMISSIONS, Settings
+from relay.config import PERMISSIONS, AgentConfig, Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs import sessions
-from relay.jobs.grants import Permit, permit
+from relay.jobs.depth import check_depth
+from relay.jobs.grants import Permit
 from relay.osfiles import expand_home
-from relay.runtime import choice, procinfo
+from relay.runtime import choice
 from relay.store import JobRecord, JobStore
 from relay.workspaces import shown_url
 
@@ -125,55 +127,6 @@ def request_from(rec: JobRecord) -> JobRequest:
     return JobRequest(**{k: v for k, v in rec.request.items() if k in fields})
 
 
-def check_depth(settings: Settings) -> None:
-    if settings.depth >= settings.max_depth:
-        raise RelayError(
-            ErrorCode.LIMIT_REACHED,
-            f"delegation depth {settings.depth} reached the limit of {settings.max_depth}",
-            "do the work yourself instead of delegating further, or raise RELAY_MAX_DEPTH",
-        )
-
-
-# How many parents up a relay looks for the job it runs under (a job's tree is never this deep).
-MAX_ANCESTRY = 64
-
-
-def _ancestors(pid: int) -> set[int]:
-    """The pids of this process's parent, grandparent ... up to init (read from /proc)."""
-    found: set[int] = set()
-    for _ in range(MAX_ANCESTRY):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        if pid <= 1 or pid in found:
-            break
-        found.add(pid)
-    return found
-
-
-def with_inherited_depth(settings: Settings, store: JobStore) -> Settings:
-    """Settings whose depth is at least one more than the depth relay recorded for the job this process runs under.
-
-    The job is found from the RELAY_JOB_ID token relay gives its children and from this process's
-    ancestry (a job's process is recorded with its pid), so a child that resets RELAY_DEPTH=0 or
-    drops the token in its own environment still gets the depth relay counted for it.
-    """
-    token = settings.environ.get("RELAY_JOB_ID")
-    ancestors = _ancestors(os.getpid())
-    try:
-        running = store.list_jobs(statuses=("running",), limit=10_000)
-    except RelayError:
-        return settings  # the store cannot answer now: submitting will say why
-    depth = settings.depth
-    for rec in running:
-        under = rec.pid is not None and rec.pid in ancestors and procinfo.is_alive(rec.pid, rec.pid_start_ticks)
-        if under or rec.id == token:
-            depth = max(depth, int(rec.request.get("depth") or 0) + 1)
-    return settings if depth == settings.depth else replace(settings, depth=depth)
-
-
 def check_cwd_unchanged(settings: Settings, cwd: str) -> None:
     """At the job's start: its cwd must still resolve to itself, inside the allowed roots (no swap since submit)."""
     now = resolve_cwd(settings, cwd)
@@ -266,20 +219,16 @@ def check_claim_needs(labels: tuple[str, ...], retry: str | None) -> None:
             )
 
 
-def prepare(
-    settings: Settings,
-    store: JobStore,
-    which: Callable[[str], str | None],
-    req: JobRequest,
-    job_id: str,
-    *,
-    place_later: bool = False,
-) -> Prepared:
-    """Validate `req` and build its invocation; raises RelayError(code, message, hint) on bad input.
+@dataclass(frozen=True)
+class Checked:
+    """A request whose every value passed its typed rule: the agent's adapter and configuration."""
 
-    `place_later`: a job by repository URL at its submit: its folder is made by the worker that claims it
-    (and prepared again there), so no cwd is checked here; the URL stands for it (what a person is asked about).
-    """
+    adapter: Adapter
+    cfg: AgentConfig
+
+
+def check(settings: Settings, req: JobRequest) -> Checked:
+    """Admission, step 1: every value the caller sent, by its typed rule, before anything is looked up."""
     check_depth(settings)
     if not req.prompt.strip():
         raise invalid("prompt is empty", "pass the task to delegate as prompt")
@@ -292,8 +241,50 @@ def prepare(
     check_claim_needs(req.labels, req.retry)
     adapter = get_adapter(req.agent, settings)
     choice.active().runtime.check_spawn()  # no CLI jobs where there is no job runtime (Windows): say so now
-    cfg = settings.agent(req.agent)
     check_values(req)
+    if req.max_turns is not None and req.max_turns < 1:
+        raise invalid("max_turns must be at least 1", "omit max_turns or pass a positive number")
+    if req.max_turns is not None and req.agent not in MAX_TURNS_AGENTS:
+        raise invalid(
+            f"{req.agent} has no way to limit its turns",
+            f"omit max_turns for {req.agent}, or use one of: {', '.join(MAX_TURNS_AGENTS)}",
+        )
+    for name, value in (("timeout_s", req.timeout_s), ("idle_timeout_s", req.idle_timeout_s)):
+        if value is not None and not (0 < value <= 7 * 86400):
+            raise invalid(f"{name} must be between 0 and 604800 seconds", f"omit {name} for the default")
+    return Checked(adapter, settings.agent(req.agent))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a checked request resolves to: the session it resumes, its model, permission and folder, the
+    agent's executable, and the prompt as the CLI gets it."""
+
+    checked: Checked
+    resumed: sessions.Resumed
+    model: str | None
+    permission: str
+    cwd: str
+    command: str
+    prompt: str
+    system_prompt: str | None
+
+
+def resolve(
+    settings: Settings,
+    store: JobStore,
+    which: Callable[[str], str | None],
+    req: JobRequest,
+    checked: Checked,
+    *,
+    place_later: bool = False,
+) -> Resolved:
+    """Admission, step 2: the session `req` resumes (the principal's own), its model, permission and folder.
+
+    `place_later`: a job by repository URL at its submit: its folder is made by the worker that claims it
+    (and admitted again there), so no cwd is checked here; the URL stands for it (what a person is asked about).
+    """
+    cfg = checked.cfg
     model, permission, cwd_raw = req.model, req.permission, req.cwd
     resumed = sessions.resolve(
         settings, store, req.agent, req.session_id, req.continue_latest, lambda: resolve_cwd(settings, req.cwd)
@@ -318,47 +309,40 @@ def prepare(
         )
     model = resolve_model(req.agent, model or cfg.default_model, cfg.aliases)
     cwd = shown_url(req.repo) if place_later and req.repo else resolve_cwd(settings, cwd_raw)
-    if req.max_turns is not None and req.max_turns < 1:
-        raise invalid("max_turns must be at least 1", "omit max_turns or pass a positive number")
-    if req.max_turns is not None and req.agent not in MAX_TURNS_AGENTS:
-        raise invalid(
-            f"{req.agent} has no way to limit its turns",
-            f"omit max_turns for {req.agent}, or use one of: {', '.join(MAX_TURNS_AGENTS)}",
-        )
-    prompt = req.prompt
-    system_prompt = req.system_prompt
+    prompt, system_prompt = req.prompt, req.system_prompt
     if system_prompt and req.agent not in SYSTEM_PROMPT_AGENTS:
         # No flag for it: the instructions travel at the head of the prompt instead.
         prompt = f"<instructions>\n{system_prompt}\n</instructions>\n\n{prompt}"
         system_prompt = None
-    for name, value in (("timeout_s", req.timeout_s), ("idle_timeout_s", req.idle_timeout_s)):
-        if value is not None and not (0 < value <= 7 * 86400):
-            raise invalid(f"{name} must be between 0 and 604800 seconds", f"omit {name} for the default")
-    command = cfg.command or adapter.executable
+    command = cfg.command or checked.adapter.executable
     resolved = which(command)
     if resolved is None:
         raise RelayError(
             ErrorCode.AGENT_NOT_INSTALLED,
             f"{req.agent} is not installed ({command!r} not found)",
-            adapter.install_hint,
+            checked.adapter.install_hint,
         )
-    # The permission decision point: above the grant, only with the person's consent (relay.jobs.grants).
-    allowed = permit(settings, permission, agent=req.agent, cwd=cwd, prompt=req.prompt, via=req.via)
+    return Resolved(checked, resumed, model, permission, cwd, resolved, prompt, system_prompt)
+
+
+def build(settings: Settings, req: JobRequest, resolved: Resolved, allowed: Permit, job_id: str) -> Prepared:
+    """Admission, step 4: the agent's invocation, for a request resolved and permitted (step 3, grants.permit)."""
+    cfg = resolved.checked.cfg
     agent_request = AgentRequest(
-        prompt=prompt,
-        cwd=cwd,
-        model=model,
-        session_id=resumed.session_id,
-        continue_latest=resumed.continue_latest,
-        permission=permission,  # pyright: ignore[reportArgumentType]
-        system_prompt=system_prompt,
+        prompt=resolved.prompt,
+        cwd=resolved.cwd,
+        model=resolved.model,
+        session_id=resolved.resumed.session_id,
+        continue_latest=resolved.resumed.continue_latest,
+        permission=resolved.permission,  # pyright: ignore[reportArgumentType]
+        system_prompt=resolved.system_prompt,
         max_turns=req.max_turns,
         reasoning_effort=req.reasoning_effort,
         model_via_env=req.model_via_env,
         max_budget_usd=settings.max_cost_usd if req.agent == "claude" else None,
     )
     host = HostContext(
-        command=resolved,
+        command=resolved.command,
         environ=settings.environ,
         extra_args=(*cfg.extra_args, *req.cli_args),
         agent_env=cfg.env,
@@ -366,11 +350,10 @@ def prepare(
         depth=settings.depth,
         job_id=job_id,
     )
-    invocation = adapter.build(agent_request, host)
     return Prepared(
-        adapter=adapter,
+        adapter=resolved.checked.adapter,
         agent_request=agent_request,
-        invocation=invocation,
+        invocation=resolved.checked.adapter.build(agent_request, host),
         timeout_s=req.timeout_s or cfg.timeout_s or settings.job_timeout_s,
         idle_timeout_s=req.idle_timeout_s or cfg.idle_timeout_s or settings.idle_timeout_s,
         in_worktree=req.workspace not in (None, "cwd"),

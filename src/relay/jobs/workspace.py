@@ -16,7 +16,7 @@ from typing import Any
 
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.gitprobe import in_work_tree
-from relay.jobs.request import JobRequest, Prepared, request_from
+from relay.jobs.request import JobRequest, request_from
 from relay.jobs.state import JobState
 from relay.principal import visible_to
 from relay.store import JobRecord
@@ -64,14 +64,13 @@ class JobWorkspaces:
             )
         return self.spaces.reopen(rec)
 
-    def worktree_by_default(self, prepared: Prepared) -> bool:
+    def worktree_by_default(self, permission: str, cwd: str) -> bool:
         """Whether `[workspaces] default = "worktree"` puts this job in a worktree: it may edit, in a repository."""
-        ar = prepared.agent_request
         return (
             self._state.settings.default_workspace == "worktree"
-            and ar.permission in ("edit", "full")
-            and in_work_tree(ar.cwd)
-            and self.spaces.of_path(ar.cwd) is None
+            and permission in ("edit", "full")
+            and in_work_tree(cwd)
+            and self.spaces.of_path(cwd) is None
         )
 
     @staticmethod
