@@ -13,12 +13,20 @@ from relay.cli._errors import error_line
 def add_parser(sub: Any) -> None:
     """Declare `relay ask` on the CLI's subparsers (`sub` is argparse's _SubParsersAction)."""
     p = sub.add_parser("ask", help="ask a model API (sonnet, gpt5, grok, xai:grok-4, ollama:llama3.1...)")
-    p.add_argument("model", help="provider:model or alias; see `relay ask --list`")
-    p.add_argument("prompt")
+    p.add_argument(
+        "model",
+        help="provider:model (xai:grok-4, ollama:llama3.1) or an alias (sonnet, gpt5, grok, pro, flash); "
+        "the MCP tool list_models lists them",
+    )
+    p.add_argument("prompt", help="the question or task for the model (quote it as one argument)")
     p.add_argument("--continuation-id", help="continue this conversation thread")
     p.add_argument("--file", action="append", default=[], help="absolute path of a file to show the model (repeatable)")
     p.add_argument("--system", help="system prompt")
-    p.add_argument("--thinking", choices=["minimal", "low", "medium", "high", "max"])
+    p.add_argument(
+        "--thinking",
+        choices=["minimal", "low", "medium", "high", "max"],
+        help="how deeply the model reasons, for models that support it (default: none asked)",
+    )
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
     p.add_argument("--json", action="store_true", help="print the whole result envelope as JSON")
 

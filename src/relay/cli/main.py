@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from relay import __version__
@@ -44,6 +44,46 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser; with `takes_agent_option`, its first positional (the agent) may come as `--agent NAME`.
+
+    argparse cannot make a leading positional optional without breaking `relay run codex --model M PROMPT`, so
+    `--agent NAME` is moved in front of the other words before parsing (`--agent` stays declared for --help).
+    """
+
+    takes_agent_option = False
+
+    # typeshed spells this as three overloads; one signature that takes all of them is enough here.
+    def parse_known_args(  # pyright: ignore[reportIncompatibleMethodOverride]
+        self, args: Iterable[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        if not self.takes_agent_option:
+            return super().parse_known_args(args, namespace)
+        named, words = _agent_option(list(sys.argv[1:] if args is None else args))
+        if named is None:
+            return super().parse_known_args(words, namespace)
+        parsed, extra = super().parse_known_args([named, *words], namespace)
+        if extra and not extra[0].startswith("-"):  # the agent came both ways: `--agent A B PROMPT`
+            if parsed.prompt != named:
+                self.error(f"the agent is given twice, as --agent {named} and as {parsed.prompt}: give it once")
+            parsed.prompt = extra.pop(0)
+        return parsed, extra
+
+
+def _agent_option(words: list[str]) -> tuple[str | None, list[str]]:
+    """The value of `--agent NAME` / `--agent=NAME` (or an abbreviation) before any `--`, and the other words."""
+    for i, word in enumerate(words):
+        if word == "--":
+            break
+        head, eq, value = word.partition("=")
+        if len(head) > 2 and "--agent".startswith(head):
+            if eq:
+                return value, words[:i] + words[i + 1 :]
+            if i + 1 < len(words):
+                return words[i + 1], words[:i] + words[i + 2 :]
+    return None, words
+
+
 # The commands that open the job store, and so take `--store URL`.
 STORE_COMMANDS = ("serve", "run", "jobs", "show", "tail", "cancel", "worker", "workers", "dashboard", "doctor")
 
@@ -52,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relay", description="Delegate work to AI agents as durable jobs (an MCP server).")
     p.add_argument("--version", action=_VersionAction, help="print relay's version and the MCP SDK's, then exit")
     p.add_argument("--debug", action="store_true", help="on an error, print the full traceback too")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
 
     serve = sub.add_parser("serve", help="run the MCP server (stdio by default)")
     serve.add_argument("--http", action="store_true", help="serve Streamable HTTP instead of stdio")
@@ -73,12 +113,36 @@ def _parser() -> argparse.ArgumentParser:
     toolsets.add_argument("--json", action="store_true", help="print as JSON")
 
     run = sub.add_parser("run", help="run one job in the foreground and print its answer")
-    run.add_argument("agent")
-    run.add_argument("prompt")
-    run.add_argument("--cwd")
-    run.add_argument("--model")
-    run.add_argument("--session-id")
-    run.add_argument("--permission", choices=["read-only", "edit", "full"])
+    run.takes_agent_option = True  # `relay run --agent NAME PROMPT` as well as `relay run NAME PROMPT`
+    run.add_argument(
+        "agent",
+        metavar="AGENT",
+        help="the agent CLI that does the work: claude, codex, gemini, copilot or a configured one",
+    )
+    run.add_argument("prompt", metavar="PROMPT", help="what the agent is asked to do (quote it as one argument)")
+    run.add_argument(
+        "--agent",
+        dest="agent_option",
+        metavar="AGENT",
+        help="the agent, as an option instead of the first positional: relay run --agent codex PROMPT",
+    )
+    run.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="the folder the agent works in: an absolute path inside the allowed roots (default: the current folder)",
+    )
+    run.add_argument("--model", help="the model the agent uses, by name or alias (default: the agent's own default)")
+    run.add_argument(
+        "--session-id",
+        metavar="ID",
+        help="resume this session of the agent (the id `relay show` prints), in the folder it started in",
+    )
+    run.add_argument(
+        "--permission",
+        choices=["read-only", "edit", "full"],
+        help="what the agent may do: read-only, edit (change files) or full (no approvals, no sandbox); "
+        "default: [jobs] default_permission, else read-only",
+    )
     run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
     run.add_argument("--json", action="store_true", help="print the whole result envelope as JSON")
     run.add_argument("--worktree", action="store_true", help="run in a new git worktree on branch relay/<job-id>")
@@ -97,23 +161,23 @@ def _parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser("jobs", help="list recent jobs")
     jobs.add_argument("--status", action="append", help="filter by status (repeatable)")
-    jobs.add_argument("--agent")
+    jobs.add_argument("--agent", help="only the jobs of this agent (claude, codex, ...)")
     jobs.add_argument("--via", help="only jobs whose via starts with this (core/, powerspawn/spawn_codex, cli/run)")
-    jobs.add_argument("--limit", type=int, default=20)
-    jobs.add_argument("--json", action="store_true")
+    jobs.add_argument("--limit", type=int, default=20, help="how many of the newest jobs (default 20)")
+    jobs.add_argument("--json", action="store_true", help="print each job's whole envelope as JSON")
     jobs.add_argument("--watch", action="store_true", help="on a terminal, redraw the table every second")
 
     show = sub.add_parser("show", help="show one job's envelope")
-    show.add_argument("job")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("job", help="the job's id, or its first characters")
+    show.add_argument("--json", action="store_true", help="print the whole result envelope as JSON")
 
     tail = sub.add_parser("tail", help="print a job's transcript (or raw stream)")
-    tail.add_argument("job")
+    tail.add_argument("job", help="the job's id, or its first characters")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     tail.add_argument("--raw", action="store_true", help="the agent's raw stdout instead of the transcript")
 
     cancel = sub.add_parser("cancel", help="cancel a job (kills its process group)")
-    cancel.add_argument("job")
+    cancel.add_argument("job", help="the job's id, or its first characters")
 
     from relay.cli.ask_cmd import add_parser as add_ask_parser
 

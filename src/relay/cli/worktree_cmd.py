@@ -16,15 +16,20 @@ DIFF_PAGE_CHARS = 1 << 20
 
 def add_parsers(sub: Any) -> None:
     diff = sub.add_parser("diff", help="print a worktree job's diff against its base")
-    diff.add_argument("job")
+    diff.add_argument("job", help="the worktree job's id, or its first characters")
     land = sub.add_parser("land", help="land a worktree job's branch (rebase onto the target, test, move it)")
-    land.add_argument("job")
+    land.add_argument("job", help="the worktree job's id, or its first characters")
     land.add_argument("--into", help="target branch (default: the branch the job's worktree was made from)")
-    land.add_argument("--strategy", choices=["rebase", "merge", "squash"], default="rebase")
+    land.add_argument(
+        "--strategy",
+        choices=["rebase", "merge", "squash"],
+        default="rebase",
+        help="rebase the branch onto the target (default), merge it with a merge commit, or squash it to one commit",
+    )
     land.add_argument("--test", dest="test_command", help="shell command that must pass in the worktree first")
     land.add_argument("--json", action="store_true", help="print the result as JSON")
     discard = sub.add_parser("discard", help="remove a worktree job's worktree and branch")
-    discard.add_argument("job")
+    discard.add_argument("job", help="the worktree job's id, or its first characters")
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
