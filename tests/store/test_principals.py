@@ -162,7 +162,7 @@ def test_resuming_another_principals_agent_session_is_refused_as_not_found(
 ) -> None:
     import shutil
 
-    from relay.jobs.request import JobRequest, prepare
+    from relay.jobs.request import JobRequest, check, resolve
     from relay.store import SessionTurn
 
     settings = make_settings()
@@ -174,10 +174,10 @@ def test_resuming_another_principals_agent_session_is_refused_as_not_found(
     )
     req = JobRequest(agent="claude", prompt="go on", session_id="s-alice")
     with acting_as(BOB), pytest.raises(RelayError) as err:
-        prepare(settings, store, shutil.which, req, "j2")
+        resolve(settings, store, shutil.which, req, check(settings, req))
     assert err.value.code is ErrorCode.SESSION_NOT_FOUND
     with acting_as(ALICE):
-        assert prepare(settings, store, shutil.which, req, "j3").agent_request.cwd == str(workdir)
+        assert resolve(settings, store, shutil.which, req, check(settings, req)).cwd == str(workdir)
 
 
 @pytest.mark.anyio
