@@ -171,7 +171,7 @@ def test_costs_are_summed_per_local_day_across_a_daylight_saving_change_alike_on
     found = sources.queries().costs(at(2026, 3, 7, 0, 0))
     assert found == [
         CostRow("2026-03-07", "claude", "sonnet", 1, 0.5, 10, 5, 2),
-        CostRow("2026-03-08", "claude", None, 1, 0.0, 0, 0, 0),
+        CostRow("2026-03-08", "claude", None, 1, None, 0, 0, 0),  # a queued job has no cost: unknown, not $0
         CostRow("2026-03-08", "claude", "sonnet", 2, 0.375, 10, 5, 2),
         CostRow("2026-03-09", "codex", None, 2, 1.0, 7, 0, 0),
     ]

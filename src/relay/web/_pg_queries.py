@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import relay_errors
-from relay.web._queries import CostRow, Dialect, WorkerName, job_ids_sql
+from relay.web._queries import CostRow, Dialect, WorkerName, add_usd, job_ids_sql
 
 # Connections the dashboard keeps to the server (its queries are short; pages render one at a time or so).
 POOL_SIZE = 2
@@ -42,7 +42,8 @@ def _number(path: LiteralString) -> LiteralString:
 
 _COST = _number("-> 'cost_usd'")
 _USAGE = (_number("-> 'usage' -> 'input'"), _number("-> 'usage' -> 'output'"), _number("-> 'usage' -> 'cached'"))
-_SUMS = ", ".join([f"COALESCE(SUM({n}), 0)" for n in (_COST, *_USAGE)])
+# A cost no job of the slot reported stays NULL (unknown, not free); token counts sum from 0.
+_SUMS = ", ".join([f"SUM({_COST})", *[f"COALESCE(SUM({n}), 0)" for n in _USAGE]])
 _COSTS: LiteralString = (
     f"SELECT floor(created_at / %s)::bigint AS slot, agent, model, COUNT(*), {_SUMS}"
     " FROM (SELECT created_at, agent, model, result::json AS r FROM jobs WHERE created_at >= %s) AS j"
@@ -123,14 +124,17 @@ class PgJobQueries:
     def costs(self, since: float) -> list[CostRow]:
         """Jobs, spend and tokens per local day, agent and model, for jobs created since `since`."""
         sums: dict[tuple[str, str, str | None], list[float]] = {}
-        for slot, agent, model, *values in self._rows(_COSTS, (SLOT_S, since)):
-            found = sums.setdefault((_day(int(slot)), str(agent), model), [0.0] * 5)
-            for i, value in enumerate(values):
+        costs: dict[tuple[str, str, str | None], float | None] = {}
+        for slot, agent, model, jobs, cost, *tokens in self._rows(_COSTS, (SLOT_S, since)):
+            key = (_day(int(slot)), str(agent), model)
+            found = sums.setdefault(key, [0.0] * 4)
+            for i, value in enumerate((jobs, *tokens)):
                 found[i] += float(value)
+            costs[key] = add_usd(costs.get(key), cost)
         # In SQLite's GROUP BY order: day, agent, then model (no model first).
         keys = sorted(sums, key=lambda k: (k[0], k[1], k[2] is not None, k[2] or ""))
         return [
-            CostRow(day, agent, model, int(s[0]), s[1], int(s[2]), int(s[3]), int(s[4]))
+            CostRow(day, agent, model, int(s[0]), costs[(day, agent, model)], int(s[1]), int(s[2]), int(s[3]))
             for (day, agent, model), s in ((k, sums[k]) for k in keys)
         ]
 

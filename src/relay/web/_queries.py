@@ -26,10 +26,17 @@ class CostRow:
     agent: str
     model: str | None
     jobs: int
-    cost_usd: float
+    cost_usd: float | None  # None when no job of the row reported a cost (a model with no price: unknown, not free)
     input: int
     output: int
     cached: int
+
+
+def add_usd(total: float | None, value: object) -> float | None:
+    """A sum of costs where a missing one is unknown, not free: None until some job reported a number."""
+    if not isinstance(value, int | float):
+        return total
+    return (total or 0.0) + float(value)
 
 
 @dataclass(frozen=True)
@@ -166,13 +173,15 @@ class JobQueries:
         """Jobs, spend and tokens per local day, agent and model, for jobs created since `since`."""
         rows = self._rows(
             "SELECT date(created_at, 'unixepoch', 'localtime') AS day, agent, model, COUNT(*),"
-            " TOTAL(json_extract(result, '$.cost_usd')), TOTAL(json_extract(result, '$.usage.input')),"
+            " SUM(CASE WHEN json_type(result, '$.cost_usd') IN ('integer', 'real')"
+            " THEN json_extract(result, '$.cost_usd') END), TOTAL(json_extract(result, '$.usage.input')),"
             " TOTAL(json_extract(result, '$.usage.output')), TOTAL(json_extract(result, '$.usage.cached'))"
             " FROM jobs WHERE created_at >= ? GROUP BY day, agent, model",
             (since,),
         )
         return [
-            CostRow(str(r[0]), str(r[1]), r[2], int(r[3]), float(r[4]), int(r[5]), int(r[6]), int(r[7])) for r in rows
+            CostRow(str(r[0]), str(r[1]), r[2], int(r[3]), add_usd(None, r[4]), int(r[5]), int(r[6]), int(r[7]))
+            for r in rows
         ]
 
     def costliest(self, since: float, limit: int) -> list[tuple[str, str, float]]:

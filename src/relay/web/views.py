@@ -5,6 +5,7 @@ Each function returns plain dicts for a template (or for JSON over SSE); none of
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import deque
@@ -20,7 +21,7 @@ from relay.jobs.envelope import job_title
 from relay.jobs.request import via_of
 from relay.store import JobRecord
 from relay.store.open import is_pg_url
-from relay.web._queries import JobQueries, Queries
+from relay.web._queries import JobQueries, Queries, add_usd
 from relay.web.workers import worker_fact
 
 STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
@@ -260,21 +261,21 @@ def costs(engine: Engine, queries: Queries, settings: Settings, days: int = 14) 
     totals: dict[str, dict[str, Any]] = {}
     for row in queries.costs(since):
         key = f"{row.agent} · {row.model or '-'}"
-        t = totals.setdefault(key, {"key": key, "jobs": 0, "cost_usd": 0.0, "input": 0, "output": 0, "cached": 0})
+        t = totals.setdefault(key, {"key": key, "jobs": 0, "cost_usd": None, "input": 0, "output": 0, "cached": 0})
         t["jobs"] += row.jobs
-        t["cost_usd"] += row.cost_usd
+        t["cost_usd"] = add_usd(t["cost_usd"], row.cost_usd)  # a model with no price: unknown, not $0
         t["input"] += row.input
         t["output"] += row.output
         t["cached"] += row.cached
         if row.day in by_day and row.cost_usd:
             by_day[row.day][key] = by_day[row.day].get(key, 0.0) + row.cost_usd
-    keys = sorted(totals, key=lambda k: -totals[k]["cost_usd"])
+    keys = sorted(totals, key=lambda k: -(totals[k]["cost_usd"] or 0.0))
     return {
         "days": day_list,
         "by_day": by_day,
         "series": keys,
         "totals": [totals[k] for k in keys],
-        "total_usd": sum(t["cost_usd"] for t in totals.values()),
+        "total_usd": functools.reduce(add_usd, (t["cost_usd"] for t in totals.values()), None),
         "caps": caps(engine, queries, settings, since),
     }
 

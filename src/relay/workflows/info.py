@@ -32,6 +32,17 @@ TEXTS = {
 }
 
 
+def _tool_output(content: str, content_type: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """PAL's ToolOutput, every field of it: neither tool offers a continuation, so `continuation_offer` is null."""
+    return {
+        "status": "success",
+        "content": content,
+        "content_type": content_type,
+        "metadata": metadata,
+        "continuation_offer": None,
+    }
+
+
 def _context(tokens: int) -> str:
     if tokens >= 1_000_000:
         return f"{tokens // 1_000_000}M context"
@@ -69,7 +80,7 @@ def listmodels(settings: Settings) -> Reply:
         TEXTS["tips"],
     ]
     metadata = {"tool_name": "listmodels", "configured_providers": configured}
-    return Reply({"status": "success", "content": "\n".join(lines), "content_type": "text", "metadata": metadata})
+    return Reply(_tool_output("\n".join(lines), "text", metadata))
 
 
 def version(settings: Settings, tools: Sequence[str]) -> Reply:
@@ -94,4 +105,4 @@ def version(settings: Settings, tools: Sequence[str]) -> Reply:
         "configured_providers": len(providers),
         "available_tools": list(tools),
     }
-    return Reply({"status": "success", "content": "\n".join(lines), "content_type": "markdown", "metadata": metadata})
+    return Reply(_tool_output("\n".join(lines), "markdown", metadata))

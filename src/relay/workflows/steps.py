@@ -173,10 +173,11 @@ def offer(threads: ThreadStore, thread: Thread, note_kind: str = "conversation")
     remaining = thread.remaining_turns(threads.config.max_turns) // EXCHANGE_TURNS
     if remaining < 1:
         return None
+    exchanges = f"{remaining} more exchange{'' if remaining == 1 else 's'}"
     note = (
-        f"Consensus workflow can continue for {remaining} more exchanges."
+        f"Consensus workflow can continue for {exchanges}."
         if note_kind == "consensus"
-        else f"You can continue this conversation for {remaining} more exchanges."
+        else f"You can continue this conversation for {exchanges}."
     )
     return {"continuation_id": thread.id, "note": note, "remaining_turns": remaining}
 

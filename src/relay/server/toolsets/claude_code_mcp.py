@@ -46,8 +46,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         prompt: Annotated[Any, Field(description=TEXTS["prompt"])] = None,
         workFolder: Annotated[str | None, Field(description=TEXTS["work_folder"])] = None,
     ) -> CallToolResult:
-        if not isinstance(prompt, str):
-            return _error(ErrorCode.INVALID_ARGUMENT, TEXTS["bad_prompt"], "pass the task as the string prompt")
+        # An empty or blank prompt is refused here, before anything runs: it is not a failed execution.
+        if not isinstance(prompt, str) or not prompt.strip():
+            return _error(ErrorCode.INVALID_ARGUMENT, TEXTS["bad_prompt"], "pass the task as a non-empty string prompt")
         home = str(deps.settings.environ.get("HOME") or Path.home())
         cwd = _work_folder(workFolder, home)
         engine = deps.engine()

@@ -29,6 +29,8 @@ from relay.server.toolsets._registry import (
 
 PROFILE = "codex-mcp"
 DEFAULT_MODEL = "gpt-5.2-codex"
+# The original reads a static callback URI from its environment; Codex CLI gets it in its own.
+CALLBACK_ENV = "CODEX_MCP_CALLBACK_URI"
 # The original's session store: at most 100 sessions, each kept 24 hours after its last use.
 MAX_SESSIONS = 100
 SESSION_TTL_S = 24 * 3600.0
@@ -65,7 +67,10 @@ CODEX_OUTPUT: dict[str, Any] = {
         "threadId": {"type": "string", "description": "the Codex thread this turn ran in"},
         "model": {"type": "string", "description": "the model Codex ran"},
         "sessionId": {"type": "string", "description": "the conversation, when sessionId was given"},
-        "callbackUri": {"type": "string", "description": "the callbackUri, when given"},
+        "callbackUri": {
+            "type": "string",
+            "description": "the callbackUri, when given or set in relay's environment as CODEX_MCP_CALLBACK_URI",
+        },
     },
     "required": ["model"],
 }
@@ -75,6 +80,8 @@ Effort = Literal["minimal", "low", "medium", "high"]
 
 def build(reg: ToolRegistry, deps: Deps) -> None:
     default_model = str(deps.settings.environ.get("CODEX_DEFAULT_MODEL") or DEFAULT_MODEL)
+    # The original's static callback URI: a call's callbackUri wins over it.
+    default_callback = str(deps.settings.environ.get(CALLBACK_ENV) or "") or None
 
     @reg.tool(description="Execute Codex CLI in non-interactive mode for AI assistance", annotations=RUNS_AGENT)
     async def codex(
@@ -135,8 +142,9 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             meta["sessionId"] = sessionId
         if rec_thread:
             meta["threadId"] = rec_thread
-        if callbackUri:
-            meta["callbackUri"] = callbackUri
+        callback = callbackUri or default_callback
+        if callback:
+            meta["callbackUri"] = callback
         return _with_meta(text, meta)
 
     reg.tools["codex"].output_schema = publish_output_schema(CODEX_OUTPUT)
