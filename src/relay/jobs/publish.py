@@ -1,6 +1,16 @@
-"""Parse and publish: a job's new output lines become events, stored, written to the transcript and forwarded."""
+"""Parse and publish: a job's new output lines become events, stored, written to the transcript and forwarded.
+
+The transcript is written after the events are stored, so a relay killed between the two (or in the middle of a
+line) leaves a transcript short of the stored events. The next relay parses the job's output from its start again
+(recovery.py, lifecycle.py): that replay rewrites the transcript from the output, so a recovered job's transcript is
+always its output's events, each once.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
 
 import anyio
 
@@ -9,6 +19,7 @@ from relay.events import Event
 from relay.jobs.envelope import clip_event, render_event
 from relay.jobs.output import LineReader, write_bytes
 from relay.jobs.state import LEASE_LOST, JobState, Live
+from relay.osfiles import write_all
 
 # Events are stored and forwarded in batches bounded in count and in text, so a flood of output
 # never sits in memory at once.
@@ -17,6 +28,51 @@ PUBLISH_BATCH_CHARS = 1 << 20
 # Events that do not count as activity for the idle timeout: an agent that only reports
 # retries (codex's endless "Reconnecting..." when its upstream is down) is not making progress.
 NOT_ACTIVITY = frozenset({"retry"})
+TRANSCRIPT_FILE = "transcript.txt"
+# The transcript a replay writes, renamed over the old one once every stored event is in it.
+REBUILT_SUFFIX = ".rebuilt"
+
+
+class Rebuild:
+    """A job's transcript written again from its replayed events: to a new file, renamed over the old one at the end
+    (a relay killed meanwhile leaves the old one whole, and the next replay starts over: the same bytes again)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(path.name + REBUILT_SUFFIX)
+        self._fd: int | None = None
+        self._pending: list[str] = []
+        self._pending_chars = 0
+
+    def add(self, text: str) -> None:
+        self._pending.append(text)
+        self._pending_chars += len(text)
+        if self._pending_chars >= PUBLISH_BATCH_CHARS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        write_all(self._fd, "".join(self._pending).encode("utf-8"))
+        self._pending, self._pending_chars = [], 0
+
+    def finish(self) -> None:
+        """Put the rebuilt transcript in place."""
+        self._flush()
+        self._close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Leave the old transcript as it is (the replay stopped short of the stored events: an error, or output
+        missing; a transcript is never replaced by a shorter account)."""
+        self._close()
+        with contextlib.suppress(FileNotFoundError):
+            self.tmp.unlink()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 class Publisher:
@@ -30,23 +86,40 @@ class Publisher:
     ) -> tuple[int, bool]:
         """Feed new output lines to the parser; store and forward events past `stored_seq` in bounded batches.
 
+        A pass from the job's first event (`seq` -1) while events are stored already (`stored_seq` >= 0) is a replay
+        after a restart: the stored events are not stored again, and the transcript is written again from them (the
+        relay that stored them may have died before writing their lines, or halfway through one).
         Returns the last event sequence number and whether any event showed activity.
         """
         batch: list[tuple[int, Event]] = []
         batch_chars = 0
         active = False
-        for line in reader.read(final=final):
-            for event in parser.feed(line):
-                active = active or event.type not in NOT_ACTIVITY
-                seq += 1
-                if seq > stored_seq:
-                    batch.append((seq, event))
-            batch_chars += len(line)
-            if len(batch) >= PUBLISH_BATCH_EVENTS or batch_chars >= PUBLISH_BATCH_CHARS:
-                self.publish(job_id, live, batch)
-                batch, batch_chars = [], 0
+        rebuild = Rebuild(self._state.files(job_id).dir / TRANSCRIPT_FILE) if seq < 0 <= stored_seq else None
+        try:
+            for line in reader.read(final=final):
+                for event in parser.feed(line):
+                    active = active or event.type not in NOT_ACTIVITY
+                    seq += 1
+                    if seq > stored_seq:
+                        batch.append((seq, event))
+                    elif rebuild is not None:
+                        rebuild.add(self._line(event))
+                        if seq == stored_seq:  # every stored event is in it: in place before any new line goes on
+                            rebuild.finish()
+                            rebuild = None
+                batch_chars += len(line)
+                if len(batch) >= PUBLISH_BATCH_EVENTS or batch_chars >= PUBLISH_BATCH_CHARS:
+                    self.publish(job_id, live, batch)
+                    batch, batch_chars = [], 0
+        finally:
+            if rebuild is not None:
+                rebuild.discard()
         self.publish(job_id, live, batch)
         return seq, active
+
+    def _line(self, event: Event) -> str:
+        """An event's transcript text, as `publish` writes it."""
+        return render_event(Event(event.type, self._state.redacted(event.data))) + "\n"
 
     def publish(self, job_id: str, live: Live, events: list[tuple[int, Event]]) -> None:
         if not events:
@@ -67,7 +140,7 @@ class Publisher:
             live.stop.set()
             return
         transcript = "".join(render_event(event) + "\n" for _, event in events)
-        write_bytes(state.files(job_id).dir / "transcript.txt", transcript.encode("utf-8"), append=True)
+        write_bytes(state.files(job_id).dir / TRANSCRIPT_FILE, transcript.encode("utf-8"), append=True)
         cap = state.settings.max_cost_usd
         if cap is not None and not live.stop.is_set():
             for _, event in events:

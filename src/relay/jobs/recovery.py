@@ -1,4 +1,9 @@
-"""Recovery after a restart: re-attach to jobs still running, finalize those that ended, re-queue the rest."""
+"""Recovery after a restart: re-attach to jobs still running, finalize those that ended, re-queue the rest.
+
+Either way a recovered job's output is parsed again from its start, past the events already stored, and that
+replay writes its transcript again from the output (publish.py): a relay killed between storing events and writing
+their lines leaves no line missing, none twice.
+"""
 
 from __future__ import annotations
 
