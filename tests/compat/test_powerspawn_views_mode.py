@@ -63,7 +63,7 @@ async def test_iac_and_context_in_the_workspace_are_readable_by_relays_user_only
 def start_views(settings: Any, home: Path) -> tuple[AuditLog, Path]:
     """powerspawn's start (its views in the workspace) on an audit log of `home`; the log and the workspace."""
     log = AuditLog(home)
-    engine = SimpleNamespace(store=SimpleNamespace(audit=log))
+    engine = SimpleNamespace(store=SimpleNamespace(audit=log, list_jobs=lambda **_: []))
     on_start(engine, Deps(settings, lambda: engine, 0.0))  # pyright: ignore[reportArgumentType]
     for who in ("alice", "local", "root"):
         job = queued_data("codex", "cli", {"prompt": f"the prompt of {who}"}, None, "/w") | {"principal": who}

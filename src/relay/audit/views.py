@@ -1,7 +1,9 @@
 """IAC.md and CONTEXT.md: human views of the audit log (seed 004's format), rendered from it, never edited back.
 
 IAC.md lists the newest jobs first (15 by default, as the seed), each with a status line, its input and
-its output in collapsible blocks; CONTEXT.md is the table of jobs still queued or running. Both are
+its output in collapsible blocks; CONTEXT.md is the table of jobs still queued or running (with
+`context_since`: those queued since then, and the `carried` ones the store still had queued or running then,
+which outlived the last relay; not a job whose end a killed relay stored but never logged). Both are
 written to a temporary file and renamed over the old one, so a crash mid-render leaves the previous
 view whole; both are created readable by relay's user only (0600: they hold prompts and outputs, and a
 profile may write them into a project folder others can read). `ViewsConfig.principals` keeps the views to
@@ -52,8 +54,10 @@ class ViewsConfig:
 
     out_dir: Path | None
     iac_entries: int = DEFAULT_IAC_ENTRIES
-    # CONTEXT.md shows only the jobs queued since then (seed 004: it resets when the server restarts).
+    # CONTEXT.md shows only the jobs queued since then (seed 004: it resets when the server restarts) and the
+    # `carried` ones: those the store still had queued or running then (they outlived the last server).
     context_since: float | None = None
+    carried: frozenset[str] = frozenset()
     # Only the jobs of these principals (None: every principal's; a job recorded without one is `local`'s).
     principals: frozenset[str] | None = None
 
@@ -200,6 +204,8 @@ class Views:
         self.config = config
         self.state = ViewState(config.iac_entries, config.principals)
         self._cv = threading.Condition()
+        # One render at a time in this process (the worker's, or one asked for now): the state is folded by one.
+        self._rendering = threading.Lock()
         self._dirty = False
         self._busy = False
         self._worker: threading.Thread | None = None
@@ -250,14 +256,15 @@ class Views:
         if out is None:
             return
         self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / LOCK_FILE).open("a") as lock:
+        with self._rendering, (self.home / LOCK_FILE).open("a") as lock:
             lock_fd(lock.fileno())
             self._catch_up()
             stamp = now if now is not None else datetime.now(UTC).timestamp()
             entries = list(self.state.entries.values())
             out.mkdir(parents=True, exist_ok=True)
             _write_atomic(out / IAC_FILE, render_iac(entries, self.config.iac_entries))
-            _write_atomic(out / CONTEXT_FILE, render_context(entries, stamp, self.config.context_since))
+            context = render_context(entries, stamp, self.config.context_since, self.config.carried)
+            _write_atomic(out / CONTEXT_FILE, context)
 
     def _catch_up(self) -> None:
         path = self.home / LOG_FILE
@@ -371,10 +378,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_context(entries: list[Entry], now: float, since: float | None = None) -> str:
-    """The CONTEXT.md text: a table of the jobs still queued or running (queued since `since`, if given)."""
+def render_context(
+    entries: list[Entry], now: float, since: float | None = None, carried: frozenset[str] = frozenset()
+) -> str:
+    """The CONTEXT.md text: a table of the jobs still queued or running (queued since `since` or `carried`, if given)."""
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    active = [e for e in entries if not e.final and (since is None or (e.started or 0) >= since)]
+    active = [e for e in entries if not e.final and (since is None or (e.started or 0) >= since or e.job_id in carried)]
     lines = [
         "# Agent Context",
         "",

@@ -8,6 +8,7 @@ Model enums and defaults are the seed's, with the v1.5 source's own values accep
 (seed-decisions 18, 19). IAC.md and CONTEXT.md are rendered from relay's audit log (relay.audit).
 """
 
+import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -33,6 +34,8 @@ from relay.store import JobRecord
 
 PROFILE = "powerspawn"
 ID_CHARS = 8
+
+logger = logging.getLogger("relay.audit")
 
 # Seed 004's texts, in one place.
 TEXTS = {
@@ -282,15 +285,24 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
 def on_start(engine: Engine, deps: Deps) -> None:
     """IAC.md and CONTEXT.md where a PowerSpawn user looks (the workspace, unless `[audit] views_dir` says
-    otherwise), and CONTEXT.md starting empty with this server, as the seed's does. On a relay that serves
-    `user` tokens they hold only the local person's jobs: a file in the workspace is read by every job run
-    there, so no token's prompts go into it."""
+    otherwise), written before this server answers anything. CONTEXT.md starts afresh with this server, as
+    the seed's does, but keeps the agents that outlived the last one (still queued or running once the engine
+    has recovered its jobs: what `list` shows). On a relay that serves `user` tokens they hold only the local
+    person's jobs: a file in the workspace is read by every job run there, so no token's prompts go into it."""
     settings = deps.settings
     where = Path(workspace(settings))
     config = views_config(settings.home, where, settings.environ, default_dir=where, context_since=deps.started)
+    carried = engine.store.list_jobs(statuses=("queued", "running"), limit=compat.SCAN_LIMIT)
+    config = replace(config, carried=frozenset(rec.id for rec in carried))
     if any(not named.principal.is_admin for named in settings.tokens):
         config = replace(config, principals=frozenset({LOCAL_NAME}))
-    replace_views(engine.store.audit, config)
+    log = engine.store.audit
+    replace_views(log, config)
+    if log.views is not None:
+        try:
+            log.views.render()
+        except Exception as exc:  # a view that cannot be written must not stop the server (the next change retries)
+            logger.warning("rendering IAC.md / CONTEXT.md failed: %s", exc)
 
 
 def workspace(settings: Settings) -> str:
