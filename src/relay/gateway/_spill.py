@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult
@@ -163,6 +164,79 @@ class Spiller:
             spilled.path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.folder.rmdir()  # only once empty: a claimed file may still be being kept
+
+
+class Gathered:
+    """One message as its bytes arrive (a stdout line, a websocket message, an HTTP body or SSE data line): in a
+    byte buffer, or in a spill file once it outgrows the spiller's threshold. Every transport reads through one,
+    so no downstream message over the cap is ever held whole."""
+
+    def __init__(self, spiller: Spiller | None) -> None:
+        self._spiller = spiller
+        self._pending = bytearray()
+        self._spill: tuple[Path, BinaryIO] | None = None
+        # Why the spill file of this message could not be written (the disk filled): the message is skipped.
+        self._lost: OSError | None = None
+
+    @property
+    def spilled(self) -> bool:
+        """The message so far went to a file (or was lost trying to)."""
+        return self._spill is not None or self._lost is not None
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        if self._lost is not None or not data:
+            return
+        try:
+            if self._spill is not None:
+                self._spill[1].write(data)
+                return
+            self._pending += data
+            if self._spiller is not None and len(self._pending) > self._spiller.threshold:
+                self._spill = self._spiller.open()
+                self._spill[1].write(self._pending)
+                self._pending = bytearray()
+        except OSError as exc:
+            self.drop()
+            self._lost = exc
+
+    def take(self) -> bytearray:
+        """The bytes of a message that was not spilled; the next message starts empty."""
+        pending, self._pending = self._pending, bytearray()
+        return pending
+
+    async def message(self) -> SessionMessage | Exception:
+        """The message now ended, as the session's message; the next one starts empty."""
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            return lost
+        if self._spill is None or self._spiller is None:
+            return parse(self.take())
+        (path, fh), self._spill = self._spill, None
+        try:
+            fh.close()
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            return exc
+        return await anyio.to_thread.run_sync(self._spiller.read, path)
+
+    def drop(self) -> None:
+        """Forget the message so far (its spill file goes): the stream ended inside it, or its file could not be written."""
+        self._pending = bytearray()
+        if self._spill is not None:
+            path, fh = self._spill
+            self._spill = None
+            with contextlib.suppress(OSError):
+                fh.close()
+            path.unlink(missing_ok=True)
+
+
+def encoded(message: SessionMessage | Exception) -> bytes:
+    """A message read from a spill, as bytes again for a transport that parses its own (HTTP): a message that
+    could not be read becomes its start and end, which that transport reports as a broken message."""
+    if isinstance(message, SessionMessage):
+        return types.jsonrpc_message_adapter.dump_json(message.message, by_alias=True, exclude_unset=True)
+    line = message.line if isinstance(message, UnreadableLine) else f"{type(message).__name__}: {message}"
+    return line.replace("\n", " ").replace("\r", " ").encode("utf-8", "replace")
 
 
 def _sweep(root: Path) -> None:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, TextIO
 
 import anyio
 from anyio.abc import Process
@@ -22,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
-from relay.gateway._spill import Spiller, parse
+from relay.gateway._spill import Gathered, Spiller
 
 # The server's grace to exit once its stdin is closed, then the grace between SIGTERM and SIGKILL.
 EXIT_GRACE_S = 2.0
@@ -67,7 +66,7 @@ async def stdio_transport(
     flushed = anyio.Event()
 
     async def reader() -> None:
-        line = _Line(spiller)
+        line = Gathered(spiller)
         try:
             with contextlib.suppress(*_PIPE_GONE):
                 async with to_session:
@@ -107,59 +106,6 @@ async def stdio_transport(
                 for stream in (read_stream, write_stream, to_session, from_session):
                     await stream.aclose()
             tg.cancel_scope.cancel()
-
-
-class _Line:
-    """One stdout line as it arrives: in a byte buffer, or in a spill file once it outgrows the threshold."""
-
-    def __init__(self, spiller: Spiller | None) -> None:
-        self._spiller = spiller
-        self._pending = bytearray()
-        self._spill: tuple[Path, BinaryIO] | None = None
-        # Why the spill file of this line could not be written (the disk filled): the line is skipped.
-        self._lost: OSError | None = None
-
-    def add(self, data: bytes) -> None:
-        if self._lost is not None:
-            return
-        try:
-            if self._spill is not None:
-                self._spill[1].write(data)
-                return
-            self._pending += data
-            if self._spiller is not None and len(self._pending) > self._spiller.threshold:
-                self._spill = self._spiller.open()
-                self._spill[1].write(self._pending)
-                self._pending = bytearray()
-        except OSError as exc:
-            self.drop()
-            self._lost = exc
-
-    async def message(self) -> SessionMessage | Exception:
-        """The line now ended, as the session's message; the next line starts empty."""
-        lost, self._lost = self._lost, None
-        if lost is not None:
-            return lost
-        if self._spill is None or self._spiller is None:
-            message, self._pending = parse(self._pending), bytearray()
-            return message
-        (path, fh), self._spill = self._spill, None
-        try:
-            fh.close()
-        except OSError as exc:
-            path.unlink(missing_ok=True)
-            return exc
-        return await anyio.to_thread.run_sync(self._spiller.read, path)
-
-    def drop(self) -> None:
-        """Forget the line so far (its spill file goes): the stream ended inside it, or its file could not be written."""
-        self._pending = bytearray()
-        if self._spill is not None:
-            path, fh = self._spill
-            self._spill = None
-            with contextlib.suppress(OSError):
-                fh.close()
-            path.unlink(missing_ok=True)
 
 
 async def _stop(process: Process) -> None:

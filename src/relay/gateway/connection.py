@@ -26,7 +26,6 @@ from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CallToolRequest,
@@ -39,6 +38,7 @@ from mcp.types import (
 
 from relay.errors import ErrorCode, RelayError
 from relay.gateway._host import TaskHost
+from relay.gateway._http import http_client
 from relay.gateway._spill import Spilled, Spiller
 from relay.gateway._stdio import stdio_transport
 from relay.gateway._stream import LOST_ANSWER, watched
@@ -149,7 +149,7 @@ class Connection:
         self._on_state = on_state
         self._host = host
         self._log_path = log_dir / f"{config.name}.stderr.log"
-        # A stdio answer longer than the cap is spilled to a file (one folder per process and server).
+        # An answer longer than the cap is spilled to a file (one folder per process and server), whatever the transport.
         self.spiller = Spiller(log_dir / "spill" / f"{os.getpid()}-{config.name}", result_cap_chars)
         self._connect_timeout_s = connect_timeout_s
         self._on_tools = on_tools
@@ -300,7 +300,7 @@ class Connection:
             return await self._open_http(stack, session)
         assert cfg.transport == "websocket" and cfg.url is not None
         # No handshake timeout of its own: the start's deadline (connect_timeout_s) bounds it.
-        transport = websocket_client(cfg.url, dict(cfg.headers) or None, open_timeout_s=None)
+        transport = websocket_client(cfg.url, dict(cfg.headers) or None, open_timeout_s=None, spiller=self.spiller)
         return await self._enter(stack, transport, session)
 
     async def _open_http(self, stack: AsyncExitStack, session: _Session) -> Client:
@@ -310,8 +310,10 @@ class Connection:
         headers = dict(cfg.headers)
         try:
             async with AsyncExitStack() as attempt:
-                http = await attempt.enter_async_context(create_mcp_http_client(headers=headers or None))
-                client = await self._enter(attempt, streamable_http_client(cfg.url, http_client=http), session)
+                http = await attempt.enter_async_context(http_client(self.spiller, headers or None))
+                # No limit of the SDK's on an event: an over-cap one reaches it already cut (`_http.py`).
+                transport = streamable_http_client(cfg.url, http_client=http, max_sse_event_size=None)
+                client = await self._enter(attempt, transport, session)
                 stack.push_async_exit(attempt.pop_all())
                 return client
         except TimeoutError:
@@ -322,10 +324,19 @@ class Connection:
             for url in _sse_urls(cfg.url):
                 with contextlib.suppress(Exception):
                     async with AsyncExitStack() as attempt:
-                        client = await self._enter(attempt, sse_client(url, headers=headers or None), session)
+                        old = sse_client(url, headers=headers or None, httpx_client_factory=self._http_client)
+                        client = await self._enter(attempt, old, session)
                         stack.push_async_exit(attempt.pop_all())
                         return client
             raise
+
+    def _http_client(
+        self,
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        return http_client(self.spiller, headers, timeout, auth)
 
     async def _enter(self, stack: AsyncExitStack, transport: Any, session: _Session) -> Client:
         # The handshake era (2025-11-25) is what published servers speak, and its list_changed
