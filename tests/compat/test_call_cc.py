@@ -134,8 +134,8 @@ async def test_an_empty_prompt_and_unknown_jobs_are_structured_errors(profile_cl
 async def test_an_unknown_argument_is_refused_as_the_rust_original_words_it(profile_client: ProfileClient) -> None:
     async with profile_client("call-cc") as c:
         result = await call(c, "call_cc", prompt="hi", cwd="/tmp")
-    assert result.is_error
-    assert data(result)["error"]["message"] == (
+    assert result.is_error and (data(result)["status"], data(result)["code"]) == ("error", "INVALID_ARGUMENT")
+    assert data(result)["error"] == (
         "Invalid parameters: unknown field `cwd`, expected one of `prompt`, `working_directory`, `model`, "
         "`session_id`, `mode`, `timeout_ms`, `brainstorm`"
     )

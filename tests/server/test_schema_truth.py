@@ -181,7 +181,10 @@ def error_of(result: CallToolResult) -> Any:
             carried = json.loads(text)
         except ValueError:
             return text or None
-    return carried.get("error") if isinstance(carried, dict) else None
+    if not isinstance(carried, dict):
+        return None
+    zen_tool_output = carried.get("status") == "error"  # Zen's ToolOutput: the message is its content
+    return carried.get("content") if zen_tool_output and "content" in carried else carried.get("error")
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))

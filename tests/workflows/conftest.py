@@ -111,8 +111,13 @@ async def call(client: Client, tool: str, args: dict[str, Any], timeout: float =
     return bool(result.is_error), dict(data)
 
 
+def relay_error(data: dict[str, Any]) -> dict[str, Any]:
+    """relay's {code, message, hint} of an error: in metadata under --profile zen (Zen's ToolOutput), else `error`."""
+    return dict(data["metadata"]["error"] if data.get("status") == "error" else data["error"])
+
+
 def error_message(data: dict[str, Any]) -> str:
-    return str(data["error"]["message"])
+    return str(relay_error(data)["message"])
 
 
 def logged(argv_log: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.argv import opt
-from tests.workflows.conftest import SettingsFactory, call, error_message, logged, zen_client
+from tests.workflows.conftest import SettingsFactory, call, error_message, logged, relay_error, zen_client
 
 pytestmark = pytest.mark.anyio
 
@@ -119,7 +119,7 @@ async def test_clink_refuses_a_misspelt_cli_naming_the_nearest_configured_one(
     async with zen_client(zen_settings()) as client:
         failed, out = await call(client, "clink", {"prompt": "hi", "cli_name": "claud"})
     assert failed
-    assert out["error"] == {
+    assert relay_error(out) == {
         "code": "INVALID_ARGUMENT",
         "message": "CLI 'claud' is not configured. Available clients: claude, codex, copilot, gemini",
         "hint": "did you mean `claude`? cli_name is one of: claude, codex, copilot, gemini",

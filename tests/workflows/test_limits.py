@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.workflows.conftest import SettingsFactory, SlowMock, call, error_message, zen_client
+from tests.workflows.conftest import SettingsFactory, SlowMock, call, error_message, relay_error, zen_client
 
 pytestmark = pytest.mark.anyio
 
@@ -40,6 +40,6 @@ async def test_out_of_range_values_and_unknown_enum_members_are_refused_before_a
     tool, args, field = cases(workdir)[index]
     async with zen_client(zen_settings()) as client:
         failed, out = await call(client, tool, args)
-    assert failed and out["error"]["code"] == "INVALID_ARGUMENT"
+    assert failed and relay_error(out)["code"] == "INVALID_ARGUMENT"
     assert field in error_message(out)
     assert anthropic_mock.requests == [] and openai_mock.requests == []

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from tests.api.mock_servers import Reply
-from tests.workflows.conftest import SettingsFactory, SlowMock, call, error_message, request_text, zen_client
+from tests.workflows.conftest import (
+    SettingsFactory,
+    SlowMock,
+    call,
+    error_message,
+    relay_error,
+    request_text,
+    zen_client,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -125,7 +133,7 @@ async def test_an_unknown_model_names_the_available_ones_and_a_suggestion(
             client, "chat", {"prompt": "hi", "working_directory_absolute_path": str(workdir), "model": "nosuch-9"}
         )
     message = error_message(out)
-    assert failed and out["error"]["code"] == "MODEL_NOT_FOUND"
+    assert failed and relay_error(out)["code"] == "MODEL_NOT_FOUND"
     assert message.startswith("Model 'nosuch-9' is not available with current API keys. Available models: ")
     assert "xai:grok-4" in message and "Suggested model for chat: 'anthropic:claude-sonnet-4-5'" in message
 
@@ -173,8 +181,8 @@ async def test_a_continuation_id_relay_never_issued_is_refused_with_what_to_do(
     args = {"prompt": "hi", "working_directory_absolute_path": str(workdir), "continuation_id": "conv-123"}
     async with zen_client(zen_settings()) as client:
         failed, out = await call(client, "chat", args)
-    assert failed and out["error"]["code"] == "SESSION_NOT_FOUND"
-    assert "without continuation_id" in out["error"]["hint"]
+    assert failed and relay_error(out)["code"] == "SESSION_NOT_FOUND"
+    assert "without continuation_id" in relay_error(out)["hint"]
 
 
 # A 1x1 png, as raw base64 (no data: prefix).
@@ -229,4 +237,4 @@ async def test_the_continuation_offer_counts_exchanges_and_ends_when_the_thread_
         refused, last = await call(client, "chat", args | {"continuation_id": thread})
     # six turns: three exchanges; after the first the offer says two more, and exactly two more fit
     assert offers == [2, 1, None] and out["status"] == "success"
-    assert refused and last["error"]["code"] == "MAX_TURNS"
+    assert refused and relay_error(last)["code"] == "MAX_TURNS"

@@ -21,13 +21,13 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.jobs.engine import Engine, JobRequest
-from relay.server.results import json_result, wait_for_mode
+from relay.server.results import clip, json_result, wait_for_mode
 from relay.server.toolsets._registry import ToolRegistry
 from relay.store import JobRecord
 
@@ -327,4 +327,19 @@ def serde_unknown_field(tool: str, unknown: list[str], valid: list[str]) -> Rela
         ErrorCode.INVALID_ARGUMENT,
         f"Invalid parameters: unknown field `{unknown[0]}`, expected one of {expected}",
         f"{tool} takes: {', '.join(valid)}",
+    )
+
+
+def words_error(err: RelayError) -> CallToolResult:
+    """The error shape of seed 000's CLI wrappers (claude-code-mcp, gemini-mcp, codex-mcp): words, not an object.
+
+    The text is the message, then relay's hint on its own line; relay's `{"error": {code, message, hint}}`
+    rides along as structured content, for programs.
+    """
+    message, hint = clip(err.message), clip(err.hint)
+    words = f"{message}\nHint: {hint}" if hint else message
+    return CallToolResult(
+        content=[TextContent(type="text", text=words)],
+        structured_content={"error": {"code": err.code.value, "message": message, "hint": hint}},
+        is_error=True,
     )

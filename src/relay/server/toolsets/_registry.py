@@ -47,6 +47,9 @@ ERROR_SCHEMA: dict[str, Any] = {
 UnknownArgument = Callable[[str, list[str], list[str]], RelayError]
 """Builds the error for unknown argument names: (tool name, unknown names, valid names) -> RelayError."""
 
+ErrorShape = Callable[[RelayError], CallToolResult]
+"""A profile's error shape: relay's error as the error result the profile's seed gives."""
+
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
 _T = TypeVar("_T")
 
@@ -268,8 +271,35 @@ class Toolset:
     aliases: tuple[str, ...] = field(default=())
     # Run once the engine is up, when the toolset is exposed (a profile's own set-up, e.g. where its views go).
     on_start: Callable[[Engine, Deps], None] | None = None
-    # Under the profile of this name, every exposed tool's error result passes through this (the seed's envelope).
+    # Under the profile of this name, every exposed tool's error result passes through this (the seed's envelope;
+    # `seed_errors(shape)` builds it from the profile's error shape). None: relay's own `{"error": {...}}`.
     error_envelope: Callable[[CallToolResult], CallToolResult] | None = None
+
+
+def seed_errors(shape: ErrorShape) -> Callable[[CallToolResult], CallToolResult]:
+    """A profile's `error_envelope` from its error shape: one shape for argument and runtime errors alike.
+
+    Every error result in relay's own shape (argument errors, an unknown tool, a tool's own RelayError) is
+    answered in `shape`; one the tool already gave in another shape (the seed's) is kept as it is.
+    """
+
+    def envelope(result: CallToolResult) -> CallToolResult:
+        err = relay_error_in(result)
+        return result if err is None else shape(err)
+
+    return envelope
+
+
+def relay_error_in(result: CallToolResult) -> RelayError | None:
+    """The error of an error result in relay's own shape (or with no structured content at all), else None."""
+    data = result.structured_content
+    if data is None:
+        text = " ".join(str(getattr(c, "text", "")) for c in result.content).strip()
+        return RelayError(ErrorCode.INTERNAL, text or "the tool failed", "report this as a relay bug")
+    raw: Any = data.get("error")
+    if isinstance(raw, dict) and "code" in raw:
+        return RelayError.from_dict(cast(dict[str, Any], raw))
+    return None
 
 
 def compact_schema(node: Any, output: bool = False) -> Any:

@@ -15,7 +15,15 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
 from relay.server.results import json_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import DESTROYS_STATE, READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import (
+    DESTROYS_STATE,
+    READ_ONLY,
+    RUNS_AGENT,
+    Deps,
+    ToolRegistry,
+    Toolset,
+    seed_errors,
+)
 from relay.store import JobRecord
 
 PROFILE = "call-cc"
@@ -239,8 +247,14 @@ def _error(code: str, message: str, hint: str = "") -> CallToolResult:
     return json_result(body, is_error=True)
 
 
+def _shaped(err: RelayError) -> CallToolResult:
+    """Any relay error (a bad argument, an unknown tool) in §4.2's shape, with relay's code."""
+    return _error(err.code.value, err.message, err.hint)
+
+
 TOOLSET = Toolset(
     name=PROFILE,
     description="seed 000's synthesized call_cc (sync or async) with its status, jobs, sessions and cancel tools",
     build=build,
+    error_envelope=seed_errors(_shaped),
 )

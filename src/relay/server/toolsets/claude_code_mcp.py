@@ -16,7 +16,7 @@ from relay.jobs.engine import JobRequest
 from relay.osfiles import expand_home, is_dir
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import RUNS_AGENT, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import RUNS_AGENT, Deps, ToolRegistry, Toolset, seed_errors
 
 PROFILE = "claude-code-mcp"
 
@@ -102,4 +102,5 @@ TOOLSET = Toolset(
     name=PROFILE,
     description="steipete/claude-code-mcp's claude_code tool (seed 000), as relay jobs",
     build=build,
+    error_envelope=seed_errors(compat.words_error),
 )

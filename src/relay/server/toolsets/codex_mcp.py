@@ -25,6 +25,7 @@ from relay.server.toolsets._registry import (
     ToolRegistry,
     Toolset,
     publish_output_schema,
+    seed_errors,
 )
 
 PROFILE = "codex-mcp"
@@ -312,4 +313,5 @@ TOOLSET = Toolset(
     name=PROFILE,
     description="tuannvm/codex-mcp-server's codex, review, listSessions, ping, help, websearch (seed 000)",
     build=build,
+    error_envelope=seed_errors(compat.words_error),
 )

@@ -25,7 +25,7 @@ from relay.jobs.engine import JobRequest
 from relay.principal import current
 from relay.server.results import error_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset, seed_errors
 
 PROFILE = "gemini-mcp"
 PRO = "gemini-2.5-pro"
@@ -533,4 +533,5 @@ TOOLSET = Toolset(
     name=PROFILE,
     description="jamubc/gemini-mcp-tool's ask-gemini, brainstorm, fetch-chunk, ping, Help, timeout-test (seed 000)",
     build=build,
+    error_envelope=seed_errors(compat.words_error),
 )

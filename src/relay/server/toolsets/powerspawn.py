@@ -29,7 +29,7 @@ from relay.jobs.engine import Engine, JobRequest
 from relay.principal import LOCAL_NAME
 from relay.server.results import json_result
 from relay.server.toolsets import _compat as compat
-from relay.server.toolsets._registry import READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset
+from relay.server.toolsets._registry import READ_ONLY, RUNS_AGENT, Deps, ToolRegistry, Toolset, seed_errors
 from relay.store import JobRecord
 
 PROFILE = "powerspawn"
@@ -469,4 +469,5 @@ TOOLSET = Toolset(
     description="PowerSpawn's agent spawner (seed 004): CLI and API sub-agents as relay jobs, list/result/wait",
     build=build,
     on_start=on_start,
+    error_envelope=seed_errors(_failure),
 )

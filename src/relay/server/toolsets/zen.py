@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, JsonValue
 from pydantic.config import JsonDict
 
 from relay.errors import RelayError
-from relay.server.results import json_result, run_guarded
+from relay.server.results import clip, json_result, run_guarded
 from relay.server.toolsets._registry import (
     READ_ONLY,
     READS_OUTSIDE,
@@ -22,6 +22,7 @@ from relay.server.toolsets._registry import (
     ToolRegistry,
     Toolset,
     did_you_mean_first,
+    seed_errors,
 )
 from relay.workflows import clink as clink_core
 from relay.workflows import info
@@ -110,6 +111,20 @@ async def _guard(fn: Callable[[], Awaitable[Reply]]) -> CallToolResult:
 
 async def _ready(reply: Reply) -> Reply:
     return reply
+
+
+def _tool_output_error(err: RelayError) -> CallToolResult:
+    """Zen's ToolOutput with status "error", its shape for every failure: the message as `content`, relay's
+    error (code, message, hint) in `metadata`, as a failed model call has it."""
+    error = {"code": err.code.value, "message": clip(err.message), "hint": clip(err.hint)}
+    data = {
+        "status": "error",
+        "content": error["message"],
+        "content_type": "text",
+        "metadata": {"error": error},
+        "continuation_offer": None,
+    }
+    return json_result(data, is_error=True)
 
 
 def _clink_unknown(tool: str, unknown: list[str], valid: list[str]) -> RelayError:
@@ -453,4 +468,5 @@ TOOLSET = Toolset(
     "jobs, threads shared and persistent",
     build=build,
     aliases=("pal",),
+    error_envelope=seed_errors(_tool_output_error),
 )
