@@ -314,7 +314,11 @@ async def test_a_delegate_started_as_an_mcp_task_asks_in_its_result_and_runs_on_
             assert "'full'" in request.params.message and runs(argv_log) == []  # pyright: ignore[reportAttributeAccessIssue]
             answer = ElicitResult(action="accept", content={"for_session": False})
             created = await c.session.call_tool(
-                "delegate", full(workdir), allow_claimed=True, input_responses={key: answer}
+                "delegate",
+                full(workdir),
+                allow_claimed=True,
+                input_responses={key: answer},
+                request_state=asked.request_state,  # the question the answer replies to, sealed by relay
             )
         assert isinstance(created, CreatedTask)
         done = await poll_until_final(c, created.task_id)

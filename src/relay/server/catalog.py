@@ -18,8 +18,9 @@ from pydantic import BaseModel, ValidationError
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.grants import asked_by
 from relay.jobs.request import submitted_via
-from relay.server.confirm import Elicitor, NeedsConfirmation, SessionGrants, principal_of
+from relay.server.confirm import Elicitor, NeedsConfirmation, Seals, SessionGrants, principal_of
 from relay.server.results import error_result, json_result, model_result
+from relay.server.roots import Sessionless
 from relay.server.toolsets import BUILTIN, PROFILES, Exposure, load_toolset, reserved_names, toolset_aliases
 from relay.server.toolsets._registry import (
     Deps,
@@ -68,6 +69,8 @@ class Catalog:
         profile = deps.settings.profile
         self.error_envelope = load_toolset(profile).error_envelope if profile in BUILTIN else None
         deps.set_router(self)
+        # A 2026-07-28 client's roots: asked in a call's result before the call runs (relay.server.roots).
+        self.sessionless_roots = Sessionless(deps.settings, http=deps.port is not None)
 
     # -- toolsets by name ---------------------------------------------------------------------------
 
@@ -152,8 +155,11 @@ class Catalog:
     ) -> CallToolResult | InputRequiredResult:
         """Call a tool by the name tools/list shows (the path of tools/call); a profile may reshape its errors."""
         registered = self.exposed.get(name)
+        asking = self.sessionless_roots.ask(ctx) if registered is not None else None
         if registered is None:
             result: CallToolResult | InputRequiredResult = error_result(self.unknown_tool(name))
+        elif asking is not None:  # the client's roots first: the retry carries them, then the tool runs
+            return asking
         else:
             result = await self.run(registered, arguments, ctx)
         if isinstance(result, CallToolResult) and result.is_error and self.error_envelope is not None:
@@ -198,14 +204,15 @@ class Catalog:
         if refused is not None:
             return error_result(refused)
         remembered = self.deps.service("session_grants", SessionGrants)
+        seals = self.deps.service("confirmation_seals", Seals)
         who = principal_of(ctx)
         try:
-            with submitted_via(via or registered.via), asked_by(who, Elicitor(ctx, remembered)):
+            with submitted_via(via or registered.via), asked_by(who, Elicitor(ctx, remembered, seals)):
                 value = await registered.tool.run(arguments, ctx if ctx is not None else Context())
         except ToolError as exc:
             asking = _needs_confirmation(exc.__cause__)
             if asking is not None:  # the person is asked in the result; the client's retry brings the answer
-                return InputRequiredResult(input_requests={asking.key: asking.request})
+                return InputRequiredResult(input_requests={asking.key: asking.request}, request_state=asking.state)
             return error_result(self._translate(registered, exc, arguments))
         return value if isinstance(value, InputRequiredResult) else as_result(value)
 
