@@ -61,6 +61,13 @@ def job_dir(relay_home: Path, agent_id: str) -> Path:
     return found
 
 
+def job_pid(relay_home: Path, agent_id: str) -> int:
+    """The pid of an agent's job process (the leader of its process group)."""
+    with sqlite3.connect(relay_home / "relay.db") as db:
+        (pid,) = db.execute("SELECT pid FROM jobs WHERE id LIKE ?", (f"{agent_id}%",)).fetchone()
+    return int(pid)
+
+
 def server_pid(relay_home: Path) -> int:
     """The pid of the relay that owns the running jobs (one server ran them)."""
     with sqlite3.connect(relay_home / "relay.db") as db:
@@ -97,9 +104,9 @@ async def test_context_md_right_after_a_restart_lists_the_agents_list_shows_runn
         if not ids:
             raise  # it failed before the kill
     quick, survivor, ended = ids["quick"], ids["survivor"], ids["ended"]
-    exit_file = job_dir(relay_home, ended) / "exit"
+    exit_file, pid = job_dir(relay_home, ended) / "exit", job_pid(relay_home, ended)
     with anyio.fail_after(CALL_TIMEOUT_S):
-        while not exit_file.exists():  # the agent ended while no relay watched it
+        while not exit_file.exists() or procinfo.is_alive(pid, None):  # it ended while no relay watched it
             await anyio.sleep(0.05)
     assert shown(workdir) == {survivor, ended}  # the killed server's view
 
