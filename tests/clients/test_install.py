@@ -197,6 +197,7 @@ def test_relay_doctor_json_holds_each_clients_entry_and_fails_on_a_bad_one(home:
         "runtime",
         "worktrees",
         "sandbox",
+        "audit",
         "allowed_roots",
         "queue",
         "repos",
