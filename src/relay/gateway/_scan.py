@@ -2,7 +2,7 @@
 
 The line is scanned once, in pieces of `READ_CHUNK` bytes. Only what a capped reply needs is kept in
 memory (the id, `isError`, where each content block and `structuredContent` lie in the line); the
-text of the content blocks is decoded piece by piece (`STEP` at a time) straight into `TextOut`'s file, joined by a
+text of the content blocks is decoded piece by piece straight into `TextOut`'s file, joined by a
 newline, a block without a `text` string giving its JSON as it stands in the line. No string of the
 line is ever held whole, however long.
 """
@@ -23,8 +23,6 @@ from relay.text import mend_surrogates
 # of its own (relay.memory), handed back the moment it is freed, where smaller steps taken in a worker
 # thread leave their heap larger for good (measured: +0.8 MB at the peak with steps of 256 KiB).
 READ_CHUNK = 1 << 20
-# Text is decoded and encoded this many bytes or characters at a time, so a step's text is never held twice over.
-STEP = 1 << 16
 # A token other than a string (a number, true, false, null) longer than this is not JSON worth reading.
 MAX_TOKEN_BYTES = 1 << 16
 # Strings the reply needs (the id, jsonrpc, a block's type, keys) are kept up to this many characters.
@@ -75,8 +73,7 @@ class TextOut:
             self._head.append(part)
             self._held += len(part)
         self.chars += len(text)
-        for at in range(0, len(text), STEP):
-            self._fh.write(text[at : at + STEP].encode("utf-8", "replace"))
+        self._fh.write(text.encode("utf-8", "replace"))
 
     def copy(self, src: BinaryIO, start: int, end: int) -> None:
         """Bytes `start`..`end` of `src`, as text (bytes that are not UTF-8 become U+FFFD)."""
@@ -127,13 +124,13 @@ class _Source:
     def more(self) -> bool:
         if self.eof:
             return False
-        rest, self.buf = self.buf[self.pos :], b""  # the window read is let go before the next is read
         chunk = self.fh.read(READ_CHUNK)
-        self.base += self.pos
-        self.buf, self.pos = rest + chunk, 0
         if not chunk:
             self.eof = True
             return False
+        self.base += self.pos
+        self.buf = self.buf[self.pos :] + chunk
+        self.pos = 0
         return True
 
     @property
@@ -172,10 +169,7 @@ class _Source:
         held = ""  # a high surrogate whose low half is in the next piece
         while True:
             end = _end(_BODY, self.buf, self.pos)
-            if sink is not None and end > self.pos and not held and self.buf.find(b"\\", self.pos, end) < 0:
-                for at in range(self.pos, end, STEP):  # no escape: decoded a step at a time, never a copy of the window
-                    sink(decoder.decode(self.buf[at : min(at + STEP, end)]))
-            elif sink is not None and end > self.pos:
+            if sink is not None and end > self.pos:
                 text = decoder.decode(self.buf[self.pos : end])
                 if "\\" in text:
                     text = json.loads(f'"{text}"', strict=False)
