@@ -3,11 +3,16 @@
 Each test builds from a copy of the repository (nothing is written into the tree), installs into a
 temporary home and runs the installed `relay` as a user would: `relay --version`, `relay doctor
 --json`, `initialize` + `tools/list` over stdio with the SDK's client, and the README's commands as
-written.
+written. `uvx NAME` and `pipx install NAME` are tried against a package index on 127.0.0.1 that holds
+the built wheel and its dependencies, as they will run once the distribution is on the Python package
+index.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import html
 import json
 import os
 import re
@@ -15,8 +20,11 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -35,6 +43,8 @@ INSTALL_TIMEOUT_S = 600.0
 RUN_TIMEOUT_S = 120.0
 # What a copy of the repository leaves out: local environments, caches and build output.
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".e2e", "*.egg-info", "build", "dist", "__pycache__", ".*_cache")
+# The distribution's name on the Python package index (the command and the import package are `relay`).
+DIST_NAME = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +139,7 @@ async def tools_over_stdio(command: str, args: list[str], env: dict[str, str]) -
 def test_the_wheel_and_the_sdist_pass_twine_check(dist: Dist) -> None:
     out = run([sys.executable, "-m", "twine", "check", "--strict", str(dist.wheel), str(dist.sdist)])
     assert out.count("PASSED") == 2, out
-    assert dist.wheel.name == f"relay_mcp-{__version__}-py3-none-any.whl"
+    assert dist.wheel.name == f"relay_mcp_server-{__version__}-py3-none-any.whl"
 
 
 @pytest.mark.anyio
@@ -159,18 +169,39 @@ def test_after_pipx_installs_the_wheel_the_readme_commands_work_as_written(
         sh(command, home, project)
     # `relay install claude-code` wrote the entry, and it runs the relay pipx installed.
     entry = json.loads((Path(home["HOME"]) / ".claude.json").read_text(encoding="utf-8"))["mcpServers"]["relay"]
-    assert Path(entry["command"]).resolve() == (Path(home["PIPX_HOME"]) / "venvs" / "relay-mcp" / "bin" / "relay")
+    assert Path(entry["command"]).resolve() == (Path(home["PIPX_HOME"]) / "venvs" / DIST_NAME / "bin" / "relay")
     assert (project / ".gemini" / "settings.json").exists()
 
 
-def test_the_readme_first_command_installs_relay_as_a_tool_from_a_clone(dist: Dist, home: dict[str, str]) -> None:
-    first = readme_blocks()[0]
+def test_a_fresh_shell_running_only_the_readme_first_line_can_then_run_relay_and_install_it_into_claude_code(
+    dist: Dist, tmp_path: Path
+) -> None:
+    (first,) = readme_blocks()[0]
     # Python alone is enough: pipx comes from PyPI with python3's own pip.
-    assert first[0].startswith("python3 -m pip install --user pipx && python3 -m pipx install ."), first
-    for command in first:
-        out = sh(command, home, dist.source, INSTALL_TIMEOUT_S)
-    assert expected_version_line().match(out.strip().splitlines()[-1])
-    assert (Path(home["PIPX_BIN_DIR"]) / "relay").exists()
+    assert first.startswith("python3 -m pip install --user pipx && python3 -m pipx install ."), first
+    home = tmp_path / "home"
+    home.mkdir()
+    # A new user's shell: nothing of relay's, pipx's or uv's; no folder on PATH that holds a `relay` already.
+    keep = (k for k in os.environ if not k.startswith(("RELAY_", "VIRTUAL_ENV", "PYTHON", "UV_", "PIPX_", "PIP_USER")))
+    env = {k: os.environ[k] for k in keep}
+    path = [d for d in env.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "relay").exists()]
+    env.update(
+        HOME=str(home),
+        RELAY_HOME=str(tmp_path / "relay-home"),
+        PATH=os.pathsep.join(path),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+    )
+    # The README's line as written, then two commands typed in the same shell.
+    script = f"{first}\nrelay --version\nrelay install claude-code\n"
+    out = run(["bash", "-e", "-c", script], env=env, cwd=dist.source, timeout=INSTALL_TIMEOUT_S).strip().splitlines()
+    versions = [line for line in out if expected_version_line().match(line)]
+    assert len(versions) == 2, out  # the line's own `relay --version`, and the one after it
+    # The entry it wrote runs the relay pipx installed in that home.
+    entry = json.loads((home / ".claude.json").read_text(encoding="utf-8"))["mcpServers"]["relay"]
+    command = Path(entry["command"]).resolve()
+    assert (command.name, command.parent.parent.name, entry["args"]) == ("relay", DIST_NAME, ["serve"])
+    assert command.is_relative_to(home)
 
 
 def test_the_readme_keeps_scripts_test_as_its_second_command_and_ci_runs_exactly_that() -> None:
@@ -188,3 +219,70 @@ async def test_uvx_serves_stdio_from_the_built_wheel(dist: Dist, home: dict[str,
     )
     tools = await tools_over_stdio(uvx, ["--from", str(dist.wheel), "relay", "serve"], env)
     assert "delegate" in tools
+
+
+@dataclass(frozen=True)
+class Index:
+    url: str  # a PEP 503 simple index: the built wheel and every wheel it needs, nothing else
+
+
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def index(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    """A package index on 127.0.0.1 as PyPI will serve relay: the wheel under its distribution's name, beside
+    its dependencies (fetched once through pip's own configured index, as any install here does)."""
+    root = tmp_path_factory.mktemp("index")
+    files = root / "files"
+    run(
+        [sys.executable, "-m", "pip", "download", "-q", "--dest", str(files), str(dist.wheel)],
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    projects: dict[str, list[Path]] = {}
+    for f in sorted(files.iterdir()):
+        name = re.sub(r"[-_.]+", "-", re.split(r"-\d", f.name, maxsplit=1)[0]).lower()
+        projects.setdefault(name, []).append(f)
+    assert DIST_NAME in projects, sorted(projects)
+    for name, found in projects.items():
+        links = "".join(
+            f'<a href="../../files/{html.escape(f.name)}#sha256={hashlib.sha256(f.read_bytes()).hexdigest()}">'
+            f"{html.escape(f.name)}</a>\n"
+            for f in found
+        )
+        (root / "simple" / name).mkdir(parents=True)
+        (root / "simple" / name / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+    listing = "".join(f'<a href="{n}/">{n}</a>\n' for n in sorted(projects))
+    (root / "simple" / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{listing}</body></html>\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietFiles, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Index(f"http://127.0.0.1:{server.server_address[1]}/simple/")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=RUN_TIMEOUT_S)
+
+
+def only_the_index(home: dict[str, str]) -> dict[str, str]:
+    """pip and uv see no index but the one named on the command line: no config file, no find-links."""
+    env = {k: v for k, v in home.items() if not k.startswith("PIP_")}
+    return env | {"PIP_CONFIG_FILE": os.devnull, "UV_NO_CONFIG": "1"}
+
+
+def test_uvx_runs_relay_by_its_distribution_name_from_a_package_index(index: Index, home: dict[str, str]) -> None:
+    env = only_the_index(home) | {"UV_CACHE_DIR": str(Path(home["HOME"]) / "uv-cache")}
+    argv = [str(BIN / "uvx"), "--python", sys.executable, "--index-url", index.url, DIST_NAME, "--version"]
+    assert expected_version_line().match(run(argv, env=env, timeout=INSTALL_TIMEOUT_S).strip())
+
+
+def test_pipx_installs_relay_by_its_distribution_name_from_a_package_index(index: Index, home: dict[str, str]) -> None:
+    env = only_the_index(home)
+    run([str(BIN / "pipx"), "install", "--index-url", index.url, DIST_NAME], env=env, timeout=INSTALL_TIMEOUT_S)
+    bin_dir = Path(home["PIPX_BIN_DIR"])
+    for command in ("relay", DIST_NAME):
+        assert expected_version_line().match(run([command, "--version"], env=env).strip()), command
+        assert (bin_dir / command).resolve().parent.parent.name == DIST_NAME
