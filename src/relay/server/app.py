@@ -10,6 +10,7 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult, NotificationParams
 from mcp.types import Tool as MCPTool
@@ -20,6 +21,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
 from relay.server import roots
 from relay.server.catalog import Catalog
+from relay.server.resources import JobResources
 from relay.server.tasks_ext import TasksExtension
 from relay.server.toolsets import load_toolset, profile_grants, resolve_exposure
 from relay.server.toolsets._registry import Deps
@@ -95,11 +97,13 @@ def build_server(
     exposure = resolve_exposure(settings.toolsets, settings.profile)
 
     warmup = Warmup(settings)
+    bus = InMemorySubscriptionBus()  # the 2026-07-28 push stream's fan-out (subscriptions/listen)
+    job_resources = JobResources(holder.get, bus)  # a job's envelope, transcript, log and diff as resources
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
         engine = engine_factory(settings)
-        async with engine.running():
+        async with engine.running(), job_resources.running():
             engine.make_ready()
             holder.engine = engine
             for name in deps.exposed_toolsets:
@@ -123,10 +127,12 @@ def build_server(
         lifespan=lifespan,
         extensions=[tasks],
         log_level="WARNING",
+        subscriptions=bus,
     )
     server.catalog = Catalog(deps, exposure)
     server.warmup = warmup
     _on_client_events(server, settings, warmup, http=port is not None)
+    job_resources.install(getattr(server, "_lowlevel_server"))  # noqa: B009  (the SDK's kernel; no public handle)
     return server
 
 
