@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,10 @@ import pytest
 from mcp import Client
 
 from relay.audit import IAC_FILE, LOG_FILE, Views, iter_lines, parse_loose, verify, views_config
+from relay.server.toolsets import powerspawn
 from tests.api.mock_servers import MockServer, Recorded, Reply
 from tests.argv import opt
-from tests.compat.conftest import ProfileClient, call, data, logged, schemas, stdio_tool_names
+from tests.compat.conftest import CALL_TIMEOUT_S, ProfileClient, call, data, logged, schemas, stdio_tool_names
 from tests.conftest import FAKES
 
 pytestmark = pytest.mark.anyio
@@ -313,39 +314,54 @@ async def test_a_failed_agent_reports_its_error_and_iac_shows_every_agent(spawne
     assert verify(relay_home).ok
 
 
-class SlowMock(MockServer):
-    """The mock vendor server, answering each request `delay_s` late (each request has its own thread)."""
+class GatedMock(MockServer):
+    """The mock vendor server, holding each answer until `gate` is set (each request has its own thread)."""
 
-    delay_s = 2.0
+    def __init__(self, kind: Any) -> None:
+        super().__init__(kind)
+        self.gate = threading.Event()
 
     def _next(self, body: Recorded) -> Reply:
         reply = super()._next(body)
-        time.sleep(self.delay_s)
+        self.gate.wait(CALL_TIMEOUT_S)
         return reply
 
 
 async def test_six_agents_spawned_at_once_are_all_returned_by_wait_for_agents(
-    profile_client: ProfileClient, copilot_config: str
+    profile_client: ProfileClient, copilot_config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with SlowMock("openai") as slow:
+    # No agent can finish before wait_for_agents has taken the running ones: the CLIs wait on a file and the
+    # API on an event, both opened at wait_for_agents' first progress beat (it is waiting by then).
+    monkeypatch.setattr(powerspawn, "KEEPALIVE_S", 0.05)
+    cli_gate = tmp_path / "open"
+    waiting = anyio.Event()
+
+    async def beat(progress: float, total: float | None, message: str | None) -> None:
+        cli_gate.touch()
+        mock.gate.set()
+        waiting.set()
+
+    with GatedMock("openai") as mock:
         keys = {"XAI_API_KEY": XAI_KEY, "GEMINI_API_KEY": GEMINI_KEY, "MISTRAL_API_KEY": MISTRAL_KEY}
-        urls = {f"RELAY_{p}_BASE_URL": slow.base_url for p in ("XAI", "GEMINI_API", "MISTRAL")}
+        urls = {f"RELAY_{p}_BASE_URL": mock.base_url for p in ("XAI", "GEMINI_API", "MISTRAL")}
         async with profile_client("powerspawn", copilot_config, **keys, **urls) as c:
-            ids = await six_spawns(c)
-            done = data(await call(c, "wait_for_agents", timeout=60))
+            ids = await six_spawns(c, cli_gate)
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                done = data(await c.call_tool("wait_for_agents", {"timeout": 60}, progress_callback=beat))
             records = [data(await call(c, "result", agent_id=a)) for a in ids]
+    assert waiting.is_set()
     assert done["status"] == "all_completed"
     assert sorted(r["id"] for r in done["results"]) == sorted(ids)
     assert all(r["success"] for r in done["results"])
     assert [(r["agent_id"], r["success"]) for r in records] == [(a, True) for a in ids]
 
 
-async def six_spawns(c: Client) -> list[str]:
-    """One agent of each kind, all started before any can finish (the CLIs sleep, the API answers late)."""
+async def six_spawns(c: Client, gate: Path) -> list[str]:
+    """One agent of each kind, none able to finish until the gates open (the CLIs wait for `gate`)."""
     return [
-        spawned(await call(c, "spawn_claude", prompt="one [[fake:echo,sleep=2]]"), "claude", "sonnet"),
-        spawned(await call(c, "spawn_codex", prompt="two [[fake:echo,sleep=2]]"), "codex", None),
-        spawned(await call(c, "spawn_copilot", prompt="three [[fake:echo,sleep=2]]"), "copilot", "gpt-5.1"),
+        spawned(await call(c, "spawn_claude", prompt=f"one [[fake:echo,until={gate}]]"), "claude", "sonnet"),
+        spawned(await call(c, "spawn_codex", prompt=f"two [[fake:echo,until={gate}]]"), "codex", None),
+        spawned(await call(c, "spawn_copilot", prompt=f"three [[fake:echo,until={gate}]]"), "copilot", "gpt-5.1"),
         spawned(await call(c, "spawn_grok", prompt="four"), "grok", "grok-3"),
         spawned(await call(c, "spawn_gemini", prompt="five"), "gemini", "gemini-2.0-flash"),
         spawned(await call(c, "spawn_mistral", prompt="six"), "mistral", "mistral-large-latest"),

@@ -5,6 +5,7 @@ Common ones (each fake documents its own extras):
   replay=NAME      recording to replay (file name, with or without its extension)
   exit=N           exit with N instead of the exit code the real CLI gives for that recording
   sleep=S          sleep S seconds at the fake's pause point (after the session is announced)
+  until=PATH       wait at the pause point until PATH exists (at most UNTIL_MAX_S), as a test's gate
   hang             stop at the pause point and never finish
   ignore_term      ignore SIGTERM
   stderr=TEXT      write TEXT to stderr first
@@ -95,6 +96,18 @@ def pause(opts: dict[str, str]) -> None:
         hang()
     if opts.get("sleep"):
         time.sleep(float(opts["sleep"]))
+    if opts.get("until"):
+        wait_until(Path(opts["until"]))
+
+
+# The longest a fake waits for its `until=` gate before it goes on (a test that never opens it fails anyway).
+UNTIL_MAX_S = 120.0
+
+
+def wait_until(gate: Path) -> None:
+    deadline = time.monotonic() + UNTIL_MAX_S
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def hang() -> None:

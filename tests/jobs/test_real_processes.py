@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from relay.jobs.bounds import spare_folders
 from relay.jobs.engine import Engine, JobRequest
 from relay.runtime import procinfo
 from relay.runtime.folders import MAKING_PREFIX, SPARE_PREFIX
@@ -160,6 +161,11 @@ async def test_a_job_that_ended_while_relay_was_down_is_finalized_with_its_exit_
     assert rec.exit_code == 3
 
 
+def making_folders(jobs: Path) -> set[str]:
+    """The spare job folders still being made."""
+    return {p.name for p in jobs.iterdir() if p.name.startswith(MAKING_PREFIX)}
+
+
 def ready_folders(jobs: Path) -> set[str]:
     """The spare job folders ready to be taken (not those still being made, which get renamed)."""
     return {p.name for p in jobs.iterdir() if p.name.startswith(SPARE_PREFIX) and not p.name.startswith(MAKING_PREFIX)}
@@ -169,12 +175,15 @@ async def test_a_job_in_a_folder_made_ahead_keeps_every_byte_and_its_exit_status
     make_settings: SettingsFactory, workdir: Path, relay_home: Path
 ) -> None:
     jobs = relay_home / "jobs"
-    async with Engine(make_settings()).running() as engine:
+    settings = make_settings()
+    async with Engine(settings).running() as engine:
         first = engine.submit(JobRequest(agent="claude", prompt="same", cwd=str(workdir)))
         with anyio.fail_after(20):
             await engine.wait_one(first, 20)
-            while len(ready_folders(jobs)) < 2:
-                await anyio.sleep(0.01)  # made in a worker thread once the first job ended
+            # Made in a worker thread once the first job ended. Until the pool is full that thread makes more,
+            # and a job takes the newest: the set of spares is read only once none is being made.
+            while len(ready_folders(jobs)) < spare_folders(settings) or making_folders(jobs):
+                await anyio.sleep(0.01)
         spares = ready_folders(jobs)
         second = engine.submit(JobRequest(agent="claude", prompt="same", cwd=str(workdir)))
         assert len(spares - {p.name for p in jobs.iterdir()}) == 1  # the second job took one
