@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,7 @@ from tests.e2e.mocks import MockModelServer, Reply, WriteFile
 REPO = Path(__file__).resolve().parents[2]
 CLI_BIN = REPO / ".e2e" / "clis" / "node_modules" / ".bin"
 AGENTS = ("claude", "codex", "gemini", "copilot")
+INSTALL_CLIS = REPO / "scripts" / "install-clis"
 
 # Keys the CLIs would send, as the test passes them; a developer's real ones must never appear.
 MOCK_KEYS = {
@@ -85,6 +87,44 @@ def cli_bin() -> Path:
     if shutil.which("node") is None:
         pytest.fail("the real-CLI tier needs node (>= 20) on PATH", pytrace=False)
     return CLI_BIN
+
+
+@dataclass(frozen=True)
+class ClaudeClient:
+    """One pinned Claude Code used as relay's MCP client: its version and its `claude` launcher."""
+
+    version: str
+    bin: Path
+    opening: str  # the first message it sends a stdio server: its era's handshake
+
+
+def claude_client_pins() -> tuple[str, ...]:
+    """The Claude Code versions the client tests run on, as scripts/install-clis pins them: the agents'
+    pin (installed in .e2e/clis, the 2025 era) and CLAUDE_CLIENT_NEWEST (in .e2e/claude-VERSION)."""
+    text = INSTALL_CLIS.read_text(encoding="utf-8")
+    older = re.search(r'"@anthropic-ai/claude-code@([\w.-]+)"', text)
+    newest = re.search(r'^CLAUDE_CLIENT_NEWEST="([\w.-]+)"', text, re.MULTILINE)
+    assert older and newest, "scripts/install-clis pins no Claude Code for the client tests"
+    return tuple(dict.fromkeys((older.group(1), newest.group(1))))
+
+
+def claude_client_bin(version: str) -> Path:
+    """Where scripts/install-clis puts Claude Code `version`'s launcher."""
+    older = claude_client_pins()[0]
+    if version == older:
+        return CLI_BIN / "claude"
+    return REPO / ".e2e" / f"claude-{version}" / "node_modules" / ".bin" / "claude"
+
+
+@pytest.fixture(params=claude_client_pins(), ids=lambda v: f"claude-code-{v}")
+def claude_client(request: pytest.FixtureRequest, cli_bin: Path) -> ClaudeClient:
+    """Each pinned Claude Code in turn, as the client; a missing one fails (never skips)."""
+    version = str(request.param)
+    path = claude_client_bin(version)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"Claude Code {version} is not installed at {path}; run scripts/install-clis first", pytrace=False)
+    opening = "initialize" if version == claude_client_pins()[0] else "server/discover"
+    return ClaudeClient(version, path, opening)
 
 
 def _base_path() -> str:
