@@ -57,7 +57,12 @@ def _launches(relay: Relay, job_id: str) -> list[tuple[list[str], str]]:
     return found
 
 
-def _after(argv: list[str], flag: str) -> str | None:
+def _after(argv: list[str], flag: str, long: str | None = None) -> str | None:
+    """The value of `flag` (`-C DIR`), or of its long form written as one argument (`--cd=DIR`)."""
+    if long is not None:
+        joined = [a.removeprefix(f"{long}=") for a in argv if a.startswith(f"{long}=")]
+        if joined:
+            return joined[0]
     return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
 
 
@@ -110,7 +115,7 @@ async def test_codex_and_claude_edit_one_file_at_once_in_their_own_worktrees_and
         codex = [(argv, cwd) for argv, cwd in _launches(relay, jobs["codex"]) if "exec" in argv and "--json" in argv]
         assert codex, _launches(relay, jobs["codex"])
         for argv, cwd in codex:
-            assert (_after(argv, "-C"), _after(argv, "-s"), cwd) == (
+            assert (_after(argv, "-C", "--cd"), _after(argv, "-s", "--sandbox"), cwd) == (
                 str(trees["codex"]),
                 "workspace-write",
                 str(trees["codex"]),
