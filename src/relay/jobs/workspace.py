@@ -21,7 +21,7 @@ from relay.jobs.state import JobState
 from relay.principal import visible_to
 from relay.store import JobRecord
 from relay.workspaces import WorkspaceRecord, check_remote, commit_message, shown_url
-from relay.workspaces.land import run_test
+from relay.workspaces.land import gated_test
 
 JOB_PREFIX = "job:"
 # How often a job's fetch looks in the store whether another process ended the job (a cancel through a front).
@@ -276,10 +276,11 @@ class JobWorkspaces:
         return {"job_id": rec.id, "branch": ws.branch} | landed
 
     def test(self, job_id: str, command: str) -> dict[str, Any]:
-        """Run a test command in a job's worktree (its output kept for job_result view=test)."""
+        """Run a test command in a job's worktree (its output kept for job_result view=test); what it wrote there is
+        undone, so no seal or land takes it."""
         ws = self.spaces.reopen(self.record_for(job_id))
         log = self._state.files(job_id).dir / "land-test.log"
-        return run_test(command, Path(ws.cwd), log, self._state.settings.land_test_timeout_s)
+        return gated_test(ws, command, log, self._state.settings.land_test_timeout_s)
 
     def discard(self, job_id: str) -> dict[str, Any]:
         ws = self.record_for(job_id)

@@ -139,14 +139,15 @@ async def run_best_of(
             for job_id in jobs:
                 await engine.cancel(job_id)
         raise
+    envelopes = {job_id: engine.envelope(job_id) for job_id in jobs}
+    tested = [job_id for job_id in jobs if envelopes[job_id]["status"] == "completed"]
+    tests = await _test_all(engine, req, tested, test_permitted) if req.test_command else {}
     candidates: list[dict[str, Any]] = []
     diffs: dict[str, str] = {}
     for index, job_id in enumerate(jobs):
-        env = engine.envelope(job_id)
+        env = envelopes[job_id]
         ws: dict[str, Any] = env.get("workspace") or {}
-        test: dict[str, Any] | None = None
-        if req.test_command and test_permitted is not None and env["status"] == "completed":
-            test = await engine.test_worktree(job_id, req.test_command, test_permitted)
+        test = tests.get(job_id)
         if ws.get("head"):
             page = engine.read_output(job_id, "diff", 0, REVIEW_DIFF_CHARS + 1)
             diffs[job_id] = page["text"]
@@ -198,6 +199,34 @@ async def run_best_of(
             else "no candidate completed: read each job's error"
         ),
     }
+
+
+async def _test_all(
+    engine: Engine, req: BestOf, jobs: list[str], permitted: Permit | None
+) -> dict[str, dict[str, Any]]:
+    """req.test_command run in each job's worktree, side by side: at most as many at once as the engine runs jobs
+    (jobs.max_concurrent). Each job's result by its id."""
+    if req.test_command is None or permitted is None:
+        return {}
+    command = req.test_command
+    found: dict[str, dict[str, Any]] = {}
+    slots = anyio.CapacityLimiter(max(1, engine.settings.max_concurrent))
+
+    failed: list[RelayError] = []
+
+    async def one(job_id: str) -> None:
+        async with slots:
+            try:
+                found[job_id] = await engine.test_worktree(job_id, command, permitted)
+            except RelayError as err:  # raised as itself once the others ended, as a test run one by one did
+                failed.append(err)
+
+    async with anyio.create_task_group() as tg:
+        for job_id in jobs:
+            tg.start_soon(one, job_id)
+    if failed:
+        raise failed[0]
+    return found
 
 
 def _candidate(req: BestOf, agent: str) -> JobRequest:

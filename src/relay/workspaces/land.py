@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -28,6 +29,10 @@ LOCK_FILE = "relay-land.lock"
 TEST_TAIL_CHARS = 4000
 # After a test command's time is up: SIGTERM to its group, this long, then SIGKILL.
 TEST_KILL_GRACE_S = 2.0
+# The index a gate's snapshot of the worktree is written through, in the worktree's own git folder (not its real one).
+GATE_INDEX = "relay-gate-index"
+# Files written back per git command when undoing a gate's changes (an argument list stays well within the OS's).
+UNDO_BATCH = 500
 
 
 class LandError(RelayError):
@@ -149,6 +154,67 @@ def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, 
     }
 
 
+def _worktree_tree(wt: Path, gd: Path, index: Path) -> str:
+    """The worktree's files as git sees them (tracked and untracked; not the ignored) as a tree object, written
+    through `index`, a copy of the worktree's own (its stat data spares rehashing unchanged files)."""
+    with contextlib.suppress(FileNotFoundError):
+        shutil.copyfile(gd / "index", index)
+    env = {"GIT_INDEX_FILE": str(index)}
+    _git.run(["add", "--all", "--", "."], wt, env=env, git_dir=gd)
+    return _git.out(["write-tree"], wt, env=env, git_dir=gd)
+
+
+def _undo(wt: Path, gd: Path, index: Path, before: str) -> list[str]:
+    """Put the worktree's files back as they were in the tree `before`: what was added since is deleted (and the
+    folders it leaves empty), what was changed or deleted is written back. The worktree's own index is not touched.
+    The paths put back, sorted."""
+    after = _worktree_tree(wt, gd, index)
+    if after == before:
+        return []
+    listed = _git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", before, after], wt, git_dir=gd)
+    fields = listed.stdout.split("\0")
+    changes = list(zip(fields[0::2], fields[1::2], strict=False))
+    added = [name for status, name in changes if status == "A"]
+    back = [name for status, name in changes if status != "A" and name]
+    for name in added:
+        path = wt / name
+        if path.is_dir() and not path.is_symlink():  # a repository of its own the gate made (git adds it as one entry)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        for parent in path.parents:  # the folders the gate made, emptied now
+            if parent == wt or not parent.is_relative_to(wt):
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+    if back:
+        env = {"GIT_INDEX_FILE": str(index)}
+        _git.run(["read-tree", before], wt, env=env, git_dir=gd)
+        for at in range(0, len(back), UNDO_BATCH):
+            _git.run(["checkout-index", "--force", "--", *back[at : at + UNDO_BATCH]], wt, env=env, git_dir=gd)
+    return sorted(added + back)
+
+
+def gated_test(rec: WorkspaceRecord, command: str, log: Path, timeout_s: float) -> dict[str, Any]:
+    """`run_test` in the job's worktree (in its sub-folder), which it leaves as it found it: files the command wrote
+    (a report not in .gitignore) are deleted, files it changed or deleted written back, before anything can seal or
+    land them; files git ignores stay. The result's `undone`: the paths put back."""
+    wt = Path(rec.path)
+    gd = _git.worktree_git_dir(rec.common_dir, wt)
+    index = gd / GATE_INDEX
+    try:
+        before = _worktree_tree(wt, gd, index)
+        try:
+            test = run_test(command, Path(rec.cwd), log, timeout_s)
+        finally:
+            undone = _undo(wt, gd, index, before)
+    finally:
+        index.unlink(missing_ok=True)
+    return test | {"undone": undone}
+
+
 def _moved(rec: WorkspaceRecord, target: str) -> LandError:
     """The target's ref no longer holds what the land started from (someone committed or landed meanwhile)."""
     return LandError(
@@ -231,7 +297,11 @@ def land(
         new = _apply(rec, wt, old, head, strategy, message)
         test: dict[str, Any] | None = None
         if test_command:
-            test = run_test(test_command, Path(rec.cwd), test_log, test_timeout_s)
+            try:
+                test = gated_test(rec, test_command, test_log, test_timeout_s)
+            except RelayError:  # git could not picture or put back the worktree: the branch goes back as it was
+                _back_to_branch(rec, wt, head)
+                raise
             if not test["passed"]:
                 _back_to_branch(rec, wt, head)
                 what = "timed out" if test["timed_out"] else f"exited {test['exit_code']}"
