@@ -25,7 +25,7 @@ from relay.principal import Principal
 from relay.server import confirm
 from relay.server.app import build_server
 from tests.conftest import FAKES, SettingsFactory
-from tests.server.test_grants import Person, full, runs, settings_with
+from tests.server.test_grants import Person, audit, full, runs, settings_with
 
 pytestmark = pytest.mark.anyio
 
@@ -93,6 +93,23 @@ async def test_an_answer_without_relays_request_state_is_refused_and_nothing_run
         error = refused(await answer(c, full(workdir), None))
     assert "does not come with the request state" in error["message"]
     assert runs(argv_log) == [] and person.asked == []
+
+
+async def test_a_refused_stale_answer_is_on_the_audit_record(
+    make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path
+) -> None:
+    args = full(workdir)
+    async with Client(build_server(settings_with(make_settings, argv_log)), elicitation_callback=Person()) as c:
+        asked = await ask(c, args)
+        completed(await answer(c, args, asked.request_state))
+        refused(await answer(c, args, asked.request_state))
+        refused(await answer(c, args, None))
+    entries = [
+        (e["data"]["answer"], e["data"]["permission"], e["data"]["agent"])
+        for e in audit(relay_home, "permission.refused")
+    ]
+    assert entries == [("stale", "full", "claude"), ("stale", "full", "claude")]
+    assert all(e["data"]["why"].startswith("the answer to relay's") for e in audit(relay_home, "permission.refused"))
 
 
 async def test_a_replayed_answer_is_refused_and_the_job_runs_once(

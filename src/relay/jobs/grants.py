@@ -79,6 +79,10 @@ class Confirmer(Protocol):
     def __call__(self, ask: Ask) -> Awaitable[Answer]: ...
 
 
+# How a refusal's audit entry names an answer the surface refused to take as the person's (relay.server.confirm:
+# one without relay's sealed question, replayed, expired, or answering another question).
+STALE = "stale"
+
 By = Literal["grant", "confirmation", "session", "person"]
 """What allowed a job's permission: its grant; the person's yes to a form now, or earlier "for this
 session"; or the person themself choosing it (`relay run --permission full` at a terminal)."""
@@ -277,7 +281,11 @@ async def confirm(settings: Settings, exceeded: GrantExceeded, audit: Audit) -> 
     if isinstance(exceeded, AboveCap):
         answer = Answer("capped")
     else:
-        answer = Answer("unavailable") if confirmer is None else await confirmer(exceeded.ask)
+        try:
+            answer = Answer("unavailable") if confirmer is None else await confirmer(exceeded.ask)
+        except RelayError as refused:  # an answer the surface would not take (stale, replayed, not relay's question)
+            audit("permission.refused", None, exceeded.ask.record() | {"answer": STALE, "why": refused.message})
+            raise
     entry = exceeded.ask.record() | {
         "answer": answer.action,
         "for_session": answer.for_session,
