@@ -16,24 +16,14 @@ from relay.server.toolsets.gemini_mcp import TEXTS
 from tests.conftest import FAKES, SettingsFactory
 from tests.reliability.conftest import free_port, wait_for
 from tests.reliability.test_http_guardrails import listening, serving
-from tests.server.test_principals import as_
+from tests.server.test_principals import ALICE, BOB, TOKENS, as_
 
 pytestmark = pytest.mark.anyio
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
 CONFIG = f"""
 [agents.gemini]
 command = "{FAKES / "gemini"}"
-
-[server.tokens.alice]
-token = "{ALICE}"
-role = "user"
-
-[server.tokens.bob]
-token = "{BOB}"
-role = "user"
-"""
+{TOKENS}"""
 CANARY = "ALICE-SECRET-c4c4"
 
 

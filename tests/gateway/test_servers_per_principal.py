@@ -8,46 +8,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.conftest import SettingsFactory
 from tests.server.test_grants import call, serving_http
+from tests.server.test_principals import ALICE, BOB, ROOT, TOKENS, as_
 
 pytestmark = pytest.mark.anyio
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
-ROOT = "root-token-0123456789abcdef"
-TOKENS = f"""
-[server.tokens.alice]
-token = "{ALICE}"
-role = "user"
-
-[server.tokens.bob]
-token = "{BOB}"
-role = "user"
-
-[server.tokens.root]
-token = "{ROOT}"
-role = "admin"
-"""
 # A server that is recorded but never reached (disabled): the test is about who may change the list.
 DOCS = {"name": "docs", "transport": "http", "url": "http://127.0.0.1:9/mcp", "enabled": False}
-
-
-@asynccontextmanager
-async def as_(port: int, token: str) -> AsyncIterator[Client]:
-    async with create_mcp_http_client(headers={"authorization": f"Bearer {token}"}) as http:
-        transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
-        async with Client(transport) as client:
-            yield client
 
 
 @pytest.fixture

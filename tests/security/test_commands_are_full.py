@@ -11,21 +11,19 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from relay.cli.main import main
 from relay.server.app import build_server
 from tests.conftest import SettingsFactory
 from tests.gateway.conftest import TOY
 from tests.server.test_grants import ERAS, Person, audit, call, serving_http
+from tests.server.test_principals import ALICE, BOB, TOKENS, as_
 from tests.workspaces.conftest import git, one_commit_repo
 
 pytestmark = pytest.mark.anyio
@@ -373,26 +371,6 @@ async def test_an_imported_stdio_server_runs_on_call_tool_once_the_person_accept
 
 # over HTTP, as a user token -----------------------------------------------------------------------------------------
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
-TOKENS = f"""
-[server.tokens.alice]
-token = "{ALICE}"
-role = "user"
-
-[server.tokens.bob]
-token = "{BOB}"
-role = "user"
-"""
-
-
-@asynccontextmanager
-async def over_http(port: int, token: str) -> AsyncIterator[Client]:
-    async with create_mcp_http_client(headers={"authorization": f"Bearer {token}"}) as http:
-        transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
-        async with Client(transport) as c:
-            yield c
-
 
 async def test_a_user_token_cannot_use_a_test_command_to_read_another_principals_prompts_out_of_relay_db(
     make_settings: SettingsFactory, repo: Path, marker: Path, relay_home: Path
@@ -400,10 +378,10 @@ async def test_a_user_token_cannot_use_a_test_command_to_read_another_principals
     make_settings(TOKENS)
     steal = f"grep -a 'bob secret plan' {shlex.quote(str(relay_home / 'relay.db'))} > {shlex.quote(str(marker))}"
     async with serving_http(relay_home, repo, "--toolsets", TOOLSETS) as (port, _):
-        async with over_http(port, BOB) as bob:
+        async with as_(port, BOB) as bob:
             failed, _ = await call(bob, "delegate", {"prompt": "bob secret plan", "cwd": str(repo), "mode": "sync"})
             assert not failed
-        async with over_http(port, ALICE) as alice:
+        async with as_(port, ALICE) as alice:
             job = await worktree_job(alice, repo)
             failed, body = await call(alice, "job_land", {"job_id": job, "test_command": steal})
     assert failed and body["error"]["code"] == "PERMISSION_NOT_GRANTED", body

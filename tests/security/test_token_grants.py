@@ -9,27 +9,22 @@ a refused job is seen never to start.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
 from tests.conftest import SettingsFactory
 from tests.server.test_grants import ERAS, Person, argv_log, audit, call, full, runs, serving_http, settings_with
+from tests.server.test_principals import ALICE, ROOT, as_
 
 pytestmark = pytest.mark.anyio
 __all__ = ["argv_log"]  # the fixture, shared with tests/server/test_grants.py
 
-ALICE = "alice-token-0123456789abcdef"
 CAROL = "carol-token-0123456789abcdef"
 DAVE = "dave-token-0123456789abcdef"
-ROOT = "root-token-0123456789abcdef"
 TOKENS = f"""
 [server.tokens.alice]
 token = "{ALICE}"
@@ -51,15 +46,6 @@ role = "admin"
 """
 
 
-@asynccontextmanager
-async def as_(port: int, token: str, person: Person, era: Any) -> AsyncIterator[Client]:
-    """An SDK client over Streamable HTTP sending `token`, whose `person` answers every confirmation."""
-    async with create_mcp_http_client(headers={"authorization": f"Bearer {token}"}) as http:
-        transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
-        async with Client(transport, elicitation_callback=person, mode=era) as client:
-            yield client
-
-
 @pytest.fixture
 async def port(make_settings: SettingsFactory, argv_log: Path, workdir: Path, relay_home: Path) -> AsyncIterator[int]:
     settings_with(make_settings, argv_log, TOKENS)
@@ -72,7 +58,7 @@ async def test_a_user_tokens_own_yes_cannot_raise_it_past_its_cap_and_nobody_is_
     port: int, argv_log: Path, workdir: Path, relay_home: Path, era: Any
 ) -> None:
     person = Person("accept")
-    async with as_(port, ALICE, person, era) as alice:
+    async with as_(port, ALICE, elicitation_callback=person, mode=era) as alice:
         failed, body = await call(alice, "delegate", full(workdir))
         _, listed = await call(alice, "job_list", {})
     assert failed and body["error"]["code"] == "PERMISSION_NOT_GRANTED"
@@ -93,7 +79,7 @@ async def test_an_admin_token_and_a_user_token_with_a_full_cap_may_confirm_full(
 ) -> None:
     for token in (ROOT, CAROL):
         person = Person("accept")
-        async with as_(port, token, person, era) as client:
+        async with as_(port, token, elicitation_callback=person, mode=era) as client:
             failed, body = await call(client, "delegate", full(workdir))
         assert not failed, body
         assert len(person.asked) == 1 and body["status"] == "completed"
@@ -107,7 +93,7 @@ async def test_a_tokens_own_grant_replaces_the_relays_and_is_also_its_cap(
     port: int, argv_log: Path, workdir: Path, relay_home: Path, era: Any
 ) -> None:
     person = Person("accept")
-    async with as_(port, DAVE, person, era) as dave:
+    async with as_(port, DAVE, elicitation_callback=person, mode=era) as dave:
         failed, body = await call(dave, "delegate", full(workdir, permission="edit"))
         ok, ran = await call(dave, "delegate", full(workdir, permission="read-only"))
     assert failed and body["error"]["code"] == "PERMISSION_NOT_GRANTED"

@@ -45,13 +45,11 @@ from tests.security.two_users_table import (
     Lists,
     Probe,
 )
-from tests.server.test_principals import as_
+from tests.server.test_principals import ALICE, BOB, TOKENS, as_
 
 pytestmark = pytest.mark.anyio
 
 RELAY = str(Path(sys.executable).with_name("relay"))
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
 CALL_TIMEOUT_S = 30
 # Alice's own agent sessions: recordings that announce ids no other run has.
 ALICE_CLAUDE_SESSION = "a11ce000-0000-4000-8000-00000000c1a0"
@@ -85,18 +83,9 @@ def _recordings(folder: Path) -> Path:
 
 
 def _config(argv_log: Path, recordings: Path) -> str:
-    tokens = f"""
-[server.tokens.alice]
-token = "{ALICE}"
-role = "user"
-
-[server.tokens.bob]
-token = "{BOB}"
-role = "user"
-"""
     env = f'FAKE_ARGV_LOG = "{argv_log}"\nFAKE_GOLDEN_DIR = "{recordings}"\n'
     agents = "".join(f'[agents.{n}]\ncommand = "{FAKES / n}"\n[agents.{n}.env]\n{env}\n' for n in AGENTS)
-    return tokens + agents
+    return TOKENS + agents
 
 
 @pytest.fixture(scope="module")

@@ -50,12 +50,13 @@ async def port(make_settings: SettingsFactory, relay_home: Path, workdir: Path) 
 
 
 @asynccontextmanager
-async def as_(port: int, token: str, *, tasks: bool = False) -> AsyncIterator[Client]:
-    """An SDK client over Streamable HTTP that sends `token` as its bearer (`tasks`: opted in to MCP Tasks)."""
+async def as_(port: int, token: str, *, tasks: bool = False, **options: Any) -> AsyncIterator[Client]:
+    """An SDK client over Streamable HTTP that sends `token` as its bearer (`tasks`: opted in to MCP Tasks;
+    `options`: more of the Client's own arguments, e.g. its `elicitation_callback` and `mode`)."""
     headers = {"authorization": f"Bearer {token}"}
     async with create_mcp_http_client(headers=headers) as http:
         transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
-        async with Client(transport, extensions=[Tasks()] if tasks else []) as client:
+        async with Client(transport, extensions=[Tasks()] if tasks else [], **options) as client:
             yield client
 
 

@@ -21,26 +21,10 @@ from relay.tracker.service import Tracker
 from tests.conftest import SettingsFactory
 from tests.reliability.conftest import free_port, wait_for
 from tests.reliability.test_http_guardrails import listening, serving
-from tests.server.test_principals import as_
+from tests.server.test_principals import ALICE, BOB, ROOT, TOKENS, as_
 
 pytestmark = pytest.mark.anyio
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
-ROOT = "root-token-0123456789abcdef"
-TOKENS = f"""
-[server.tokens.alice]
-token = "{ALICE}"
-role = "user"
-
-[server.tokens.bob]
-token = "{BOB}"
-role = "user"
-
-[server.tokens.root]
-token = "{ROOT}"
-role = "admin"
-"""
 CANARY = "ALICE-SECRET-7f3a"
 UNKNOWN = "gt-ffffff"
 
