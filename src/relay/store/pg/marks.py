@@ -12,8 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 logger = logging.getLogger("relay.audit")
+
+T = TypeVar("T")
 
 # After a failed write (the server away), the next try waits this long.
 RETRY_S = 1.0
@@ -21,27 +24,48 @@ RETRY_S = 1.0
 CLOSE_WAIT_S = 5.0
 
 
-class LatestMark:
-    """Hands the newest (seq, hash) given to `put` to `write`, in a thread of its own."""
+class Behind(Generic[T]):
+    """What `put` is given, handed to `write` in a thread of its own: started by the first `put`, tried again
+    every RETRY_S while the server is away, and written before `close` returns (it waits up to CLOSE_WAIT_S).
 
-    def __init__(self, write: Callable[[int, str], None]) -> None:
+    A subclass says how a put joins what waits (`_add`), whether anything waits (`_ready`), what one write
+    takes (`_take`) and how a failed write's items wait again (`_give_back`), all four under the lock, and
+    what a failed write logs (`_warn`).
+    """
+
+    name = "relay-behind"
+
+    def __init__(self, write: Callable[[T], None]) -> None:
         self._write = write
         self._cv = threading.Condition()
-        self._pending: tuple[int, str] | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
 
+    def _add(self, seq: int, line_hash: str) -> None:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def _take(self) -> T:
+        raise NotImplementedError
+
+    def _give_back(self, taken: T) -> None:
+        raise NotImplementedError
+
+    def _warn(self, taken: T, exc: Exception) -> None:
+        raise NotImplementedError
+
     def put(self, seq: int, line_hash: str) -> None:
         with self._cv:
-            if self._pending is None or seq > self._pending[0]:
-                self._pending = (seq, line_hash)
+            self._add(seq, line_hash)
             if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name="relay-audit-mark", daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
             self._cv.notify()
 
     def close(self) -> None:
-        """Write the last mark given (waiting up to CLOSE_WAIT_S), then stop."""
+        """Write what is still waiting (waiting up to CLOSE_WAIT_S), then stop."""
         with self._cv:
             self._closed = True
             self._cv.notify()
@@ -52,17 +76,45 @@ class LatestMark:
     def _run(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self._pending is not None or self._closed)
-                mark, self._pending = self._pending, None
-                if mark is None:
+                self._cv.wait_for(lambda: self._ready() or self._closed)
+                if not self._ready():
                     return  # closed, and nothing left to write
+                taken = self._take()
             try:
-                self._write(*mark)
-            except Exception as exc:  # the entry is in the log; only the store's count lags: try again
-                logger.warning("audit mark failed: %s", exc)
+                self._write(taken)
+            except Exception as exc:  # what it carries is in the log already; only the store lags: try again
+                self._warn(taken, exc)
                 with self._cv:
-                    if self._pending is None:
-                        self._pending = mark
+                    self._give_back(taken)
                     if self._closed:
                         return
                     self._cv.wait(RETRY_S)
+
+
+class LatestMark(Behind[tuple[int, str]]):
+    """Hands the newest (seq, hash) given to `put` to `write`, in a thread of its own."""
+
+    name = "relay-audit-mark"
+
+    def __init__(self, write: Callable[[int, str], None]) -> None:
+        super().__init__(lambda mark: write(*mark))
+        self._pending: tuple[int, str] | None = None
+
+    def _add(self, seq: int, line_hash: str) -> None:
+        if self._pending is None or seq > self._pending[0]:
+            self._pending = (seq, line_hash)
+
+    def _ready(self) -> bool:
+        return self._pending is not None
+
+    def _take(self) -> tuple[int, str]:
+        mark, self._pending = self._pending, None
+        assert mark is not None
+        return mark
+
+    def _warn(self, taken: tuple[int, str], exc: Exception) -> None:
+        logger.warning("audit mark failed: %s", exc)
+
+    def _give_back(self, taken: tuple[int, str]) -> None:
+        if self._pending is None:  # a newer mark given meanwhile wins
+            self._pending = taken

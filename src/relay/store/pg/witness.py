@@ -18,7 +18,6 @@ is written; one written while the server is away, or by a relay killed in that m
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,15 +27,12 @@ import psycopg
 
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import redact, relay_errors
+from relay.store.pg.marks import Behind
 
 logger = logging.getLogger("relay.audit")
 
 SCHEMA = "audit_witness"
 TABLE = f"{SCHEMA}.entries"
-# After a failed write (the server away), the next try waits this long.
-RETRY_S = 1.0
-# How long `close` waits for the rows still pending to be written.
-CLOSE_WAIT_S = 5.0
 # Rows kept while the server is away; past this the oldest are dropped (verify then finds them unwitnessed).
 MAX_PENDING = 100_000
 
@@ -175,50 +171,31 @@ def where(url: str) -> str:
     return f"{TABLE} in {redact(url)}"
 
 
-class WitnessWriter:
+class WitnessWriter(Behind[list[tuple[int, str]]]):
     """Hands every (seq, hash) given to `put` to `write`, in order and in batches, in a thread of its own."""
 
+    name = "relay-audit-witness"
+
     def __init__(self, write: Callable[[list[int], list[str]], None]) -> None:
-        self._write = write
-        self._cv = threading.Condition()
+        super().__init__(lambda batch: write([seq for seq, _ in batch], [line_hash for _, line_hash in batch]))
         self._pending: list[tuple[int, str]] = []
-        self._closed = False
-        self._thread: threading.Thread | None = None
         self.dropped = 0
 
-    def put(self, seq: int, line_hash: str) -> None:
-        with self._cv:
-            self._pending.append((seq, line_hash))
-            if len(self._pending) > MAX_PENDING:
-                self.dropped += len(self._pending) - MAX_PENDING
-                del self._pending[:-MAX_PENDING]
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name="relay-audit-witness", daemon=True)
-                self._thread.start()
-            self._cv.notify()
+    def _add(self, seq: int, line_hash: str) -> None:
+        self._pending.append((seq, line_hash))
+        if len(self._pending) > MAX_PENDING:
+            self.dropped += len(self._pending) - MAX_PENDING
+            del self._pending[:-MAX_PENDING]
 
-    def close(self) -> None:
-        """Write the rows still pending (waiting up to CLOSE_WAIT_S), then stop."""
-        with self._cv:
-            self._closed = True
-            self._cv.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join(CLOSE_WAIT_S)
+    def _ready(self) -> bool:
+        return bool(self._pending)
 
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                self._cv.wait_for(lambda: bool(self._pending) or self._closed)
-                batch, self._pending = self._pending, []
-                if not batch:
-                    return  # closed, and nothing left to write
-            try:
-                self._write([seq for seq, _ in batch], [line_hash for _, line_hash in batch])
-            except Exception as exc:  # the entries are in the log; only their witness lags: try again
-                logger.warning("audit witness write failed (%d entries wait): %s", len(batch), exc)
-                with self._cv:
-                    self._pending[:0] = batch
-                    if self._closed:
-                        return
-                    self._cv.wait(RETRY_S)
+    def _take(self) -> list[tuple[int, str]]:
+        batch, self._pending = self._pending, []
+        return batch
+
+    def _warn(self, taken: list[tuple[int, str]], exc: Exception) -> None:
+        logger.warning("audit witness write failed (%d entries wait): %s", len(taken), exc)
+
+    def _give_back(self, taken: list[tuple[int, str]]) -> None:
+        self._pending[:0] = taken
