@@ -6,12 +6,13 @@ import os
 import shutil
 import subprocess
 
+from relay.workspaces import GIT_SAFE_CONFIG
+
 # `git status` of a job's cwd, before and after, must not hold a job up for long.
 GIT_TIMEOUT_S = 5.0
 # The folder's own git config is not relay's to obey: an agent allowed to edit it could name a program that
 # `git status` runs (core.fsmonitor), outside that agent's sandbox and above its permission. Nor does a hook of
-# the folder's run (git status runs none today; core.hooksPath names where git would look).
-UNTRUSTED_REPO_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+# the folder's run (git status runs none today): relay's git is run as the worktrees' is (GIT_SAFE_CONFIG).
 # Nor a submodule's: `git status` would run itself in each, under the submodule's own config.
 UNTRUSTED_STATUS = ("--ignore-submodules=all",)
 
@@ -26,7 +27,7 @@ def git_status(cwd: str) -> dict[str, str] | None:
         if filters is None:
             return None
         out = subprocess.run(
-            ["git", *UNTRUSTED_REPO_CONFIG, "status", "--porcelain", "--untracked-files=all", "-z", *UNTRUSTED_STATUS],
+            ["git", *GIT_SAFE_CONFIG, "status", "--porcelain", "--untracked-files=all", "-z", *UNTRUSTED_STATUS],
             cwd=cwd,
             env={**os.environ, **filters},
             stdin=subprocess.DEVNULL,
@@ -60,7 +61,7 @@ def _no_filters(cwd: str) -> dict[str, str] | None:
     Given as GIT_CONFIG_COUNT/KEY/VALUE: a driver's name is matched exactly, whatever characters it holds.
     """
     listed = subprocess.run(
-        ["git", *UNTRUSTED_REPO_CONFIG, "config", "--null", "--get-regexp", r"^filter\."],
+        ["git", *GIT_SAFE_CONFIG, "config", "--null", "--get-regexp", r"^filter\."],
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         capture_output=True,

@@ -25,10 +25,20 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.workspaces import _net, cleanup, fetch, land, make, remote, repocache, seal
+from relay.workspaces._git import SAFE_CONFIG as GIT_SAFE_CONFIG
 from relay.workspaces.land import STRATEGIES, LandError
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
-__all__ = ["STRATEGIES", "LandError", "WorkspaceRecord", "Workspaces", "check_remote", "commit_message", "shown_url"]
+__all__ = [
+    "GIT_SAFE_CONFIG",
+    "STRATEGIES",
+    "LandError",
+    "WorkspaceRecord",
+    "Workspaces",
+    "check_remote",
+    "commit_message",
+    "shown_url",
+]
 
 commit_message = seal.commit_message
 shown_url = _net.shown  # a URL as a message may show it: a password in it replaced by ***
