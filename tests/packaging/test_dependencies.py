@@ -23,9 +23,11 @@ def imported_top_levels() -> set[str]:
     return {n for n in found if n not in sys.stdlib_module_names and n not in ("relay", "__future__")}
 
 
-def pinned() -> dict[str, str]:
-    """pyproject's runtime dependencies as {normalized name: pinned version}; a dependency without == is not pinned."""
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+def pinned(extra: str | None = None) -> dict[str, str]:
+    """pyproject's runtime dependencies (or one extra's) as {normalized name: pinned version}; a dependency
+    without == is not pinned."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    deps = project["optional-dependencies"][extra] if extra else project["dependencies"]
     pins: dict[str, str] = {}
     for dep in deps:
         match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([0-9][^ ;,]*)", dep)
@@ -40,7 +42,7 @@ def normalize(name: str) -> str:
 
 def test_every_package_relay_imports_directly_is_a_pinned_direct_dependency() -> None:
     owners = packages_distributions()
-    pins = pinned()
+    pins = pinned() | pinned("otel")  # OpenTelemetry is imported only when [telemetry] is configured
     missing = {
         module: owners.get(module)
         for module in sorted(imported_top_levels())
@@ -50,7 +52,12 @@ def test_every_package_relay_imports_directly_is_a_pinned_direct_dependency() ->
 
 
 def test_the_pins_are_the_versions_the_tests_run_against() -> None:
-    assert {name: version(name) for name in pinned()} == pinned()
+    pins = pinned() | pinned("otel")
+    assert {name: version(name) for name in pins} == pins
+
+
+def test_the_optional_tracing_packages_are_also_what_the_test_extra_installs() -> None:
+    assert pinned("otel").items() <= pinned("test").items()
 
 
 def test_the_import_scan_sees_the_web_stack_that_once_came_only_through_mcp() -> None:
