@@ -32,6 +32,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "relay.events",
         "relay.secrets",
         "relay.principal",
+        "relay.telemetry",
     ),
 )
 
