@@ -1,0 +1,106 @@
+"""A running ACP job's inbox: relay appends JSON lines to `<job folder>/inbox.jsonl`, the driver tails them.
+
+The inbox is how relay (any relay: the one that started the job or one started after a restart) talks to
+a job's driver process without a socket: `post` appends one whole line with one O_APPEND write and an
+fsync, so concurrent posters never interleave and a line is either absent or complete; `Inbox` reads
+what was appended since its offset, keeping a partial last line for the next read.
+
+Messages (each a JSON object with a string "type"):
+- `{"type": "send", "id": "<str>", "text": "..."}`: a steering message for the live session.
+- `{"type": "permission_answer", "id": <int>, "outcome": "selected", "optionId": "..."}`, or
+  `{"type": "permission_answer", "id": <int>, "outcome": "cancelled"}`: the answer to a pending request.
+- `{"type": "cancel"}`: send ACP's session/cancel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+INBOX_NAME = "inbox.jsonl"
+# One message is at most this many bytes once encoded (a steering text is a prompt; prompts are bounded).
+MAX_MESSAGE_BYTES = 1 << 20
+# The most the driver reads in one go; the rest waits for the next read.
+READ_CHUNK = 1 << 20
+
+SEND = "send"
+PERMISSION_ANSWER = "permission_answer"
+CANCEL = "cancel"
+TYPES = frozenset({SEND, PERMISSION_ANSWER, CANCEL})
+
+
+def inbox_path(folder: Path) -> Path:
+    return folder / INBOX_NAME
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as one line; ValueError when it has no known type, is not JSON or is too long."""
+    kind = message.get("type")
+    if kind not in TYPES:
+        raise ValueError(f"inbox message type must be one of {sorted(TYPES)}, not {kind!r}")
+    # ensure_ascii keeps the line free of raw newlines and of bytes a reader could split.
+    data = (json.dumps(message, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"inbox message is {len(data)} bytes; the most is {MAX_MESSAGE_BYTES}")
+    return data
+
+
+def post(folder: Path, message: dict[str, Any]) -> None:
+    """Append one message to the job folder's inbox: one O_APPEND write of the whole line, then fsync.
+
+    Raises ValueError for a message `encode` refuses, OSError when the folder is gone or unwritable.
+    """
+    data = encode(message)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(inbox_path(folder), flags, 0o600)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):  # a regular file takes a whole append or fails (disk full): never half a line
+            raise OSError(f"short write to the inbox ({written} of {len(data)} bytes)")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    """A message from one line, or None for a line that is not a JSON object with a known type."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or value.get("type") not in TYPES:  # pyright: ignore[reportUnknownMemberType]
+        return None
+    return value  # pyright: ignore[reportUnknownVariableType]
+
+
+class Inbox:
+    """Tails a job folder's inbox from an offset: `read()` returns the whole messages appended since."""
+
+    def __init__(self, folder: Path, offset: int = 0) -> None:
+        self.path = inbox_path(folder)
+        self.offset = offset
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        """New complete messages (invalid lines skipped); an absent inbox has none. Never blocks."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read(READ_CHUNK)
+        except FileNotFoundError:
+            return []
+        if not chunk:
+            return []
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        if len(self._partial) > MAX_MESSAGE_BYTES:  # no newline in sight: not a message anyone posted
+            self._partial = b""
+        found: list[dict[str, Any]] = []
+        for line in lines:
+            message = decode(line)
+            if message is not None:
+                found.append(message)
+        return found
