@@ -11,6 +11,7 @@ import pytest
 
 from relay.events import Event
 from relay.store import JobStore, WorkerInfo, open_store
+from relay.store.pg.store import PgStore
 from tests.store.conftest import BACKENDS, target_of
 
 
@@ -259,10 +260,13 @@ def test_a_claimed_job_cancelled_before_its_spawn_is_never_marked_running_again(
 
 
 def registered_at(store: JobStore, info: WorkerInfo, when: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register `info` as if at `when` (its last heartbeat then)."""
+    """Register `info` as if at `when` (its last heartbeat then). PostgreSQL stamps it with its own clock: the row
+    is set back by hand there."""
     with monkeypatch.context() as clock:
         clock.setattr(time, "time", lambda: when)
         store.register_worker(info)
+    if isinstance(store, PgStore):
+        store._exec("UPDATE workers SET started_at=%s, heartbeat_at=%s WHERE id=%s", (when, when, info.id))  # pyright: ignore[reportPrivateUsage]
 
 
 def test_workers_not_heard_from_for_the_retention_are_pruned_unless_an_active_job_names_them(

@@ -37,6 +37,12 @@ GONE_WORKERS = (
     " AND j.status IN ('queued', 'running'))"
 )
 
+# A heartbeat's change of a worker judged `lost` that is heard from again: `running` again (its lost jobs stay ended).
+REVIVE = (
+    "stopped_at = CASE WHEN state = 'lost' THEN NULL ELSE stopped_at END,"
+    " state = CASE WHEN state = 'lost' THEN 'running' ELSE state END"
+)
+
 
 @dataclass(frozen=True)
 class WorkerInfo:
@@ -134,7 +140,9 @@ class Claims:
         """The worker is alive: its row and the lease of every job it holds are renewed (False: it has no row)."""
         now = time.time()
         with self._immediate() as db:
-            known = db.execute("UPDATE workers SET heartbeat_at=? WHERE id=?", (now, worker_id)).rowcount == 1
+            # A worker judged lost that is heard from again is running again (its jobs' fate is already sealed).
+            revive = f"UPDATE workers SET heartbeat_at=?, {REVIVE} WHERE id=?"
+            known = db.execute(revive, (now, worker_id)).rowcount == 1
             db.execute(
                 "UPDATE jobs SET lease_until=? WHERE worker=? AND status IN ('queued', 'running')",
                 (now + lease_s, worker_id),
@@ -289,6 +297,10 @@ class Claims:
         tell that nothing was queued or cancelled since the last look."""
         with self._running("PRAGMA data_version", ()) as db:
             return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+    def clock(self) -> float:
+        """The store's time now (seconds since the epoch): SQLite's is its one host's clock."""
+        return time.time()
 
     def has_queued(self) -> bool:
         """Whether any CLI job waits for a claim."""

@@ -494,11 +494,12 @@ class Store(Claims):
 
     # outputs ----------------------------------------------------------------------------
 
-    def append_output(self, job_id: str, stream: str, data: bytes) -> int:
-        """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after."""
+    def append_output(self, job_id: str, stream: str, data: bytes, *, epoch: int | None = None) -> int:
+        """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after. With
+        `epoch`: only under that claim (-1: refused, the job's claim is another's or it ended)."""
         # The chunk's parameters, so that a large chunk bound to the cached statement is let go afterwards.
         with self._running(outputs.INSERT_CHUNK, (job_id, stream, 0, 0, 0, data)) as db:
-            return outputs.append(db, job_id, stream, data)
+            return outputs.append(db, job_id, stream, data, epoch)
 
     def read_output_page(self, job_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
         """Up to `limit` bytes of a job's output stream from `offset`, and the stream's whole length."""

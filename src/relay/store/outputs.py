@@ -65,11 +65,19 @@ def page_end(offset: int, limit: int) -> int:
     return offset + min(limit, MAX_PAGE_BYTES)
 
 
-def append(db: sqlite3.Connection, job_id: str, stream: str, data: bytes) -> int:
-    """Append `data` to a stream of a job in one transaction; the stream's length after it."""
+# The job is still under the claim of an epoch (the one parameter besides the job's id): an append carrying it lands.
+UNDER_EPOCH = "SELECT 1 FROM jobs WHERE id=? AND epoch=? AND status IN ('queued', 'running')"
+
+
+def append(db: sqlite3.Connection, job_id: str, stream: str, data: bytes, epoch: int | None = None) -> int:
+    """Append `data` to a stream of a job in one transaction; the stream's length after it. Under `epoch`: only
+    while the job's claim is still that one (else nothing is appended and -1 is returned)."""
     check_stream(stream)
     db.execute("BEGIN IMMEDIATE")
     try:
+        if epoch is not None and db.execute(UNDER_EPOCH, (job_id, epoch)).fetchone() is None:
+            db.execute("ROLLBACK")
+            return -1
         row = db.execute(LAST_CHUNK, (job_id, stream)).fetchone()
         seq, total = (int(row[0]), int(row[1])) if row else (0, 0)
         for at, piece in pieces(data, total):

@@ -18,8 +18,20 @@ from typing import Any, LiteralString
 
 import psycopg
 
+from relay.store import claims
 from relay.store.claims import CLAIM_WINDOW, GONE_WORKERS, HOLDS_SLOT, OF_HOST, WorkerInfo, WorkerRecord, worker_row
 from relay.store.pg.schema import MIGRATION_LOCK
+
+# The store's clock, in seconds since the epoch: every lease and heartbeat is judged by it, never by a process's
+# own (a host whose clock runs ahead or behind would end others' leases early, or its own at once).
+NOW: LiteralString = "extract(epoch from clock_timestamp())::float8"
+
+# A worker judged `lost` that is heard from again is `running` again (the jobs it lost stay ended).
+REVIVE: LiteralString = (
+    "stopped_at = CASE WHEN state = 'lost' THEN NULL ELSE stopped_at END,"
+    " state = CASE WHEN state = 'lost' THEN 'running' ELSE state END"
+)
+assert REVIVE == claims.REVIVE
 
 # Candidates a claim reads beyond twice its free slots (passed over when their agent is at its limit).
 WINDOW_SPARE = 16
@@ -54,7 +66,7 @@ _CANDIDATES: LiteralString = (
 )
 # The claim of the picked jobs, and the count of what their worker ran, in one statement.
 _TAKE: LiteralString = (
-    "WITH taken AS (UPDATE jobs SET worker=%s, lease_until=%s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
+    f"WITH taken AS (UPDATE jobs SET worker=%s, lease_until={NOW} + %s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
     " WHERE id = ANY(%s::text[]) RETURNING id, epoch),"
     " ran AS (UPDATE workers SET ran = ran + %s WHERE id = %s)"
     " SELECT id, epoch FROM taken"
@@ -85,23 +97,25 @@ class PgClaims:
         with self._conn() as conn:
             conn.execute(
                 "INSERT INTO workers (id, name, host, pid, start_ticks, boot_id, agents, labels, slots, lease_s,"
-                " started_at, heartbeat_at, state) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s, 'running')"
+                f" started_at, heartbeat_at, state) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,{NOW},{NOW}, 'running')"
                 " ON CONFLICT (id) DO UPDATE SET name=excluded.name, host=excluded.host, pid=excluded.pid,"
                 " start_ticks=excluded.start_ticks, boot_id=excluded.boot_id, agents=excluded.agents,"
                 " labels=excluded.labels, slots=excluded.slots, lease_s=excluded.lease_s,"
                 " started_at=excluded.started_at, heartbeat_at=excluded.heartbeat_at, stopped_at=NULL,"
                 " state='running', ran=0",
-                worker_row(info, time.time()),
+                worker_row(info, 0.0)[:-2],
             )
 
     def heartbeat(self, worker_id: str, lease_s: float) -> bool:
         """The worker is alive: its row and the lease of every job it holds are renewed (False: it has no row)."""
-        now = time.time()
         with self._tx() as conn:
-            known = conn.execute("UPDATE workers SET heartbeat_at=%s WHERE id=%s", (now, worker_id)).rowcount == 1
+            # A worker judged lost that is heard from again is running again (its jobs' fate is already sealed).
+            known = (
+                conn.execute(f"UPDATE workers SET heartbeat_at={NOW}, {REVIVE} WHERE id=%s", (worker_id,)).rowcount == 1
+            )
             conn.execute(
-                "UPDATE jobs SET lease_until=%s WHERE worker=%s AND status IN ('queued', 'running')",
-                (now + lease_s, worker_id),
+                f"UPDATE jobs SET lease_until={NOW} + %s WHERE worker=%s AND status IN ('queued', 'running')",
+                (lease_s, worker_id),
             )
         return known
 
@@ -175,9 +189,9 @@ class PgClaims:
         epoch, or None when another worker took it first or it ended."""
         with self._conn() as conn:
             row = conn.execute(
-                "UPDATE jobs SET worker=%s, lease_until=%s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
+                f"UPDATE jobs SET worker=%s, lease_until={NOW} + %s, epoch=epoch+1, owner_pid=%s, owner_start_ticks=%s"
                 " WHERE id=%s AND epoch=%s AND status IN ('queued', 'running') RETURNING epoch",
-                (worker.id, time.time() + worker.lease_s, worker.pid, worker.start_ticks, job_id, epoch),
+                (worker.id, worker.lease_s, worker.pid, worker.start_ticks, job_id, epoch),
             ).fetchone()
         return int(row[0]) if row is not None else None
 
@@ -206,12 +220,13 @@ class PgClaims:
             return cur.rowcount == 1
 
     def expired_leases(self, now: float | None = None) -> list[tuple[str, str, int, str | None, str | None]]:
-        """Claimed jobs whose lease ran out: (job id, worker, epoch, status, retry) of each."""
+        """Claimed jobs whose lease ran out by the store's clock (or before `now`, when given): (job id, worker,
+        epoch, status, retry) of each."""
         with self._conn() as conn:
             rows = conn.execute(
                 "SELECT id, worker, epoch, status, retry FROM jobs WHERE status IN ('queued', 'running')"
-                " AND worker IS NOT NULL AND lease_until < %s",
-                (now if now is not None else time.time(),),
+                f" AND worker IS NOT NULL AND lease_until < COALESCE(%s, {NOW})",
+                (now,),
             ).fetchall()
         return [(str(r[0]), str(r[1]), int(r[2]), r[3], r[4]) for r in rows]
 
@@ -225,6 +240,12 @@ class PgClaims:
                 (list(job_ids),),
             ).fetchall()
         return {str(r[0]): (r[1], int(r[2]), str(r[3]), bool(r[4])) for r in rows}
+
+    def clock(self) -> float:
+        """The store's time now (seconds since the epoch): what leases and heartbeats are judged by."""
+        with self._conn() as conn:
+            row = conn.execute(f"SELECT {NOW}").fetchone()
+        return float(row[0]) if row else time.time()
 
     def has_queued(self) -> bool:
         """Whether any CLI job waits for a claim."""
@@ -259,7 +280,7 @@ def _take(
             picked.append((str(job_id), str(agent)))
             held[agent] = held.get(agent, 0) + 1
         if picked:
-            taking = (worker.id, time.time() + worker.lease_s, worker.pid, worker.start_ticks, [j for j, _ in picked])
+            taking = (worker.id, worker.lease_s, worker.pid, worker.start_ticks, [j for j, _ in picked])
             epochs = dict(conn.execute(_TAKE, (*taking, len(picked), worker.id)).fetchall())
             won += [(job_id, agent, int(epochs[job_id])) for job_id, agent in picked]
             room -= len(picked)

@@ -87,6 +87,10 @@ _APPEND_CHUNK = (
     " WHERE job_id=%s AND stream=%s ORDER BY seq DESC LIMIT 1) AS last ON true"
     " RETURNING byte_offset + size"
 )
+# An append under a claim: the job still holds it (its row share-locked until the append commits).
+_UNDER_EPOCH: LiteralString = (
+    "SELECT 1 FROM jobs WHERE id=%s AND epoch=%s AND status IN ('queued', 'running') FOR SHARE"
+)
 # How often an append is tried again after another appender took its seq.
 APPEND_TRIES = 100
 _INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (%s, %s, %s, %s, %s, %s)"
@@ -486,16 +490,19 @@ class PgStore(PgClaims):
 
     # outputs ----------------------------------------------------------------------------
 
-    def append_output(self, job_id: str, stream: str, data: bytes) -> int:
+    def append_output(self, job_id: str, stream: str, data: bytes, *, epoch: int | None = None) -> int:
         """Append to a job's output stream (stdout/stderr/transcript/result) in chunks; its length after.
 
         Each append lands whole after the stream's last chunk: one chunk (what the mirror writes) in one
         statement, more in one transaction. Two appenders at once collide on (job, stream, seq); the one
-        that lost appends again after the other's chunks."""
+        that lost appends again after the other's chunks. With `epoch`: only under that claim, the job's row
+        share-locked to the commit (a take-over or an end waits for it); -1 when refused."""
         outputs.check_stream(stream)
         for _ in range(APPEND_TRIES):
             with self._conn() as conn:
                 try:
+                    if epoch is not None:
+                        return self._append_fenced(conn, job_id, stream, data, epoch)
                     if len(data) <= outputs.CHUNK_BYTES:
                         row = conn.execute(_APPEND_CHUNK, (job_id, stream, len(data), data, job_id, stream)).fetchone()
                         return int(row[0]) if row else 0
@@ -513,6 +520,17 @@ class PgStore(PgClaims):
             f"output of job {job_id} ({stream}) was not appended: {APPEND_TRIES} other appends came first",
             "one process writes a job's output: look for a second worker holding the same job",
         )
+
+    def _append_fenced(self, conn: Conn, job_id: str, stream: str, data: bytes, epoch: int) -> int:
+        with conn.transaction():
+            if conn.execute(_UNDER_EPOCH, (job_id, epoch)).fetchone() is None:
+                return -1
+            row = conn.execute(_LAST_CHUNK, (job_id, stream)).fetchone()
+            seq, total = (int(row[0]), int(row[1])) if row else (0, 0)
+            for at, piece in outputs.pieces(data, total):
+                conn.execute(_INSERT_CHUNK, (job_id, stream, seq, at, len(piece), piece))
+                seq += 1
+        return total + len(data)
 
     def read_output_page(self, job_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
         """Up to `limit` bytes of a job's output stream from `offset`, and the stream's whole length."""
