@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio
+
 from relay.jobs import grants
 from relay.jobs.request import SUBMITTED_VIA, JobRequest, Prepared, Resolved, build, check, request_from, resolve
 from relay.jobs.state import JobState
@@ -77,11 +79,18 @@ class Door:
         """`admit`; above the grant, the person is asked (within the principal's cap) and the request admitted
         again within their yes. Without one, the refusal, on the audit record: nothing was made."""
         try:
-            return self.admit(req, job_id)
+            return await self.admit_off_loop(req, job_id)
         except grants.GrantExceeded as exceeded:
             consent = await grants.confirm(self._state.settings, exceeded, self._state.store.audit.record)
         with grants.consented(consent):
-            return self.admit(req, job_id)
+            return await self.admit_off_loop(req, job_id)
+
+    async def admit_off_loop(self, req: JobRequest, job_id: str) -> Admitted:
+        """`admit` in a worker thread: making a worktree (git's checkout, submodules, carried changes) may take
+        seconds, and the event loop answers other calls meanwhile. Shielded: a caller gone meanwhile still gets
+        its job queued (the worktree is made), never a worktree without its job."""
+        with anyio.CancelScope(shield=True):
+            return await anyio.to_thread.run_sync(self.admit, req, job_id)
 
     async def judge(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
         """Steps 1 to 3 for jobs like `req` that a task submits later (best_of's candidates), while the call that

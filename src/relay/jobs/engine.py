@@ -198,6 +198,12 @@ class Engine:
         job_id = new_job_id()
         return self._queue(await self._door.admit_confirmed(req, job_id))
 
+    async def submit_off_loop(self, req: JobRequest) -> str:
+        """`submit` with its admission in a worker thread (a worktree made meanwhile): for a caller on the loop."""
+        self._state.task_group()
+        job_id = new_job_id()
+        return self._queue(await self._door.admit_off_loop(req, job_id))
+
     def _queue(self, admitted: Admitted) -> str:
         """An admitted job recorded (its folder first: a row without a folder could not run) and queued."""
         req, prepared, job_id = admitted.request, admitted.prepared, admitted.job_id

@@ -62,7 +62,8 @@ class Lifecycle:
         self.spawns_for_real = spawn is supervisor.spawn  # not a test's stand-in
         self.publisher = Publisher(state)
         self.finisher = Finisher(state)
-        # Jobs whose end pushes their branch to a repository URL: recorded in a worker thread, off the event loop.
+        # Jobs whose end runs git (a worktree's seal, a push of the branch to a repository URL): recorded in a
+        # worker thread, off the event loop.
         self.pushes: set[str] = set()
         # Requests validated at submit, kept until the job starts (prepared again after a restart).
         self.prepared: dict[str, Prepared] = {}
@@ -153,6 +154,8 @@ class Lifecycle:
                 prepared = self._readmit(rec, req)  # through the one door, in the folder it was placed in
             elif prepared is None:  # admitted again after a restart: what allowed it at its submit still holds
                 prepared = self._readmit(rec, None)
+            if prepared.in_worktree:  # its end seals the branch (git add, commit): finalized off the loop
+                self.pushes.add(job_id)
             # Creating a process takes milliseconds (more on a loaded machine). A job starting alone
             # spawns right here: no thread hop on its way, and its process is recorded before anything
             # else runs. Jobs starting together spawn in worker threads: in parallel, and without

@@ -124,7 +124,7 @@ async def run_best_of(
     jobs: list[str] = []
     try:
         for agent in req.agents:
-            jobs.append(engine.submit(_candidate(req, agent)))
+            jobs.append(await engine.submit_off_loop(_candidate(req, agent)))  # its worktree made off the loop
     except RelayError:
         for job_id in jobs:  # one candidate could not start (an agent not installed): none runs
             await engine.cancel(job_id)
