@@ -1,4 +1,4 @@
-"""The dashboard's routes: read-mostly pages, two SSE feeds, and two guarded actions (cancel, task status)."""
+"""The dashboard's routes: read-mostly pages, SSE feeds, and guarded actions (cancel, land, discard, task status)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from relay.web.views import (
     job_detail,
     job_row,
     jobs_page,
+    land_from_page,
     servers_view,
     set_task_status,
     tasks_view,
@@ -279,12 +280,14 @@ class Dashboard:
 
     async def job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
+        return await self._guarded(request, lambda: self._job_page(request, job_id))
 
-        async def go() -> Response:
-            data = await anyio.to_thread.run_sync(job_detail, self.sources.engine(), self.sources.queries(), job_id)
-            return self.render(request, "job.html", data | {"page_title": f"Job {data['row']['id']}"})
-
-        return await self._guarded(request, go)
+    async def _job_page(
+        self, request: Request, job_id: str, extra: dict[str, Any] | None = None, status_code: int = 200
+    ) -> Response:
+        data = await anyio.to_thread.run_sync(job_detail, self.sources.engine(), self.sources.queries(), job_id)
+        shown = data | {"page_title": f"Job {data['row']['id']}", "test_commands": self.settings.test_commands}
+        return self.render(request, "job.html", shown | (extra or {}), status_code=status_code)
 
     async def transcript(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -313,6 +316,42 @@ class Dashboard:
                 return JSONResponse(job_row(engine.get(rec.id)))
             base = request.scope.get("root_path", "")
             return RedirectResponse(f"{base}/jobs/{rec.id}", status_code=303)
+
+        return await self._guarded(request, go)
+
+    async def land(self, request: Request) -> Response:
+        """Land a worktree job's branch through the gate (a test command the person configured, or none); the job's
+        page shows what the land did: the gate's output, or why nothing changed."""
+        job_id = request.path_params["job_id"]
+        form, ok = await self._form_csrf(request)
+        if not ok:
+            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
+
+        async def go() -> Response:
+            engine = self.sources.engine()
+            rec = await anyio.to_thread.run_sync(engine.get, job_id)
+            outcome = await land_from_page(engine, self.settings, rec.id, form)
+            status = 200 if outcome["landed"] else 409
+            if "application/json" in request.headers.get("accept", ""):
+                return JSONResponse(outcome, status_code=status)
+            return await self._job_page(request, rec.id, {"land": outcome}, status)
+
+        return await self._guarded(request, go)
+
+    async def discard(self, request: Request) -> Response:
+        """Remove a worktree job's worktree and branch; back to its page, which says so."""
+        job_id = request.path_params["job_id"]
+        _, ok = await self._form_csrf(request)
+        if not ok:
+            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
+
+        async def go() -> Response:
+            engine = self.sources.engine()
+            done = await engine.discard(job_id)
+            if "application/json" in request.headers.get("accept", ""):
+                return JSONResponse(done)
+            base = request.scope.get("root_path", "")
+            return RedirectResponse(f"{base}/jobs/{done['job_id']}", status_code=303)
 
         return await self._guarded(request, go)
 
@@ -435,6 +474,8 @@ def build_app(
         Route("/jobs/{job_id}", dash.job),
         Route("/jobs/{job_id}/transcript", dash.transcript),
         Route("/jobs/{job_id}/cancel", dash.cancel, methods=["POST"]),
+        Route("/jobs/{job_id}/land", dash.land, methods=["POST"]),
+        Route("/jobs/{job_id}/discard", dash.discard, methods=["POST"]),
         Route("/events/jobs", dash.jobs_events),
         Route("/events/jobs/{job_id}", dash.job_events),
         Route("/workers", dash.workers),

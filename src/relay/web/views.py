@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.config import Settings
-from relay.errors import RelayError
+from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.engine import Engine
 from relay.jobs.envelope import job_title
 from relay.jobs.request import via_of
@@ -104,6 +104,7 @@ def job_row(rec: JobRecord, now: float | None = None) -> dict[str, Any]:
         "via": via_of(rec) or "",
         "model": rec.model or "",
         "cwd": rec.cwd or "",
+        "where": where_of(rec),
         "title": job_title(rec.request, 80),
         "created_at": rec.created_at,
         "started_at": rec.started_at,
@@ -116,6 +117,25 @@ def job_row(rec: JobRecord, now: float | None = None) -> dict[str, Any]:
     # Not the worker: a claim comes just before `running`, which carries it (one event per state, as before).
     row["sig"] = f"{rec.status}|{rec.model}|{rec.finished_at}|{row['cost_usd']}|{rec.started_at}"
     return row
+
+
+def _name_of(place: str) -> str:
+    """A repository's short name from its folder or URL: `/src/click` and `https://host/pallets/click.git` -> click."""
+    tail = place.rstrip("/").rpartition("/")[2].rpartition(":")[2]
+    return tail.removesuffix(".git")
+
+
+def where_of(rec: JobRecord) -> str:
+    """Where a job ran, as the jobs table says it: `click @ relay/<id> -> main` for a worktree job (its repository,
+    branch and target), the folder for any other."""
+    found: Any = rec.request.get("worktree")
+    if not isinstance(found, dict):
+        return rec.cwd or ""
+    tree: dict[str, Any] = found  # pyright: ignore[reportUnknownVariableType]
+    repo = str(tree.get("url") or tree.get("repo") or "")
+    branch = str(tree.get("branch") or f"relay/{rec.id}")
+    shown = f"{_name_of(repo)} @ {branch}" if repo else branch
+    return f"{shown} \u2192 {tree['base']}" if tree.get("base") else shown
 
 
 @dataclass(frozen=True)
@@ -216,6 +236,34 @@ def diff_lines(engine: Engine, job_id: str) -> list[tuple[str, str]]:
     if page["next_offset"] is not None:
         found.append(("meta", f"… the diff goes on: relay diff {job_id}"))
     return found
+
+
+def _refusal(err: RelayError) -> dict[str, Any]:
+    details: dict[str, Any] = getattr(err, "details", {})
+    return {"landed": False, "error": err.to_dict(), "conflicts": list(details.get("conflicts") or [])} | {
+        "test": details.get("test")
+    }
+
+
+async def land_from_page(engine: Engine, settings: Settings, job_id: str, form: dict[str, str]) -> dict[str, Any]:
+    """A land the job page asked for: into the form's branch (default the job's base) by its strategy, through the
+    gate it chose: one of the test commands the person configured (`[workspaces] test_command`), or none; a page
+    cannot name a command of its own. What it did, or (`landed: false`) why nothing changed, with the gate's output."""
+    test = form.get("test_command") or None
+    if test is not None and test not in settings.test_commands:
+        return _refusal(
+            invalid(
+                "the dashboard runs only a test command the person configured",
+                "pick one of [workspaces] test_command from config.toml, or land from the shell: relay land JOB --test CMD",
+            )
+        )
+    into = form.get("into", "").strip() or None
+    try:
+        return await engine.land(job_id, into=into, strategy=form.get("strategy") or "rebase", test_command=test)
+    except RelayError as err:
+        if err.code is ErrorCode.JOB_NOT_FOUND:
+            raise
+        return _refusal(err)
 
 
 # What allowed a job's permission (relay.jobs.grants), as the job page says it.

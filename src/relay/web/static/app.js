@@ -60,7 +60,7 @@
       if (agent && r.agent !== agent) return false;
       if (principal && r.principal !== principal) return false;
       if (worker && r.worker !== worker) return false;
-      if (q && ![r.id, r.title, r.cwd, r.model, r.via].some((v) => String(v || "").toLowerCase().includes(q))) return false;
+      if (q && ![r.id, r.title, r.cwd, r.where, r.model, r.via].some((v) => String(v || "").toLowerCase().includes(q))) return false;
       return true;
     }
     function render(r) {
@@ -73,7 +73,7 @@
         el("td", { class: "principal" }, [r.principal]),
         el("td", { class: "via" }, [r.via || "-"]),
         el("td", {}, [r.model || "-"]),
-        el("td", { class: "cwd", title: r.cwd }, [r.cwd || "-"]),
+        el("td", { class: "cwd", title: r.cwd }, [r.where || "-"]),
         el("td", { "data-ts": r.created_at }, [ago(r.created_at)]),
         el("td", {}, [duration(r.duration_s)]),
         el("td", {}, [usd(r.cost_usd)]),
