@@ -55,6 +55,9 @@ DEFAULT_GRANT = "edit"
 RUNTIMES = ("auto", "linux", "portable")
 
 
+PROTOCOLS = ("print", "acp")
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """Per-agent settings from `[agents.NAME]` in config.toml."""
@@ -73,6 +76,11 @@ class AgentConfig:
     output: str = "text"
     resume_args: tuple[str, ...] = ()
     model_args: tuple[str, ...] = ()
+    # "print" (the CLI's headless mode) or "acp" (driven over the Agent Client Protocol, docs/acp.md), with
+    # the agent's ACP server command and its arguments (built in for gemini, claude and codex).
+    protocol: str = "print"
+    acp_command: str | None = None
+    acp_args: tuple[str, ...] = ()
 
 
 class ClientRoots:
@@ -311,6 +319,13 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
     timeout = table.get("timeout_s")
     idle = table.get("idle_timeout_s")
     concurrency = table.get("max_concurrent")
+    protocol = str(table.get("protocol", "print"))
+    if protocol not in PROTOCOLS:
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"[agents.{name}] protocol = {protocol!r} is not a protocol",
+            'use protocol = "print" (the default) or "acp"',
+        )
     return AgentConfig(
         command=str(table["command"]) if "command" in table else None,
         extra_args=_str_tuple(table.get("extra_args"), f"agents.{name}.extra_args"),
@@ -325,6 +340,9 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
         output=str(table.get("output", "text")),
         resume_args=_str_tuple(table.get("resume_args"), f"agents.{name}.resume_args"),
         model_args=_str_tuple(table.get("model_args"), f"agents.{name}.model_args"),
+        protocol=protocol,
+        acp_command=str(table["acp_command"]) if "acp_command" in table else None,
+        acp_args=_str_tuple(table.get("acp_args"), f"agents.{name}.acp_args"),
     )
 
 

@@ -7,7 +7,7 @@ from relay.agents.claude import ClaudeAdapter
 from relay.agents.codex import CodexAdapter
 from relay.agents.copilot import CopilotAdapter
 from relay.agents.gemini import GeminiAdapter
-from relay.config import Settings
+from relay.config import AgentConfig, Settings
 from relay.errors import ErrorCode, RelayError
 
 _BUILTIN: dict[str, Adapter] = {
@@ -24,14 +24,22 @@ def register(adapter: Adapter) -> None:
 
 
 def known_agents(settings: Settings) -> list[str]:
-    return sorted(set(_BUILTIN) | {n for n, c in settings.agents.items() if c.args})
+    declared = {n for n, c in settings.agents.items() if c.args or (c.protocol == "acp" and c.acp_command)}
+    return sorted(set(_BUILTIN) | declared)
 
 
 def get_adapter(name: str, settings: Settings) -> Adapter:
-    """The adapter for an agent name: a built-in one, or a generic CLI declared in config.toml."""
+    """The adapter for an agent name: over ACP when config.toml says `protocol = "acp"` and it has an ACP
+    adapter (else print mode), a built-in one, or a generic CLI declared in config.toml."""
+    cfg = settings.agents.get(name)
+    if cfg is not None and cfg.protocol == "acp":
+        from relay.agents.acp import acp_adapter
+
+        over_acp = acp_adapter(name, cfg)
+        if over_acp is not None:
+            return over_acp
     if name in _BUILTIN:
         return _BUILTIN[name]
-    cfg = settings.agents.get(name)
     if cfg is not None and cfg.args:
         from relay.agents.generic import GenericAdapter
 
@@ -46,4 +54,16 @@ def get_adapter(name: str, settings: Settings) -> Adapter:
     )
 
 
-__all__ = ["get_adapter", "known_agents", "register"]
+def protocol_of(adapter: Adapter) -> str:
+    """ "acp" for an adapter that drives its agent over the Agent Client Protocol, else "print"."""
+    return str(getattr(adapter, "protocol", "print"))
+
+
+def launch_command(adapter: Adapter, cfg: AgentConfig) -> str:
+    """The command a job of this agent needs on PATH: the ACP adapter's (already from config), else `command`."""
+    if protocol_of(adapter) == "acp":
+        return adapter.executable
+    return cfg.command or adapter.executable
+
+
+__all__ = ["get_adapter", "known_agents", "launch_command", "protocol_of", "register"]

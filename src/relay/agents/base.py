@@ -78,6 +78,7 @@ class HostContext:
     is_root: bool = False
     depth: int = 0
     job_id: str = ""
+    job_dir: str = ""  # the job's folder (an ACP job's driver reads its inbox there)
 
 
 class Parser(Protocol):

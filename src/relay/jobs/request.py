@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relay.agents import get_adapter, values
+from relay.agents import get_adapter, launch_command, values
 from relay.agents.base import Adapter, AgentRequest, HostContext, Invocation
 from relay.agents.models import resolve_model
 from relay.config import PERMISSIONS, AgentConfig, Settings
@@ -314,7 +314,7 @@ def resolve(
         # No flag for it: the instructions travel at the head of the prompt instead.
         prompt = f"<instructions>\n{system_prompt}\n</instructions>\n\n{prompt}"
         system_prompt = None
-    command = cfg.command or checked.adapter.executable
+    command = launch_command(checked.adapter, cfg)
     resolved = which(command)
     if resolved is None:
         raise RelayError(
@@ -349,6 +349,7 @@ def build(settings: Settings, req: JobRequest, resolved: Resolved, allowed: Perm
         is_root=os.geteuid() == 0,
         depth=settings.depth,
         job_id=job_id,
+        job_dir=str(settings.jobs_dir / job_id),
     )
     return Prepared(
         adapter=resolved.checked.adapter,

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 INBOX_NAME = "inbox.jsonl"
+# Where the driver learns its job's folder when --job-dir is not given.
+JOB_DIR_ENV = "RELAY_JOB_DIR"
 # One message is at most this many bytes once encoded (a steering text is a prompt; prompts are bounded).
 MAX_MESSAGE_BYTES = 1 << 20
 # The most the driver reads in one go; the rest waits for the next read.
@@ -62,6 +64,23 @@ def post(folder: Path, message: dict[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def open_inbox(folder: Path) -> None:
+    """Make the folder's inbox (empty) if it is not there: the driver does at start, saying it reads one."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    os.close(os.open(inbox_path(folder), flags, 0o600))
+
+
+def post_if_open(folder: Path, message: dict[str, Any]) -> bool:
+    """Post `message` when the folder has an inbox (an ACP job's driver made it); False when it has none."""
+    if not inbox_path(folder).is_file():
+        return False
+    try:
+        post(folder, message)
+    except OSError:
+        return False
+    return True
 
 
 def decode(line: bytes) -> dict[str, Any] | None:

@@ -1,0 +1,117 @@
+"""relay end to end over the Agent Client Protocol: the real `gemini --acp`, claude-agent-acp and codex-acp, each
+driven by relay's ACP driver against a mock model server on loopback (docs/acp.md).
+
+Each agent is switched to ACP the way a person does it, in config.toml (`protocol = "acp"`, and the
+adapter's `acp_command` for claude and codex, installed by scripts/install-clis beside the CLIs).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.runtime import procinfo
+from relay.store import Store
+from tests.e2e.conftest import CLI_BIN, World, wait_thread_event
+from tests.e2e.mocks import Reply
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+ACP_AGENTS = ("gemini", "claude", "codex")
+ACP_COMMANDS = {"claude": "claude-agent-acp", "codex": "codex-acp"}
+
+
+def over_acp(agent: str) -> dict[str, dict[str, Any]]:
+    """The config.toml keys that put `agent` on ACP."""
+    keys: dict[str, Any] = {"protocol": "acp"}
+    if agent in ACP_COMMANDS:
+        keys["acp_command"] = str(CLI_BIN / ACP_COMMANDS[agent])
+    return {agent: keys}
+
+
+def driver_lines(relay_home: Path, job_id: str) -> list[dict[str, Any]]:
+    stdout = relay_home / "jobs" / job_id / "stdout"
+    return [json.loads(line) for line in stdout.read_text(encoding="utf-8").splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("agent", ACP_AGENTS)
+async def test_an_acp_job_runs_to_its_result_with_its_answer_session_and_transcript(world: World, agent: str) -> None:
+    world.mock.script(Reply(text="plain answer over ACP ANS-4c1", input_tokens=120, output_tokens=40))
+    async with world.relay(**over_acp(agent)) as relay:
+        env = await relay.delegate(agent, "say something PROMPT-acp-7")
+        transcript = await relay.call("job_result", {"job_id": env["job_id"], "view": "transcript"})
+    assert env["status"] == "completed", env["error"]
+    assert env["output"] == "plain answer over ACP ANS-4c1"
+    assert env["session_id"]
+    turns = world.mock.turns()
+    assert len(turns) == 1 and "PROMPT-acp-7" in turns[0].text
+    lines = driver_lines(world.relay_home, env["job_id"])
+    assert lines[0]["type"] in ("session", "update") and lines[-1]["type"] == "result"
+    assert {"type": "result"}.items() <= lines[-1].items() and lines[-1]["sessionId"] == env["session_id"]
+    assert "[assistant] plain answer over ACP ANS-4c1" in transcript["text"]
+    assert f"[session] {env['session_id']}" in transcript["text"]
+    if agent == "claude":  # claude-agent-acp reports the turn's tokens and the session's cost
+        assert env["usage"]["input"] > 0 and env["cost_usd"] is not None
+
+
+@pytest.mark.parametrize("agent", ["gemini", "claude"])
+async def test_an_acp_tool_call_writes_the_file_and_its_diff_and_status_are_in_the_envelope(
+    world: World, agent: str
+) -> None:
+    target = world.target()
+    world.mock.script(Reply(write=target), Reply(text="wrote it DONE-acp-5e", echo_tool_result=True))
+    async with world.relay(**over_acp(agent)) as relay:
+        env = await relay.delegate(agent, "write hello.txt", permission="edit")
+        transcript = await relay.call("job_result", {"job_id": env["job_id"], "view": "transcript"})
+    assert env["status"] == "completed", env["error"]
+    assert env["output"].startswith("wrote it DONE-acp-5e")
+    assert env["tool_uses"] == 1
+    assert target.path in env["files_changed"]
+    assert Path(target.path).read_text(encoding="utf-8") == target.content
+    assert "[tool ok]" in transcript["text"]
+
+
+async def test_job_cancel_of_an_acp_job_sends_acps_cancel_and_leaves_no_process(world: World) -> None:
+    world.mock.always(Reply(text="slow " * 200, chunks=200, delay_s=0.25))
+    async with world.relay(**over_acp("gemini")) as relay:
+        handle = await relay.delegate("gemini", "stream slowly", mode="async")
+        job_id = handle["job_id"]
+        assert await wait_thread_event(world.mock.streaming, 30), "the agent never reached the mock"
+        pgid = relay.job_pid(job_id)
+        assert procinfo.group_members(pgid), "the job's process group is empty while it streams"
+        started = time.monotonic()
+        env = await relay.call("job_cancel", {"job_id": job_id}, timeout=30)
+        took = time.monotonic() - started
+    assert env["status"] == "cancelled" and env["error"]["code"] == "CANCELLED"
+    assert procinfo.group_members(pgid) == []
+    assert took < relay.settings.kill_grace_s + 6, f"cancel took {took:.1f} s"
+    inbox = (world.relay_home / "jobs" / job_id / "inbox.jsonl").read_text(encoding="utf-8")
+    assert json.loads(inbox.splitlines()[0]) == {"type": "cancel"}
+    notices = [ln["message"] for ln in driver_lines(world.relay_home, job_id) if ln["type"] == "notice"]
+    assert any(n.startswith("cancel (") for n in notices), notices
+
+
+async def test_an_acp_job_keeps_running_across_a_relay_restart_and_the_next_relay_reads_its_result(
+    world: World,
+) -> None:
+    world.mock.always(Reply(text="slow answer ", chunks=16, delay_s=0.25))
+    async with world.relay(**over_acp("gemini")) as relay:
+        handle = await relay.delegate("gemini", "answer slowly", mode="async")
+        job_id = handle["job_id"]
+        assert await wait_thread_event(world.mock.streaming, 30), "the agent never reached the mock"
+        pgid = relay.job_pid(job_id)
+    # relay is gone; the driver and the agent are not.
+    assert procinfo.group_members(pgid), "the job did not outlive the relay that started it"
+    async with world.relay(**over_acp("gemini")) as relay:
+        final = await relay.wait_final(job_id, 60)
+        transcript = await relay.call("job_result", {"job_id": job_id, "view": "transcript"})
+    assert final["status"] == "completed", final["error"]
+    assert final["output"] == "slow answer " * 16 or final["output"].startswith("slow answer")
+    assert "[assistant] slow answer" in transcript["text"]
+    rec = Store(world.relay_home / "relay.db").get_job(job_id)
+    assert rec is not None and rec.status == "completed"
+    assert procinfo.group_members(pgid) == []
