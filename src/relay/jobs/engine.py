@@ -56,8 +56,6 @@ from relay.runtime.supervisor import JobFiles
 from relay.store import JobRecord, JobStore, SessionRecord, WorkerInfo
 from relay.store.health import os_error
 from relay.store.open import open_store
-from relay.telemetry import job as telemetry
-from relay.telemetry.metrics import WATCH
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
 
@@ -109,7 +107,7 @@ class Engine:
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[Engine]:
-        async with anyio.create_task_group() as tg, WATCH.watching(slots=self._slots, queue=self.store.queue_depth):
+        async with anyio.create_task_group() as tg:
             self._state.open(tg)
             if self.settings.runs_jobs:  # a store busy now: registered at the first heartbeat
                 with contextlib.suppress(RelayError):
@@ -156,10 +154,6 @@ class Engine:
 
     def running_count(self) -> int:
         return len(self._state.running)
-
-    def _slots(self) -> tuple[int, int]:
-        """(jobs it runs, jobs it may run at once) of this process, for /metrics."""
-        return len(self._state.running), self._state.worker.slots if self.settings.runs_jobs else 0
 
     @property
     def worker(self) -> WorkerInfo:
@@ -216,14 +210,12 @@ class Engine:
         req, prepared, job_id = admitted.request, admitted.prepared, admitted.job_id
         ar = prepared.agent_request
         # vars: a flat dataclass of scalars, its fields as they are (asdict deep-copies each)
-        submit = telemetry.submitted(job_id, req.agent)  # its trace context is stored with it (a worker continues it)
-        stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth) | submit.stored
+        stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth)
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id)
         self._lifecycle.pump()
-        submit.end()
         return job_id
 
     async def consent_for(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
