@@ -17,6 +17,8 @@ LAYERS = [
     "recovery",
     "lifecycle",
     "publish",
+    "approvals",
+    "steer",
     "finish",
     "admission",
     "waiting",

@@ -16,6 +16,8 @@ from relay.jobs.engine import Engine, JobRequest, job_cursor
 from relay.jobs.envelope import job_title
 from relay.jobs.request import via_of
 from relay.principal import visible_to
+from relay.server.approvals import Approver, answering, resumed_job, wait_answering
+from relay.server.confirm import Seals, principal_of
 from relay.server.models import (
     AgentInfo,
     AllowedRoot,
@@ -36,7 +38,8 @@ from relay.server.models import (
     ThreadList,
     WaitResult,
 )
-from relay.server.results import envelope_result, json_result, model_result, run_guarded, run_job, wait_for_mode
+from relay.server.results import envelope_result, json_result, model_result, run_guarded, wait_for_mode
+from relay.server.steering import SentMessage, send_message
 from relay.server.toolsets import full_access_notice
 from relay.server.toolsets._registry import (
     DESTROYS_STATE,
@@ -53,6 +56,10 @@ JOB_STATUSES = Literal["queued", "running", "completed", "failed", "cancelled", 
 
 def build(reg: ToolRegistry, deps: Deps) -> None:
     models = deps.settings.agent("claude").models
+
+    def approver(ctx: Context[Any, Any]) -> Approver:
+        """Who asks the person, in this call, about the permission requests of the caller's ACP jobs."""
+        return Approver(deps.engine(), ctx, deps.service("confirmation_seals", Seals))
 
     @reg.tool(
         description=(
@@ -118,7 +125,10 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                 timeout_s=timeout_s,
                 idle_timeout_s=idle_timeout_s,
             )
-            return await run_job(engine, lambda: engine.submit_confirmed(req), mode, ctx)
+            # A retry that answers its job's permission request (2026-07-28) waits on that job: it started already.
+            job_id = resumed_job(engine, ctx) or await engine.submit_confirmed(req)
+            await wait_answering(engine, approver(ctx), job_id, mode)
+            return envelope_result(engine.envelope(job_id))
 
         return await run_guarded(go)
 
@@ -158,17 +168,36 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         annotations=READ_ONLY,
     )
     async def job_wait(
+        ctx: Context[Any, Any],
         job_ids: Annotated[list[str], Field(min_length=1)],
         mode: Literal["any", "all"] = "any",
         timeout_s: Annotated[float, Field(ge=0, le=3600)] = 30.0,
     ) -> Annotated[CallToolResult, WaitResult]:
         async def go() -> CallToolResult:
             engine = deps.engine()
-            records = await engine.wait(job_ids, mode, timeout_s)
+            # Meanwhile the person is asked about what the caller's own agents ask permission for (ACP jobs).
+            records = await answering(approver(ctx), job_ids, lambda: engine.wait(job_ids, mode, timeout_s))
             finals = [r.is_final for r in records]
             done = any(finals) if mode == "any" else all(finals)
             envs = [Envelope.model_validate(engine.envelope(r.id)) for r in records]
             return model_result(WaitResult(done=done, jobs=envs))
+
+        return await run_guarded(go)
+
+    @reg.tool(
+        description=(
+            "Send a message into a running job's live session, to steer it while it works (agents run over ACP; "
+            "the agent reads it after its current turn). Only the job's own caller may send."
+        ),
+        annotations=RUNS_AGENT,
+    )
+    async def job_send(
+        ctx: Context[Any, Any],
+        job_id: str,
+        message: Annotated[str, Field(min_length=1, max_length=100_000, description="what the agent should read")],
+    ) -> Annotated[CallToolResult, SentMessage]:
+        async def go() -> CallToolResult:
+            return model_result(send_message(deps.engine(), job_id, message, principal_of(ctx)))
 
         return await run_guarded(go)
 
