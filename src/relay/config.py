@@ -51,18 +51,18 @@ PERMISSIONS = ("read-only", "edit", "full")
 MIN_TOKEN_CHARS = 16
 # The highest permission a calling model may obtain without a person confirming it (`[security] grant`).
 DEFAULT_GRANT = "edit"
-# Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
-RUNTIMES = ("auto", "linux", "portable")
-
-
-PROTOCOLS = ("print", "acp")
-
 # How an ACP agent's permission request is answered (relay.jobs.approvals): "grant" allows what is within the
 # job's permission without asking (the rest is asked of the person); "ask" asks the person for every action.
 APPROVALS = ("grant", "ask")
 # How long an agent's permission request waits for its owner's next waiting call to ask the person before
 # relay denies it (`[security] approval_wait_s`; the ACP driver denies by itself after its own, longer, timeout).
 DEFAULT_APPROVAL_WAIT_S = 120.0
+# Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
+RUNTIMES = ("auto", "linux", "portable")
+
+
+PROTOCOLS = ("print", "acp")
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -87,14 +87,14 @@ class AgentConfig:
     protocol: str = "print"
     acp_command: str | None = None
     acp_args: tuple[str, ...] = ()
+    # How this agent's permission requests are answered (APPROVALS; None: `[security] approvals`).
+    approvals: str | None = None
 
 
 class ClientRoots:
     """The folders connected MCP clients declared as their roots (`roots/list`), one list per connection.
 
     One object shared by every copy of a process's Settings; a connection's roots go when the
-    # How this agent's permission requests are answered (APPROVALS; None: `[security] approvals`).
-    approvals: str | None = None
     connection (the key, held weakly) does.
     """
 
@@ -165,15 +165,15 @@ class Settings:
     grant: str = DEFAULT_GRANT
     grant_source: str = "default"
     toolset_grants: Mapping[str, str] = field(default_factory=lambda: {})
+    # ACP agents' permission requests (relay.jobs.approvals): the policy (APPROVALS) and how long one waits.
+    approvals: str = "grant"
+    approval_wait_s: float = DEFAULT_APPROVAL_WAIT_S
     # Spend caps in USD, enforced from the costs agents report (None: no cap).
     max_cost_usd: float | None = None
     max_session_cost_usd: float | None = None
     agents: Mapping[str, AgentConfig] = field(default_factory=lambda: {})
     # The environment relay was started with; children get an allowlisted part of it.
     environ: Mapping[str, str] = field(default_factory=lambda: {})
-    # ACP agents' permission requests (relay.jobs.approvals): the policy (APPROVALS) and how long one waits.
-    approvals: str = "grant"
-    approval_wait_s: float = DEFAULT_APPROVAL_WAIT_S
     # What the MCP server exposes in tools/list: toolset names (empty: the default), or one profile.
     toolsets: tuple[str, ...] = ()
     profile: str | None = None
@@ -205,7 +205,6 @@ class Settings:
     # (`[queue] lease_s` / RELAY_LEASE_S), and whether this process runs jobs (a front with --no-worker does not).
     lease_s: float = DEFAULT_LEASE_S
     runs_jobs: bool = True
-    # repository; else a checkout's folder or a remote's URL; a command "": none), its time limit, and the range
     # Workers not heard from for this long leave the workers table (`[queue] worker_retention_days`).
     worker_retention_s: float = DEFAULT_WORKER_RETENTION_S
     # This process as a worker (`relay worker --name --agents --labels --slots`): None/empty: the host and pid,
@@ -332,34 +331,6 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
     idle = table.get("idle_timeout_s")
     concurrency = table.get("max_concurrent")
     protocol = str(table.get("protocol", "print"))
-    hint = (
-        'folder) or [workspaces.repos."git@host:me/app.git"] (a remote\'s URL); "" for none'
-    )
-    repos: Any = spaces.get("repos", {})
-    tables: list[tuple[str, Mapping[str, Any]]] = [("", spaces)]
-    items: list[tuple[str, Any]] = list(repos.items()) if isinstance(repos, dict) else [("", None)]  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
-    for key, table in items:
-        key = str(Path(key).expanduser().resolve()) if key.startswith(("/", "~")) else key
-        named = key.startswith("/") or ":" in key  # a checkout's folder, or a remote's URL
-            raise RelayError(
-                ErrorCode.CONFIG_INVALID,
-                f"workspaces.repos.{key!r} must be named by a checkout's absolute folder or a remote's URL, and hold"
-                hint,
-            )
-        tables.append((key, table))  # pyright: ignore[reportUnknownArgumentType]
-    if not all(isinstance(value, str) for value in found.values()):
-    return {key: str(value).strip() for key, value in found.items()}
-
-
-    first, _, last = (part.strip() for part in raw.partition("-"))
-    span = (int(first), int(last)) if first.isdigit() and last.isdigit() else (0, 0)
-    if type(per) is not int or not 1024 <= span[0] <= span[1] <= 65535 or not 0 <= per <= span[1] - span[0] + 1:
-        raise RelayError(
-            ErrorCode.CONFIG_INVALID,
-        )
-    return span, per
-
-
     if protocol not in PROTOCOLS:
         raise RelayError(
             ErrorCode.CONFIG_INVALID,
@@ -383,7 +354,17 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
         protocol=protocol,
         acp_command=str(table["acp_command"]) if "acp_command" in table else None,
         acp_args=_str_tuple(table.get("acp_args"), f"agents.{name}.acp_args"),
+        approvals=_approvals(table.get("approvals"), f"agents.{name}.approvals"),
     )
+
+
+def _approvals(value: Any, where: str) -> str | None:
+    """A permission-request policy (APPROVALS), or None when not set."""
+    if value is None or value == "":
+        return None
+    if value not in APPROVALS:
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} = {value!r}", f"use one of: {', '.join(APPROVALS)}")
+    return str(value)
 
 
 def _client_timeouts(raw: Any) -> dict[str, float]:
@@ -408,19 +389,9 @@ def _client_timeouts(raw: Any) -> dict[str, float]:
     return found
 
 
-        approvals=_approvals(table.get("approvals"), f"agents.{name}.approvals"),
 def _workspace_default(value: str) -> str:
     value = value.strip().lower()
     if value not in ("cwd", "worktree"):
-def _approvals(value: Any, where: str) -> str | None:
-    """A permission-request policy (APPROVALS), or None when not set."""
-    if value is None or value == "":
-        return None
-    if value not in APPROVALS:
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} = {value!r}", f"use one of: {', '.join(APPROVALS)}")
-    return str(value)
-
-
         raise RelayError(
             ErrorCode.CONFIG_INVALID,
             f"workspaces.default={value!r} is not cwd or worktree",
@@ -599,6 +570,10 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         warmup=_flag(env.get("RELAY_WARMUP"), server.get("warmup"), "warmup") is not False,
         grant=grant,
         grant_source=grant_source,
+        approvals=_approvals(env.get("RELAY_APPROVALS") or security.get("approvals"), "security.approvals") or "grant",
+        approval_wait_s=_float(
+            env, "RELAY_APPROVAL_WAIT_S", float(security.get("approval_wait_s", DEFAULT_APPROVAL_WAIT_S))
+        ),
         max_cost_usd=cap("max_cost_usd", "RELAY_MAX_COST_USD"),
         max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,
@@ -624,10 +599,6 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         test_commands=_test_commands(spaces.get("test_command")),
         tokens=_tokens(server.get("tokens"), env),
         lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
-        approvals=_approvals(env.get("RELAY_APPROVALS") or security.get("approvals"), "security.approvals") or "grant",
-        approval_wait_s=_float(
-            env, "RELAY_APPROVAL_WAIT_S", float(security.get("approval_wait_s", DEFAULT_APPROVAL_WAIT_S))
-        ),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,
         worker_retention_s=86400
         * _float(
@@ -637,4 +608,3 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         ),
         store_url=_store_url(env.get("RELAY_STORE"), store.get("url")),
     )
-        ),

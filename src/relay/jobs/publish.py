@@ -131,9 +131,6 @@ class Publisher:
         for _, event in events:
             if event.type == "session.started" and event.data.get("session_id"):
                 session_id = str(event.data["session_id"])
-            live.stop_reason = LEASE_LOST
-            live.stop.set()
-            return
         # The events and the session id they announce: one transaction, one commit.
         clipped = [clip_event(e) for _, e in events]
         if not state.store.add_events(
@@ -143,10 +140,10 @@ class Publisher:
             live.stop_reason = LEASE_LOST
             live.stop.set()
             return
-        transcript = "".join(render_event(event) + "\n" for _, event in events)
         for _, event in events:
             if event.type == PERMISSION_REQUEST:  # an ACP agent asks permission (relay.jobs.approvals)
                 arrived(state, job_id, event.data)
+        transcript = "".join(render_event(event) + "\n" for _, event in events)
         write_bytes(state.files(job_id).dir / TRANSCRIPT_FILE, transcript.encode("utf-8"), append=True)
         cap = state.settings.max_cost_usd
         if cap is not None and not live.stop.is_set():
