@@ -217,7 +217,9 @@ def audit_report(settings: Settings) -> tuple[str, bool]:
 
 
 def worktree_report(settings: Settings) -> tuple[str, dict[str, Any]]:
-    """One line about the worktrees of worktree jobs (how many, their disk use, each branch) and the details."""
+    """One line about the worktrees of worktree jobs (how many, their disk use, each branch) and the details: every
+    folder under the worktrees folder, recorded or not (`unrecorded`: a killed relay's, which the next start-up sweep
+    removes), and git's locks left on it (`locks`: `locked`, index.lock)."""
     from relay.workspaces import Workspaces
 
     if not settings.db_path.exists() or not settings.worktrees_dir.is_dir():
@@ -228,7 +230,9 @@ def worktree_report(settings: Settings) -> tuple[str, dict[str, Any]]:
     finally:
         spaces.close()
     size = f"{usage['bytes'] / (1 << 20):.1f} MB"
-    each = ", ".join(f"{w['branch']} ({w['state']})" for w in usage["worktrees"][:10])
+    each = ", ".join(
+        f"{w['branch']} ({w['state']}{', locked by git' if w.get('locks') else ''})" for w in usage["worktrees"][:10]
+    )
     more = f" and {usage['count'] - 10} more" if usage["count"] > 10 else ""
     line = f"worktrees: {usage['count']} in {settings.worktrees_dir}, {size}" + (f": {each}{more}" if each else "")
     return line, usage

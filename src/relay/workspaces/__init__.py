@@ -8,7 +8,8 @@
     fetch.py     on the caller's side: a remote job's pushed branch fetched into the caller's repository
     seal.py      at a job's end: commit what the agent left, the branch's stats and diff
     land.py      rebase/merge/squash onto the target, the test gate, compare-and-swap of the ref
-    cleanup.py   discard, prune after the retention time, disk use
+    cleanup.py   discard, prune after the retention time, what a killed relay left (recover), disk use
+    procs.py     the processes relay runs for worktrees, on record while they run; a dead relay's killed
     records.py   the rows in relay.db;  _git.py  running git, bounded, errors translated;  _net.py  git
                  that talks to a URL (the transports allowed, its failures translated);  _connect.py  the
                  connect timeout of each transport
@@ -24,7 +25,7 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.workspaces import _net, cleanup, fetch, land, make, remote, repocache, seal
+from relay.workspaces import _net, cleanup, fetch, land, make, procs, remote, repocache, seal
 from relay.workspaces._git import SAFE_CONFIG as GIT_SAFE_CONFIG
 from relay.workspaces.land import STRATEGIES, LandError
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
@@ -73,7 +74,10 @@ class Workspaces:
     # making and finding -------------------------------------------------------------------
 
     def create(self, job_id: str, cwd: str, *, base: str | None, carry_changes: bool) -> WorkspaceRecord:
-        return make.create(self.settings.worktrees_dir, self.store, job_id, cwd, base=base, carry_changes=carry_changes)
+        """A new worktree for a job (git's checkout may take seconds: call it off the event loop)."""
+        where = self.settings.worktrees_dir
+        with procs.recorded_in(where):
+            return make.create(where, self.store, job_id, cwd, base=base, carry_changes=carry_changes)
 
     # on a worker host: a workspace given by repository URL and ref --------------------------
 
@@ -92,7 +96,17 @@ class Workspaces:
         `again`: a job run a second time (retry after a lost worker) replaces what its earlier run left here.
         `stop`: the fetch is killed once it says so (a job cancelled meanwhile): CANCELLED.
         """
-        rec = remote.place(
+        with procs.recorded_in(self.settings.worktrees_dir):
+            rec = self._place(job_id, url, ref=ref, subdir=subdir, again=again, stop=stop)
+        if repocache.prune_due(self.settings.repos_dir):  # at most once a day per process; never fails the job
+            with contextlib.suppress(RelayError, OSError):
+                self.prune_repos()
+        return rec
+
+    def _place(
+        self, job_id: str, url: str, *, ref: str | None, subdir: str, again: bool, stop: Callable[[], bool] | None
+    ) -> WorkspaceRecord:
+        return remote.place(
             self.settings.repos_dir,
             self.settings.worktrees_dir,
             self.store,
@@ -104,10 +118,6 @@ class Workspaces:
             connect_s=self.settings.git_connect_timeout_s,
             stop=stop,
         )
-        if repocache.prune_due(self.settings.repos_dir):  # at most once a day per process; never fails the job
-            with contextlib.suppress(RelayError, OSError):
-                self.prune_repos()
-        return rec
 
     def prune_repos(self) -> list[str]:
         """Remove the caches of repositories no job used for `[workspaces] repos_keep_days` (relay.workspaces.repocache)."""
@@ -169,7 +179,8 @@ class Workspaces:
                 "start a new one with workspace='worktree'",
             )
         if not Path(rec.path).is_dir():
-            make.restore(rec)
+            with procs.recorded_in(self.settings.worktrees_dir):
+                make.restore(rec)
             self.store.update(rec.job_id, state="active", removed_at=None)
             rec = self.store.get(rec.job_id) or rec
         return rec
@@ -177,7 +188,8 @@ class Workspaces:
     # a job's end and what it left ---------------------------------------------------------
 
     def seal(self, rec: WorkspaceRecord, message: str) -> dict[str, Any]:
-        return seal.seal(self.store, rec, message)
+        with procs.recorded_in(self.settings.worktrees_dir):
+            return seal.seal(self.store, rec, message)
 
     def info(self, rec: WorkspaceRecord) -> dict[str, Any]:
         return seal.info(rec)
@@ -234,13 +246,22 @@ class Workspaces:
         return landed
 
     def discard(self, rec: WorkspaceRecord) -> None:
-        cleanup.discard(self.store, rec)
+        with procs.recorded_in(self.settings.worktrees_dir):
+            cleanup.discard(self.store, rec)
+
+    def recover(self) -> list[str]:
+        """What a killed relay left under the worktrees folder cleaned up (relay.workspaces.cleanup.recover)."""
+        if not self.settings.worktrees_dir.is_dir():
+            return []
+        return cleanup.recover(self.store, self.settings.worktrees_dir)
 
     def prune(self, running: set[str]) -> list[str]:
-        return cleanup.prune(self.store, self.settings.worktree_keep_s, running)
+        """`recover`, then the worktrees of ended jobs past the retention time (never one of `running`)."""
+        taken = self.recover()
+        return taken + cleanup.prune(self.store, self.settings.worktree_keep_s, running)
 
     def empty_trash(self) -> None:
         cleanup.empty_trash(self.settings.worktrees_dir)
 
     def usage(self) -> dict[str, Any]:
-        return cleanup.usage(self.store)
+        return cleanup.usage(self.store, self.settings.worktrees_dir)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 
 from relay.errors import ErrorCode, RelayError
+from relay.workspaces import procs
 
 # One git command (worktree add of a large repository, a rebase) must end within this.
 GIT_TIMEOUT_S = 120.0
@@ -70,6 +71,8 @@ def run(
     """Run `git args` in `cwd`; raises GitError when it fails and `check` is set.
 
     `stop`: asked every STOP_POLL_S; once it says so, git (its process group) is killed: CANCELLED.
+    Within `procs.recorded_in(...)`, git runs in a session of its own, on record while it runs: a relay killed
+    meanwhile leaves it to the next relay's sweep, which kills it.
     `git_dir`: the git folder to use (GIT_DIR, with `cwd` as GIT_WORK_TREE) instead of the one git finds from
     `cwd`; a worktree's own `.git` file is its agent's to rewrite, so relay names the folder it recorded
     (`worktree_git_dir`).
@@ -78,8 +81,8 @@ def run(
     full_env = {**os.environ, **_QUIET, **(env or {}), **where}
     argv = [git_path(), *SAFE_CONFIG, *args]
     try:
-        if stop is not None:
-            out = _until_stopped(argv, cwd, full_env, timeout, stop)
+        if stop is not None or procs.recording():
+            out = _until_stopped(argv, cwd, full_env, timeout, stop or _never)
         else:
             out = subprocess.run(
                 argv,
@@ -108,23 +111,30 @@ def run(
     return out
 
 
+def _never() -> bool:
+    return False
+
+
 def _until_stopped(
     argv: list[str], cwd: str | Path, env: dict[str, str], timeout: float, stop: Callable[[], bool]
 ) -> subprocess.CompletedProcess[str]:
     """`subprocess.run` of `argv` in a process group of its own, killed with that group when `stop()` says so."""
     deadline = time.monotonic() + timeout
-    with subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,  # what git starts for the transport (ssh, git-remote-https) goes with it
-    ) as proc:
+    with (
+        subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,  # what git starts for the transport (ssh, git-remote-https) goes with it
+        ) as proc,
+        procs.kept(proc.pid, " ".join(argv[len(SAFE_CONFIG) + 1 :][:2])),
+    ):
         while True:
             try:
                 stdout, stderr = proc.communicate(timeout=STOP_POLL_S)  # retried: no output is lost

@@ -5,12 +5,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from relay.agents import values
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.workspaces import _git
+from relay.workspaces import _git, procs
 from relay.workspaces._git import AUTHOR, GitError
 from relay.workspaces.cleanup import remove_at
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
@@ -128,6 +128,29 @@ def add_worktree(origin: Origin, worktrees_dir: Path, path: Path, branch: str, s
             ) from None
 
 
+def add_recorded(
+    store: WorkspaceStore, rec: WorkspaceRecord, origin: Origin, worktrees_dir: Path, start: str
+) -> WorkspaceRecord:
+    """`add_worktree` of `rec` from `start`, recorded before git makes anything: the row says `creating` (and a mark
+    under the worktrees folder says which relay makes it) until the worktree is there, then `active`. A failure
+    takes the row back with the worktree; a relay killed meanwhile leaves both to the next one's sweep
+    (relay.workspaces.recover), which takes back the worktree, its branch and git's locks."""
+    try:
+        with procs.creating(worktrees_dir, rec.job_id):
+            store.put(replace(rec, state="creating"))
+            try:
+                add_worktree(origin, worktrees_dir, Path(rec.path), rec.branch, start)
+            except BaseException:
+                store.delete(rec.job_id)
+                raise
+            store.update(rec.job_id, state="active")
+    except OSError as exc:
+        raise RelayError(
+            ErrorCode.GIT_FAILED, f"could not make {worktrees_dir}: {exc}", "check RELAY_HOME's permissions"
+        ) from None
+    return replace(rec, state="active")
+
+
 def create(
     worktrees_dir: Path,
     store: WorkspaceStore,
@@ -155,7 +178,6 @@ def create(
         )
     path = worktrees_dir / job_id
     start = _carry(origin, base_sha) if carry_changes else base_sha
-    add_worktree(origin, worktrees_dir, path, branch, start)
     rec = WorkspaceRecord(
         job_id=job_id,
         repo=origin.repo,
@@ -168,8 +190,7 @@ def create(
         state="active",
         created_at=time.time(),
     )
-    store.add(rec)
-    return rec
+    return add_recorded(store, rec, origin, worktrees_dir, start)
 
 
 def restore(rec: WorkspaceRecord) -> None:

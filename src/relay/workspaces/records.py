@@ -11,8 +11,9 @@ from typing import Any
 from relay.store.side import open_side
 
 BUSY_TIMEOUT_S = 10.0
-# active: the worktree is there; landed / discarded / pruned: it was removed (the branch stays unless discarded).
-STATES = ("active", "landed", "discarded", "pruned")
+# creating: recorded before git makes it (a relay killed meanwhile leaves this, which the next one's sweep takes
+# back); active: the worktree is there; landed / discarded / pruned: it was removed (the branch stays unless discarded).
+STATES = ("creating", "active", "landed", "discarded", "pruned")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,19 @@ class WorkspaceStore:
                 f"INSERT INTO workspaces ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
                 tuple(getattr(rec, c) for c in _COLUMNS),
             )
+
+    def put(self, rec: WorkspaceRecord) -> None:
+        """`add`, or the row of the same job replaced (a job placed again after its worker was lost)."""
+        with self._lock:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO workspaces ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                tuple(getattr(rec, c) for c in _COLUMNS),
+            )
+
+    def delete(self, job_id: str) -> None:
+        """Forget a workspace that was never made (a creation taken back)."""
+        with self._lock:
+            self._db.execute("DELETE FROM workspaces WHERE job_id=?", (job_id,))
 
     def get(self, job_id: str) -> WorkspaceRecord | None:
         found = self._rows("SELECT * FROM workspaces WHERE job_id=?", (job_id,))

@@ -21,7 +21,7 @@ from relay.errors import RelayError, invalid
 from relay.workspaces import _git, _net, repocache
 from relay.workspaces._connect import CONNECT_TIMEOUT_S
 from relay.workspaces.cleanup import discard
-from relay.workspaces.make import Origin, add_worktree, branch_of, undo
+from relay.workspaces.make import Origin, add_recorded, branch_of, undo
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 from relay.workspaces.seal import head_of
 
@@ -172,29 +172,29 @@ def place(
                 f"job {job_id} already has a workspace on this host (branch {branch} of {_net.shown(url)})",
                 "a job runs once per id (a second run after a lost worker passes again=True): submit it again for a new id",
             )
-        add_worktree(origin, worktrees_dir, path, branch, base_sha)
+        rec = WorkspaceRecord(
+            job_id=job_id,
+            repo=str(cache),
+            common_dir=str(cache),
+            path=str(path),
+            subdir=sub,
+            branch=branch,
+            base_ref=base_ref,
+            base_sha=base_sha,
+            state="active",
+            created_at=time.time(),
+        )
+        rec = add_recorded(store, rec, origin, worktrees_dir, base_sha)  # recorded before git makes it
     if sub and not Path(path, sub).is_dir():
         undo(origin, path, branch)
+        if earlier is None:
+            store.delete(job_id)
+        else:
+            store.update(job_id, state="discarded", removed_at=time.time())
         raise invalid(
             f"{_net.shown(url)} at {ref or base_ref} has no folder {sub!r}",
             "pass a folder that exists at that ref, or omit subdir for the top",
         )
-    rec = WorkspaceRecord(
-        job_id=job_id,
-        repo=str(cache),
-        common_dir=str(cache),
-        path=str(path),
-        subdir=sub,
-        branch=branch,
-        base_ref=base_ref,
-        base_sha=base_sha,
-        state="active",
-        created_at=time.time(),
-    )
-    if earlier is None:
-        store.add(rec)
-    else:
-        store.update(job_id, **{k: v for k, v in rec.to_dict().items() if k != "job_id"})
     return rec
 
 
