@@ -55,8 +55,9 @@ DEFAULT_GRANT = "edit"
 # job's permission without asking (the rest is asked of the person); "ask" asks the person for every action.
 APPROVALS = ("grant", "ask")
 # How long an agent's permission request waits for its owner's next waiting call to ask the person before
-# relay denies it (`[security] approval_wait_s`; the ACP driver denies by itself after its own, longer, timeout).
-DEFAULT_APPROVAL_WAIT_S = 120.0
+# relay denies it (`[security] approval_wait_s`): below the ACP driver's own timeout (120 s, after which it denies
+# by itself), so relay's denial is the one on record.
+DEFAULT_APPROVAL_WAIT_S = 90.0
 # Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
 RUNTIMES = ("auto", "linux", "portable")
 

@@ -145,6 +145,7 @@ TABLE: dict[str, tuple[Role, ...]] = {
     ),
     "job_wait": (Probe(JOB, lambda c, i: {"job_ids": [i], "timeout_s": 0.2}),),
     "job_cancel": (Probe(JOB, lambda c, i: {"job_id": i}, changes=True),),
+    "job_send": (Probe(JOB, lambda c, i: {"job_id": i, "message": BOB}, changes=True),),
     "job_list": (
         Lists(lambda c: {"limit": 200}),
         Probe(SESSION, lambda c, i: {"session_id": i, "limit": 200}, may_succeed=True),

@@ -44,7 +44,6 @@ async def test_an_action_above_the_grant_that_the_person_accepts_runs(
     assert requested["job_id"] == env["job_id"] and requested["data"]["kind"] == "execute"
     assert requested["data"]["within_grant"] is False
     [answered] = audit(relay_home, "permission.answered")
-    assert answered["data"] | {"at": None} == answered["data"] | {"at": None}
     assert {k: answered["data"][k] for k in ("id", "answer", "by", "outcome", "optionId", "allowed", "who")} == {
         "id": 1,
         "answer": "accept",
@@ -66,7 +65,9 @@ async def test_an_action_the_person_declines_is_refused_and_the_job_goes_on(
     assert not failed and env["status"] == "completed"
     assert env["output"] == "execute: rejected\nread: allowed"  # told no, went on, and its read needed nobody
     assert len(person.asked) == 1
-    answers = [(e["data"]["answer"], e["data"]["by"], e["data"]["optionId"]) for e in audit(relay_home, "permission.answered")]
+    answers = [
+        (e["data"]["answer"], e["data"]["by"], e["data"]["optionId"]) for e in audit(relay_home, "permission.answered")
+    ]
     assert answers == [("decline", "person", "reject-once"), ("accept", "grant", "allow-once")]
 
 
@@ -108,7 +109,7 @@ async def test_the_ask_policy_asks_the_person_even_within_the_grant(
     make_settings: SettingsFactory, acp_agent: str, workdir: Path
 ) -> None:
     person = Person("decline")
-    settings = make_settings(f"[agents.{acp_agent}]\napprovals = \"ask\"\n")
+    settings = make_settings(f'[agents.{acp_agent}]\napprovals = "ask"\n')
     async with Client(build_server(settings), elicitation_callback=person, mode="legacy") as c:
         failed, env = await call(c, "delegate", asking(workdir, acp_agent, "read"))
     assert not failed and env["output"] == "read: rejected" and len(person.asked) == 1
@@ -156,29 +157,32 @@ async def test_a_request_nobody_asks_about_is_denied_once_its_wait_runs_out(
     assert (answered["data"]["answer"], answered["data"]["by"]) == ("expired", "nobody")
 
 
+@ERAS
 async def test_over_http_only_the_jobs_owner_is_asked_about_its_request(
-    make_settings: SettingsFactory, acp_agent: str, workdir: Path, relay_home: Path
+    make_settings: SettingsFactory, acp_agent: str, workdir: Path, relay_home: Path, era: Any
 ) -> None:
     from tests.server.test_principals import ALICE, BOB, ROOT, TOKENS
 
     people = {name: Person("accept") for name in ("alice", "bob", "root")}
-    async with over_http(make_settings(TOKENS)) as port:
-        async with http_client(port, BOB, elicitation_callback=people["bob"], mode="legacy") as bob:
-            # bob's job runs read-only; its edit is above that, within what bob's person may approve (cap 'edit')
-            _, started = await call(bob, "delegate", asking(workdir, acp_agent, "edit", mode="async"))
-            job = started["job_id"]
-            with anyio.fail_after(30):
-                while not audit(relay_home, "permission.requested"):
-                    await anyio.sleep(0.02)
-            async with http_client(port, ALICE, elicitation_callback=people["alice"], mode="legacy") as alice:
-                refused, body = await call(alice, "job_wait", {"job_ids": [job], "timeout_s": 0.5})
-            assert refused and body["error"]["code"] == "JOB_NOT_FOUND"
-            async with http_client(port, ROOT, elicitation_callback=people["root"], mode="legacy") as root:
-                seen, waited = await call(root, "job_wait", {"job_ids": [job], "timeout_s": 0.5})
-            assert not seen and not waited["done"]  # an admin sees the job, but does not answer for it
-            assert people["alice"].asked == [] and people["root"].asked == []
-            assert audit(relay_home, "permission.answered") == []
-            _, waited = await call(bob, "job_wait", {"job_ids": [job], "timeout_s": 30})
+    async with (
+        over_http(make_settings(TOKENS)) as port,
+        http_client(port, BOB, elicitation_callback=people["bob"], mode=era) as bob,
+    ):
+        # bob's job runs read-only; its edit is above that, within what bob's person may approve (cap 'edit')
+        _, started = await call(bob, "delegate", asking(workdir, acp_agent, "edit", mode="async"))
+        job = started["job_id"]
+        with anyio.fail_after(30):
+            while not audit(relay_home, "permission.requested"):
+                await anyio.sleep(0.02)
+        async with http_client(port, ALICE, elicitation_callback=people["alice"], mode=era) as alice:
+            refused, body = await call(alice, "job_wait", {"job_ids": [job], "timeout_s": 0.5})
+        assert refused and body["error"]["code"] == "JOB_NOT_FOUND"
+        async with http_client(port, ROOT, elicitation_callback=people["root"], mode=era) as root:
+            seen, waited = await call(root, "job_wait", {"job_ids": [job], "timeout_s": 0.5})
+        assert not seen and not waited["done"]  # an admin sees the job, but does not answer for it
+        assert people["alice"].asked == [] and people["root"].asked == []
+        assert audit(relay_home, "permission.answered") == []
+        _, waited = await call(bob, "job_wait", {"job_ids": [job], "timeout_s": 30})
     assert waited["jobs"][0]["output"] == "edit: allowed" and len(people["bob"].asked) == 1
     [answered] = audit(relay_home, "permission.answered")
     assert answered["data"]["who"].startswith("bob") and answered["data"]["by"] == "person"
@@ -190,9 +194,11 @@ async def test_a_user_tokens_cap_bounds_what_its_person_may_approve(
     from tests.server.test_principals import ALICE, TOKENS
 
     person = Person("accept")
-    async with over_http(make_settings(TOKENS)) as port:  # alice: a user token, capped at the grant 'edit'
-        async with http_client(port, ALICE, elicitation_callback=person, mode="legacy") as alice:
-            _, env = await call(alice, "delegate", asking(workdir, acp_agent, "execute"))
+    async with (  # alice: a user token, capped at the grant 'edit'
+        over_http(make_settings(TOKENS)) as port,
+        http_client(port, ALICE, elicitation_callback=person, mode="legacy") as alice,
+    ):
+        _, env = await call(alice, "delegate", asking(workdir, acp_agent, "execute"))
     assert env["output"] == "execute: cancelled" and person.asked == []
     [answered] = audit(relay_home, "permission.answered")
     assert answered["data"]["answer"] == "capped"

@@ -58,6 +58,7 @@ async def test_the_default_exposes_core_and_the_three_discovery_tools(make_setti
         "job_status",
         "job_result",
         "job_wait",
+        "job_send",
         "job_cancel",
         "job_list",
         "session_list",

@@ -106,7 +106,8 @@ def request_from(rec: JobRecord, data: dict[str, Any]) -> Request | None:
     rid = data.get("id")
     if isinstance(rid, bool) or not isinstance(rid, int):
         return None
-    call: dict[str, Any] = cast(dict[str, Any], data.get("toolCall")) if isinstance(data.get("toolCall"), dict) else {}
+    given = data.get("toolCall", data.get("tool_call"))  # the driver's line, or relay's ACP parser's event
+    call: dict[str, Any] = cast(dict[str, Any], given) if isinstance(given, dict) else {}
     options: list[Any] = cast(list[Any], data.get("options")) if isinstance(data.get("options"), list) else []
     raw_locations = call.get("locations")
     locations: list[Any] = cast(list[Any], raw_locations) if isinstance(raw_locations, list) else []

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from relay.agents import get_adapter
-from relay.agents.acp.inbox import SEND, post
+from relay.agents import protocol_of as adapter_protocol
+from relay.agents.acp.inbox import SEND, inbox_path, post
 from relay.audit import bounded
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
@@ -29,19 +30,15 @@ ACP = "acp"
 def protocol_of(settings: Settings, rec: JobRecord) -> str:
     """How a job's agent is driven: "acp" (a live session relay can write to) or "print" (one run per turn).
 
-    What the job was started with when its request says so, else its agent's configuration, else its adapter's."""
+    What the job was started with when its request says so, else what its agent's adapter is (`protocol = "acp"`
+    in config.toml chooses the ACP adapter where the agent has one)."""
     stored = rec.request.get("protocol")
     if isinstance(stored, str) and stored:
         return stored
-    configured = getattr(settings.agent(rec.agent), "protocol", None)
-    if isinstance(configured, str) and configured:
-        return configured
     try:
-        adapter = get_adapter(rec.agent, settings)
+        return adapter_protocol(get_adapter(rec.agent, settings))
     except RelayError:
         return "print"
-    declared = getattr(adapter, "protocol", None)
-    return declared if isinstance(declared, str) and declared else "print"
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,7 @@ def check(settings: Settings, rec: JobRecord, job_dir: Path, far_host: str | Non
             f"job {rec.id} is {rec.status}: its session has not started yet",
             f"wait until it runs (job_status(job_id='{rec.id}')), then send the message",
         )
-    if far_host is not None or not job_dir.is_dir():
+    if far_host is not None or not inbox_path(job_dir).is_file():  # the driver makes its inbox as it starts
         where = f"on host {far_host}" if far_host else "by a relay whose job folder this relay cannot reach"
         raise _not_steerable(
             f"job {rec.id} runs {where}: its inbox is a file there, out of this relay's reach",

@@ -72,10 +72,10 @@ class Inbox:
 def main() -> int:
     folder, prompt = Path(sys.argv[1]), sys.argv[2]
     found = re.search(r"\[\[acp:([^\]]*)\]\]", prompt)
-    directives = dict(
-        (part.split("=", 1) + [""])[:2] for part in (found.group(1).split(",") if found else []) if part
-    )
+    parts = [part for part in (found.group(1).split(",") if found else []) if part]
+    directives = {part.partition("=")[0]: part.partition("=")[2] for part in parts}
     inbox = Inbox(folder)
+    inbox.path.touch()  # the real driver makes its inbox as it starts
     say({"type": "session.started", "session_id": "fake-acp-session", "model": "fake-acp"})
     said: list[str] = []
     kinds = [k for k in directives.get("ask", "").split("+") if k]
