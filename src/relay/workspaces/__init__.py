@@ -216,16 +216,18 @@ class Workspaces:
                 f"job {rec.job_id} was already landed into {rec.landed_into} ({(rec.landed_sha or '')[:12]})",
                 f"follow up with workspace='job:{rec.job_id}' to add to it, then land again",
             )
+        procs.kill_left_over(self.settings.worktrees_dir)  # a dead relay's rebase or gate: gone before it lands again
         try:
-            landed = land.land(
-                rec,
-                into=into,
-                strategy=strategy,
-                test_command=test_command,
-                test_timeout_s=self.settings.land_test_timeout_s,
-                test_log=test_log,
-                message=message,
-            )
+            with procs.recorded_in(self.settings.worktrees_dir):
+                landed = land.land(
+                    rec,
+                    into=into,
+                    strategy=strategy,
+                    test_command=test_command,
+                    test_timeout_s=self.settings.land_test_timeout_s,
+                    test_log=test_log,
+                    message=message,
+                )
         except LandError:
             raise
         except RelayError as err:

@@ -20,8 +20,10 @@ TRASH = ".trash"
 # ("initializing", as `git worktree add` starts) and the worktree's index.lock. Left by a killed git, they keep
 # `git worktree prune` from forgetting the worktree and every git command from touching its index.
 ADMIN_LOCKS = ("locked", "index.lock")
-# What git may leave in a worktree's admin folder mid-operation, cleared before a land (relay.workspaces.land).
-HALF_DONE = ("rebase-merge", "rebase-apply", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "CHERRY_PICK_HEAD", "AUTO_MERGE")
+# What a git killed mid-land leaves in the worktree's git folder: a rebase's state, and the index's lock
+# (cleared before a land: relay.workspaces.land); on the detached HEAD a land merges on, a merge's or cherry-pick's too.
+HALF_DONE = ("rebase-merge", "rebase-apply", "index.lock")
+HALF_DONE_DETACHED = ("MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "SQUASH_MSG", "CHERRY_PICK_HEAD", "AUTO_MERGE")
 
 
 def remove_worktree(rec: WorkspaceRecord, *, later: bool = False) -> None:
@@ -80,6 +82,26 @@ def unlock(common_dir: str | Path, path: Path) -> list[str]:
                 (admin / name).unlink()
                 removed.append(str(admin / name))
     return removed
+
+
+def clear_half_done(git_dir: Path) -> list[str]:
+    """git's own half-done state in a worktree's git folder, left by a relay (and its git) killed mid-land, removed:
+    a rebase's folder, index.lock, and, when HEAD is detached (where a land merges), MERGE_HEAD and its kin. A
+    merge on the job's branch itself (a conflict kept for an agent to resolve) is left as it is. What was removed;
+    the caller then puts the worktree back on its branch."""
+    try:
+        detached = not (git_dir / "HEAD").read_text(encoding="utf-8").startswith("ref: ")
+    except (OSError, UnicodeDecodeError):
+        detached = False
+    names = HALF_DONE + (HALF_DONE_DETACHED if detached else ())
+    found = [name for name in names if (git_dir / name).exists()]
+    for name in found:
+        path = git_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return found
 
 
 def _delete(trash: Path) -> None:

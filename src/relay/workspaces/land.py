@@ -18,7 +18,7 @@ from typing import Any
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.workspaces import _git
 from relay.workspaces._git import AUTHOR
-from relay.workspaces.cleanup import remove_worktree
+from relay.workspaces.cleanup import clear_half_done, remove_worktree
 from relay.workspaces.make import restore
 from relay.workspaces.records import WorkspaceRecord
 from relay.workspaces.seal import commit_leftovers, head_of
@@ -292,6 +292,9 @@ def land(
         old = found.stdout.strip()
         restore(rec)
         wt = Path(rec.path)
+        # A land a crash cut short (a rebase's folder, index.lock) is cleared first, its worktree back on the branch.
+        if clear_half_done(_git.worktree_git_dir(rec.common_dir, wt)):
+            _back_to_branch(rec, wt, head_of(rec))
         commit_leftovers(rec, f"Edits made in the worktree after relay job {rec.job_id}\n")
         head = head_of(rec)
         new = _apply(rec, wt, old, head, strategy, message)
