@@ -31,6 +31,7 @@ LAYERS = [
     "state",
     "envelope",
     "mirror",
+    "fence",
     "output",
     "bounds",
 ]

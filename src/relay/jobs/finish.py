@@ -59,10 +59,12 @@ class Finisher:
     def finalize(self, job_id: str, parser: Parser, exit_code: int | None, stop_reason: str | None) -> None:
         """A CLI job's process has ended: ask the parser for the result and record the outcome."""
         state = self._state
+        files = state.files(job_id)
+        if state.fence.cut(job_id, files.dir):
+            return  # past the lease this worker last renewed (jobs/fence.py): the job's end is the store's to judge
         rec = state.store.get_job(job_id)
         if rec is None or rec.is_final:
             return
-        files = state.files(job_id)
         stop = stop_reason or rec.stop_reason
         result = parser.finish(exit_code, files.stderr_tail())
         live = state.live.get(job_id)
@@ -160,7 +162,7 @@ class Finisher:
                 principal=rec.principal,
             )
         if state.store.spans_hosts:  # the outputs reach the store before the end does (a front then pages them)
-            Mirror(state.store, rec.id, files).sync_all()
+            Mirror(state.store, rec.id, files, epoch=state.epochs.get(rec.id), fence=state.fence).sync_all()
         # The final state and the session's turn in one transaction (one commit on the way to the reply).
         state.store.finish_job(
             rec.id,

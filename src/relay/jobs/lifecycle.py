@@ -261,7 +261,8 @@ class Lifecycle:
         files = state.files(job_id)
         live = state.live.setdefault(job_id, Live())
         reader = LineReader(files.stdout)
-        mirror = Mirror(state.store, job_id, files, fresh=fresh) if state.store.spans_hosts else None  # other hosts
+        epoch, spans = state.epochs.get(job_id), state.store.spans_hosts  # other hosts page the job's copy
+        mirror = Mirror(state.store, job_id, files, fresh=fresh, epoch=epoch, fence=state.fence) if spans else None
         stored_seq = -1 if fresh else state.store.max_event_seq(job_id)
         seq = -1
         last_output = last_output or time.time()

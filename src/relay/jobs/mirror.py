@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 from pathlib import Path
 
+from relay.jobs.fence import Fence
 from relay.runtime.supervisor import JobFiles
 from relay.store.api import JobStore
 
@@ -32,9 +33,24 @@ def streams_of(files: JobFiles) -> dict[str, Path]:
 class Mirror:
     """Copies what a job's files gained since the last call; one per job, kept by the job's monitor."""
 
-    def __init__(self, store: JobStore, job_id: str, files: JobFiles, *, fresh: bool = False) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        job_id: str,
+        files: JobFiles,
+        *,
+        fresh: bool = False,
+        epoch: int | None = None,
+        fence: Fence | None = None,
+    ) -> None:
         self._store = store
         self._job_id = job_id
+        # The claim it copies under: once the job is another's (or ended), nothing more is appended; nor once
+        # the worker is past the lease it last renewed (its fence: jobs/fence.py).
+        self._epoch = epoch
+        self._fence = fence
+        self._folder = files.dir
+        self.refused = False
         self._paths = streams_of(files)
         # What the store holds already (a job re-attached after a restart was mirrored up to there); nothing
         # of a job `fresh`ly spawned.
@@ -43,6 +59,8 @@ class Mirror:
     def sync(self, streams: tuple[str, ...] = ("stdout", "transcript")) -> None:
         """Append what `streams` gained (at the job's end: every stream, the final text and stderr too)."""
         for stream in streams:
+            if self.refused or (self._fence is not None and self._fence.cut(self._job_id, self._folder)):
+                return
             path = self._paths[stream]
             try:
                 fh = path.open("rb")
@@ -51,7 +69,9 @@ class Mirror:
             with fh:
                 fh.seek(self._copied[stream])
                 while chunk := fh.read(MIRROR_CHUNK):
-                    self._store.append_output(self._job_id, stream, chunk)
+                    if self._store.append_output(self._job_id, stream, chunk, epoch=self._epoch) < 0:
+                        self.refused = True  # the claim is no longer this worker's
+                        return
                     self._copied[stream] += len(chunk)
 
     def sync_all(self) -> None:

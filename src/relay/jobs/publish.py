@@ -92,6 +92,11 @@ class Publisher:
         relay that stored them may have died before writing their lines, or halfway through one).
         Returns the last event sequence number and whether any event showed activity.
         """
+        if self._state.fence.cut(job_id, self._state.files(job_id).dir):
+            # Past the lease this worker last renewed (jobs/fence.py): the run is stopped, nothing more of it recorded.
+            live.stop_reason = LEASE_LOST
+            live.stop.set()
+            return seq, False
         batch: list[tuple[int, Event]] = []
         batch_chars = 0
         active = False

@@ -17,6 +17,7 @@ from relay.jobs.lifecycle import SPAWN_MARKER, Lifecycle
 from relay.jobs.output import LineReader
 from relay.jobs.state import JobState, Live, mtime
 from relay.runtime import procinfo, supervisor
+from relay.runtime.fencing import FENCED_MARK
 from relay.store import JobRecord
 
 # How long a restarted relay waits for a job's shim to record its pid (the spawn marker says a
@@ -52,6 +53,8 @@ class Recovery:
             if epoch is None:
                 continue
             adopted.append(rec.id)
+            # A run its earlier worker fenced (its processes killed past that one's lease) is this claim's to end.
+            (state.files(rec.id).dir / FENCED_MARK).unlink(missing_ok=True)
             state.epochs[rec.id] = epoch
             rec = replace(rec, epoch=epoch, worker=state.worker.id)
             if rec.kind != "cli":

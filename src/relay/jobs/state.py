@@ -19,6 +19,7 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
 from relay.jobs.bounds import limit_worker_threads, spare_folders
+from relay.jobs.fence import Fence
 from relay.jobs.mirror import store_text_page
 from relay.jobs.output import read_text_page
 from relay.principal import current
@@ -53,6 +54,23 @@ class Live:
 _ACTIVE: weakref.WeakSet[JobState] = weakref.WeakSet()
 
 
+class Epochs(dict[str, int]):
+    """The fencing epoch of each claim this process holds; while it holds one, its fence guards the job's folder
+    (the keeper kills that job's processes once the lease may have run out)."""
+
+    def __init__(self, state: JobState) -> None:
+        super().__init__()
+        self._state = state
+
+    def __setitem__(self, job_id: str, epoch: int) -> None:
+        super().__setitem__(job_id, epoch)
+        self._state.fence.guard(job_id, self._state.files(job_id).dir)
+
+    def pop(self, job_id: str, default: int | None = None, /) -> int | None:  # pyright: ignore[reportIncompatibleMethodOverride]
+        self._state.fence.release(job_id)
+        return super().pop(job_id, default)
+
+
 def new_job_id() -> str:
     return secrets.token_hex(8)
 
@@ -80,7 +98,9 @@ class JobState:
         self.workspaces = Workspaces(settings)
         # This process as a worker of the store's queue, and the fencing epoch of each claim it holds.
         self.worker = worker_info(settings, self.my_pid, self.my_start)
-        self.epochs: dict[str, int] = {}
+        # Its own view of its lease (jobs/fence.py): timed where other hosts judge it by its lease (PostgreSQL).
+        self.fence = Fence(settings.lease_s, settings.home, timed=settings.runs_jobs and store.spans_hosts)
+        self.epochs = Epochs(self)
         self.draining = False  # a worker stopping: it claims nothing more
         # In-process jobs (model calls) this process runs: they hold no slot, and no other process can run them.
         self.tasks: set[str] = set()

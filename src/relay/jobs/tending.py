@@ -1,6 +1,8 @@
 """Tending: this process's place in the store's queue while its engine runs.
 
-Every third of a lease it renews its claims (the heartbeat), ends the jobs of workers that were lost
+Every third of a lease its heart (jobs/fence.py: a thread) renews its claims, and tries again every half
+second while the store is away; past the lease it last renewed, its own jobs are killed before anyone
+else may judge it lost. Every third of a lease the loop here ends the jobs of workers that were lost
 (another host's worker whose lease ran out: `interrupted`, naming it, or queued again when the job
 asked `retry: "on_lost_worker"`), adopts the jobs of a worker of this host that died (recovery.py),
 stops the jobs whose claim another worker took over, and once an hour deletes the rows of workers
@@ -11,18 +13,21 @@ other processes did: a cancel of a job it runs, work queued while it has free sl
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
 import anyio
 
 from relay.errors import ErrorCode, RelayError
+from relay.jobs.fence import Heart, sweep
 from relay.jobs.lifecycle import Lifecycle
 from relay.jobs.recovery import Recovery
 from relay.jobs.state import LEASE_LOST, JobState
 from relay.jobs.waiting import Waiting
 from relay.runtime import procinfo, supervisor
 from relay.store import JobRecord, WorkerRecord
+from relay.telemetry import metrics
 
 # How often a SQLite store is looked at for other processes' cancels and queued work (PRAGMA data_version:
 # a read of shared memory that does nothing unless another process committed since).
@@ -32,6 +37,8 @@ WATCH_S = 0.1
 NOTICE_WAIT_S = 1.0
 # How often one process deletes the rows of workers gone for longer than `[queue] worker_retention_days`.
 PRUNE_WORKERS_S = 3600.0
+
+logger = logging.getLogger(__name__)
 
 
 class Tending:
@@ -43,32 +50,91 @@ class Tending:
         self._next_prune = 0.0  # time.monotonic() of the next prune of the workers table
         self._next_dead_check = 0.0  # time.monotonic() of the next look for this host's dead workers
 
+    @property
+    def beat_s(self) -> float:
+        """Every third of a lease: the heartbeat, and the look at others' leases."""
+        return max(self._state.settings.lease_s / 3, 0.1)
+
     async def run(self) -> None:
         """The loop; cancelled with the engine's task group."""
         state = self._state
-        beat = max(state.settings.lease_s / 3, 0.1)
+        beat = self.beat_s
         next_beat = time.monotonic() + beat
-        # A store that announces changes (PostgreSQL's NOTIFY) wakes the loop at once; SQLite's is looked at.
-        woken: Callable[[int, float], bool] | None = getattr(state.store, "wait_queue_change", None)
-        while True:
-            if woken is None:
-                await anyio.sleep(WATCH_S)
-            else:
-                wait = min(NOTICE_WAIT_S, max(next_beat - time.monotonic(), 0.01))
-                await anyio.to_thread.run_sync(woken, self._seen_version, wait, abandon_on_cancel=True)
-            # A store that cannot be written now (disk full, lock held) is tried again at the next turn.
-            with contextlib.suppress(RelayError):
-                self.watch()
-                if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + beat
-                    self.beat()
+        heart = Heart(state.fence, self.renew, beat)
+        heart.start()
+        if state.fence.timed:
+            state.fence.start_keeper()
+        try:
+            self.sweep()
+            # A store that announces changes (PostgreSQL's NOTIFY) wakes the loop at once; SQLite's is looked at.
+            woken: Callable[[int, float], bool] | None = getattr(state.store, "wait_queue_change", None)
+            while True:
+                if woken is None:
+                    await anyio.sleep(WATCH_S)
+                else:
+                    wait = min(NOTICE_WAIT_S, max(next_beat - time.monotonic(), 0.01))
+                    await anyio.to_thread.run_sync(woken, self._seen_version, wait, abandon_on_cancel=True)
+                self.enforce_fence()
+                # A store that cannot be written now (disk full, lock held) is tried again at the next turn.
+                with contextlib.suppress(RelayError):
+                    self.watch()
+                    if time.monotonic() >= next_beat:
+                        next_beat = time.monotonic() + beat
+                        self.beat()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(heart.stop)
+            state.fence.close()
+
+    def renew(self) -> bool:
+        """The heart's call (a thread): renew this worker's leases; a front checks that the store answers."""
+        state = self._state
+        if not state.settings.runs_jobs:
+            state.store.clock()
+            return True
+        if not state.store.heartbeat(state.worker.id, state.settings.lease_s):
+            state.store.register_worker(state.worker)  # the store could not take it as the engine started
+        metrics.lease_renewed()
+        return True
+
+    def enforce_fence(self) -> list[str]:
+        """Past the lease this worker last renewed: kill its jobs' processes (the keeper may have already) and stop
+        their monitors, which record nothing more of them; their ids."""
+        state = self._state
+        if not state.fence.passed():
+            return []
+        killed = state.fence.enforce()
+        for job_id in state.fence.guarded():
+            live = state.live.get(job_id)
+            if live is not None and not live.stop.is_set():
+                live.stop_reason = LEASE_LOST
+                live.stop.set()
+        if killed:
+            logger.warning("lease not renewed in time: the processes of jobs %s were killed", ", ".join(killed))
+        return killed
+
+    def sweep(self) -> list[str]:
+        """Kill what an earlier life of a worker of this home left running (its fence file remains, its process is
+        gone), unless it was adopted again (jobs/recovery.py); the job folders killed."""
+        state = self._state
+        if not state.settings.runs_jobs:
+            return []
+        live = {state.files(job_id).dir for job_id in state.live}
+        try:
+            killed = sweep(state.settings.home, state.fence.path, lambda folder: folder in live)
+        except OSError:
+            return []
+        if killed:
+            logger.warning("stopped jobs an earlier worker of this home left running: %s", [f.name for f in killed])
+        return [f.name for f in killed]
 
     def beat(self) -> None:
         state = self._state
-        self.judge_lost()
+        # A process that was away from the store judges no lease until it has heard from it steadily for a beat:
+        # the workers that were away with it get their turn to renew first.
+        if state.fence.steady(self.beat_s):
+            self.judge_lost()
         if state.settings.runs_jobs:  # a front that runs no jobs has no claims to renew, none to adopt
-            if not state.store.heartbeat(state.worker.id, state.settings.lease_s):
-                state.store.register_worker(state.worker)  # the store could not take it as the engine started
             self._recovery.recover()
         self.mark_dead_workers()
         self.prune_workers()
@@ -81,7 +147,7 @@ class Tending:
             return []
         self._next_dead_check = time.monotonic() + state.settings.lease_s
         lost: list[str] = []
-        now = time.time()
+        now = state.store.clock()  # "last heard from" by the store's clock, as it stamped the heartbeat
         for w in state.store.list_workers(include_stopped=False):
             if w.id == state.worker.id or w.boot_id != state.worker.boot_id or now - w.heartbeat_at <= w.lease_s:
                 continue  # ours, another host's (its lease tells: judge_lost), or heard from within its lease
@@ -147,10 +213,11 @@ class Tending:
             if worker is not None and worker.boot_id == state.worker.boot_id:
                 continue  # this host's: alive (only late), or adopted by recover() once its pid is gone
             if status == "queued" or retry == "on_lost_worker":
-                state.store.unclaim(job_id, epoch, requeue_running=True)
+                outcome, took = "requeued", state.store.unclaim(job_id, epoch, requeue_running=True)
             else:
                 err = lost_worker_error(worker, worker_id)
-                state.store.finish_job(
+                outcome = "interrupted"
+                took = state.store.finish_job(
                     job_id,
                     "interrupted",
                     exit_code=None,
@@ -161,6 +228,7 @@ class Tending:
                     epoch=epoch,
                     fence=True,
                 )
+            metrics.lease_expired(outcome, took)  # counted by the process whose write took effect
             if worker is not None and worker.state == "running":
                 state.store.stop_worker(worker_id, "lost")
         state.notify()

@@ -1,0 +1,224 @@
+"""Self-fencing: a worker that cannot renew its lease stops its own jobs before anyone else may judge it lost.
+
+The store gives each claim a lease, stamped by the store's own clock when the worker renews it (its
+heartbeat, every third of `[queue] lease_s`). A worker measures its own side on CLOCK_MONOTONIC: the lease
+it renewed by a heartbeat sent at `t` runs to at least `t + lease_s` in the store's view (the store stamps
+it later than `t`), so once `t + lease_s * (1 - MARGIN)` has passed without a newer renewal, the lease may
+be about to run out: the worker's jobs are killed (their process groups, SIGKILL) and nothing more of
+them is recorded by this worker (their end is the store's to judge: `interrupted`, or queued again with
+`retry="on_lost_worker"`). What kills them:
+
+- the heart (a thread of the worker: not held up by the event loop) renews the lease and, once its renewal
+  fails, tries again every RETRY_S;
+- the engine's tending loop kills its fenced jobs at its next turn;
+- when the store spans hosts, a keeper process (relay.runtime._fence_keeper) kills them at the deadline
+  even when the worker itself cannot run (paused by SIGSTOP, a debugger, a swapped-out machine).
+
+A process that was away from the store (its renewals or reads failed) does not judge other workers'
+leases until it has heard from the store steadily for a third of a lease: they get their turn to renew.
+
+On one machine's SQLite store a worker of the same host is judged by its pid, never by its lease: there
+nothing is fenced by time (a lock held a moment would otherwise kill healthy jobs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from relay.errors import RelayError
+from relay.runtime import fencing, procinfo
+
+logger = logging.getLogger(__name__)
+
+# The part of a lease kept as margin: a worker whose renewal failed kills its jobs this long before the
+# lease it last renewed could run out in the store's view (3 s of the default 15 s: ample for a SIGKILL).
+MARGIN = 0.2
+# How soon the heart tries again after a renewal that failed (the store away, a link cut): well below a
+# lease, so a store back within the lease finds every worker renewed at once.
+RETRY_S = 0.5
+# The folder of RELAY_HOME with one fence file per worker process of this home.
+FENCE_DIR = "fences"
+
+
+class Fence:
+    """One worker's view of its own lease: when it was last renewed, and the jobs it guards."""
+
+    def __init__(self, lease_s: float, home: Path | None, *, timed: bool) -> None:
+        self.lease_s = lease_s
+        self.timed = timed  # False: nothing is fenced by time (a front, a worker of one machine's SQLite store)
+        self._lock = threading.Lock()
+        # A worker starting holds nothing yet; what it claims is leased afresh.
+        self.deadline = time.monotonic() + self.window
+        self.steady_since: float | None = None  # time.monotonic() of the first contact after the last failure
+        self._jobs: dict[str, Path] = {}
+        self.path: Path | None = None
+        if home is not None and timed:
+            folder = home / FENCE_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            self.path = folder / f"{os.getpid()}-{secrets.token_hex(4)}.json"
+        self._keeper: subprocess.Popen[bytes] | None = None
+
+    @property
+    def window(self) -> float:
+        """How long after a renewal was sent the worker may go on without a newer one."""
+        return self.lease_s * (1 - MARGIN)
+
+    # contact with the store ----------------------------------------------------------------
+
+    def renewed(self, sent_at: float) -> None:
+        """A heartbeat sent at `sent_at` (time.monotonic()) was taken by the store: every lease runs again."""
+        with self._lock:
+            self.deadline = max(self.deadline, sent_at + self.window)
+            self._heard()
+        self.write()
+
+    def heard(self) -> None:
+        """A read of the store succeeded (a process with no lease of its own: a front)."""
+        with self._lock:
+            self._heard()
+
+    def _heard(self) -> None:
+        if self.steady_since is None:
+            self.steady_since = time.monotonic()
+
+    def lost(self) -> None:
+        """A renewal or a read failed: the store is away from this process."""
+        with self._lock:
+            self.steady_since = None
+
+    def steady(self, for_s: float) -> bool:
+        """Whether this process has heard from the store without a failure for `for_s` seconds."""
+        since = self.steady_since
+        return since is not None and time.monotonic() - since >= for_s
+
+    def passed(self) -> bool:
+        return self.timed and time.monotonic() > self.deadline
+
+    # the jobs it guards ---------------------------------------------------------------------
+
+    def guard(self, job_id: str, folder: Path) -> None:
+        with self._lock:
+            self._jobs[job_id] = folder
+        self.write()
+
+    def release(self, job_id: str) -> None:
+        with self._lock:
+            gone = self._jobs.pop(job_id, None)
+        if gone is not None:
+            self.write()
+
+    def guarded(self) -> dict[str, Path]:
+        with self._lock:
+            return dict(self._jobs)
+
+    def cut(self, job_id: str, folder: Path) -> bool:
+        """Whether the job's run is past its fence: this worker's lease may have run out, or the keeper killed it."""
+        return (job_id in self._jobs and self.passed()) or (folder / fencing.FENCED_MARK).exists()
+
+    def enforce(self) -> list[str]:
+        """Past the deadline: SIGKILL the process group of every guarded job and mark it fenced; their ids."""
+        if not self.passed():
+            return []
+        jobs = self.guarded()
+        killed = set(fencing.kill_jobs([str(f) for f in jobs.values()]))
+        return [job_id for job_id, folder in jobs.items() if str(folder) in killed]
+
+    # the fence file and its keeper ------------------------------------------------------------
+
+    def write(self) -> None:
+        if self.path is None:
+            return
+        with self._lock:
+            deadline, jobs = self.deadline, list(self._jobs.values())
+        try:
+            fencing.write_fence(self.path, deadline, jobs)
+        except OSError as exc:  # the home cannot be written: the in-process fence still holds
+            logger.warning("fence file %s not written: %s", self.path, exc)
+
+    def start_keeper(self) -> None:
+        if self.path is None or self._keeper is not None:
+            return
+        self.write()
+        try:
+            self._keeper = fencing.start_keeper(self.path)
+        except OSError as exc:
+            logger.warning("fence keeper not started: %s", exc)
+
+    def close(self) -> None:
+        if self._keeper is not None:
+            fencing.stop_keeper(self._keeper)
+            self._keeper = None
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink(missing_ok=True)
+
+
+def sweep(home: Path, mine: Path | None, keep: Callable[[Path], bool]) -> list[Path]:
+    """The jobs an earlier life of a worker of this home left running: its fence file remains, its process is gone.
+
+    Each job folder it guarded whose process still runs is killed (and marked fenced) unless `keep(folder)`
+    (the job was adopted again: it is live here); the stale file goes. The folders killed."""
+    killed: list[Path] = []
+    for path in sorted((home / FENCE_DIR).glob("*.json")):
+        if path == mine:
+            continue
+        try:
+            pid = int(path.name.split("-", 1)[0])
+        except ValueError:
+            continue
+        if procinfo.is_alive(pid, None):
+            continue  # another worker of this home, alive: its jobs are its own
+        found = fencing.read_fence(path)
+        folders = [Path(f) for f in found[1]] if found is not None else []
+        stale = [f for f in folders if not keep(f) and not (f / "exit").exists()]
+        killed += [Path(f) for f in fencing.kill_jobs([str(f) for f in stale])]
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return killed
+
+
+class Heart:
+    """The thread that renews this worker's leases (or, for a front, checks that the store answers)."""
+
+    def __init__(self, fence: Fence, renew: Callable[[], bool], beat_s: float) -> None:
+        self._fence = fence
+        self._renew = renew  # True: the store took the renewal
+        self._beat_s = beat_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="relay-heart", daemon=True)
+        self.beats = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._beat_s + 1)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                ok = self._renew()
+            except RelayError as err:
+                ok = False
+                logger.info("lease renewal failed: %s", err.message)
+            except Exception:  # a bug must not stop the heart: the fence would then kill every job
+                logger.exception("lease renewal failed")
+                ok = False
+            if ok:
+                self._fence.renewed(sent)
+                self.beats += 1
+                wait = max(self._beat_s - (time.monotonic() - sent), 0.0)
+            else:
+                self._fence.lost()
+                wait = RETRY_S
+            self._stop.wait(wait)

@@ -1,0 +1,86 @@
+"""A worker's fence keeper: kills the worker's jobs once the lease it last renewed may have run out.
+
+A worker renews its claims in the store every third of a lease. Once it cannot (its link cut, the store
+away, the worker itself paused by SIGSTOP or a debugger), the store's lease runs out and another process
+ends or re-queues its jobs; the worker's agents must be dead before that, or a job runs twice. The worker
+kills them itself when it can (relay.jobs.fence); this small process does it when the worker cannot: it
+runs in a session of its own (a signal to the worker's group does not reach it), reads the worker's fence
+file every CHECK_S and, once the file's deadline (CLOCK_MONOTONIC, shared by every process of the machine)
+has passed, SIGKILLs the process group of every job folder listed there and leaves a `fenced` mark in
+each. It exits when its worker is gone (a worker that died leaves its jobs to the next one of this host:
+relay.jobs.recovery, and the sweep of relay.jobs.fence).
+
+Run as `python -I -S _fence_keeper.py FENCE_FILE WORKER_PID`; standard library only (no relay import).
+The fence file is JSON: {"deadline": monotonic seconds, "jobs": [job folder, ...]}, replaced whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+# How often the keeper reads the fence file: the most a fence may be late.
+CHECK_S = 0.1
+# The mark left in a job's folder whose group the fence killed: nothing of that run is recorded after it.
+FENCED_MARK = "fenced"
+
+
+def kill_jobs(folders: list[str]) -> list[str]:
+    """SIGKILL the process group of each job folder whose shim still runs (its pid file names the group's
+    leader; a folder with an exit status has ended); mark each folder `fenced`. The folders acted on."""
+    killed: list[str] = []
+    for folder in folders:
+        path = Path(folder)
+        if (path / FENCED_MARK).exists():
+            continue
+        with contextlib.suppress(OSError):
+            (path / FENCED_MARK).write_text(f"{time.time()}\n")
+        killed.append(folder)
+        try:
+            pid = int((path / "pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # not spawned yet: the mark stops its spawn from being recorded
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:  # still the leader of the job's group (a reused pid leads none)
+                os.killpg(pid, signal.SIGKILL)
+    return killed
+
+
+def read_fence(path: Path) -> tuple[float, list[str]] | None:
+    try:
+        data = json.loads(path.read_text())
+        return float(data["deadline"]), [str(j) for j in data["jobs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (the worker ended, its parent has not reaped it yet) is gone too.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def keep(fence: Path, worker_pid: int) -> int:
+    while _alive(worker_pid):
+        found = read_fence(fence)
+        if found is not None and time.monotonic() > found[0]:
+            kill_jobs(found[1])
+        time.sleep(CHECK_S)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(keep(Path(sys.argv[1]), int(sys.argv[2])))
