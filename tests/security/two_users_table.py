@@ -425,7 +425,11 @@ TABLE: dict[str, tuple[Role, ...]] = {
         Probe(HOOK, lambda c, i: {"thread_id": i}, changes=True, may_succeed=True),
     ),
     # --- workspaces ---------------------------------------------------------------------------------------------
-    "job_land": (Probe(JOB, lambda c, i: {"job_id": i}, changes=True),),
+    "job_land": (
+        Probe(JOB, lambda c, i: {"job_id": i}, changes=True),
+        # on_conflict="agent" would start a follow-up job on the named job's agent: never on alice's job for bob
+        Probe(JOB, lambda c, i: {"job_id": i, "on_conflict": "agent"}, changes=True),
+    ),
     "best_of": (
         Creates(JOB, lambda c: {"prompt": c.canary, "agents": ["claude", "claude"], "cwd": c.repo, "mode": "sync"}),
     ),

@@ -27,6 +27,11 @@ def add_parsers(sub: Any) -> None:
         help="rebase the branch onto the target (default), merge it with a merge commit, or squash it to one commit",
     )
     land.add_argument("--test", dest="test_command", help="shell command that must pass in the worktree first")
+    land.add_argument(
+        "--resolve",
+        action="store_true",
+        help="on a conflict, have the job's agent resolve it in its worktree (a follow-up job), then land again",
+    )
     land.add_argument("--json", action="store_true", help="print the result as JSON")
     discard = sub.add_parser("discard", help="remove a worktree job's worktree and branch")
     discard.add_argument("job", help="the worktree job's id, or its first characters")
@@ -48,13 +53,26 @@ def cmd_land(args: argparse.Namespace) -> int:
     import anyio
 
     from relay.jobs.grants import COMMAND_PERMISSION, chosen_by_the_person
+    from relay.jobs.request import submitted_via
+    from relay.workflows.resolve import Land, land
     from relay.workspaces import LandError
 
     engine = reading_engine()
+    asked = Land(
+        args.job,
+        into=args.into,
+        strategy=args.strategy,
+        test_command=args.test_command,
+        on_conflict="agent" if args.resolve else "refuse",
+    )
 
     async def go() -> dict[str, Any]:
-        with chosen_by_the_person(COMMAND_PERMISSION):  # --test is a command the person typed: it runs unasked
-            return await engine.land(args.job, into=args.into, strategy=args.strategy, test_command=args.test_command)
+        # --test is a command the person typed: it runs unasked; so does --resolve's follow-up, at the job's permission
+        with chosen_by_the_person(COMMAND_PERMISSION), submitted_via("cli/land"):
+            if not args.resolve:
+                return await land(engine, asked)
+            async with engine.running():  # the follow-up runs in this process, as `relay run`'s job does
+                return await land(engine, asked)
 
     try:
         landed = anyio.run(go)
@@ -70,9 +88,10 @@ def cmd_land(args: argparse.Namespace) -> int:
         print(json.dumps(landed, indent=2))
         return 0
     tested = " after the test passed" if landed["test"] else ""
+    resolved = f", its conflict resolved by job {landed['resolved_by']}" if landed["resolved_by"] else ""
     print(
         f"{landed['branch']} landed into {landed['into']} ({landed['strategy']}, {landed['commits']} commits): "
-        f"{landed['old'][:12]} -> {landed['new'][:12]}{tested}"
+        f"{landed['old'][:12]} -> {landed['new'][:12]}{tested}{resolved}"
     )
     return 0
 

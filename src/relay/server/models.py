@@ -237,6 +237,9 @@ class LandResult(BaseModel):
     commits: int = 0
     test: LandTest | None = None
     conflicts: list[str] = Field([], description="files that do not apply onto the target")
+    resolved_by: str | None = Field(
+        None, description="the follow-up job that resolved a conflict (on_conflict='agent')"
+    )
     error: ErrorInfo | None = None
 
 

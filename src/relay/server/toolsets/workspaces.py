@@ -11,6 +11,8 @@ from relay.server.models import DiscardResult, Envelope, ErrorInfo, LandResult
 from relay.server.results import error_result, model_result, run_guarded, run_job
 from relay.server.toolsets._registry import DESTROYS_STATE, RUNS_AGENT, Deps, ToolRegistry, Toolset
 from relay.workflows.best_of import BestOf, candidates_of, submit_best_of
+from relay.workflows.resolve import Land
+from relay.workflows.resolve import land as land_resolving
 from relay.workspaces import LandError
 
 
@@ -18,7 +20,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description=(
             "Land a worktree job's branch: rebase/merge/squash onto `into` (default: its base branch), run "
-            "test_command there, then move the branch. On a conflict or a failing test nothing changes."
+            "test_command there, then move the branch. On a conflict or a failing test nothing changes, unless "
+            "on_conflict='agent'."
         ),
         annotations=DESTROYS_STATE,
     )
@@ -27,11 +30,19 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         into: Annotated[str | None, Field(description="target branch; default the job's base")] = None,
         strategy: Literal["rebase", "merge", "squash"] = "rebase",
         test_command: Annotated[str | None, Field(description="shell command that must pass first")] = None,
+        on_conflict: Annotated[
+            Literal["refuse", "agent"],
+            Field(
+                description="on a conflict: refuse (default; nothing changes) or agent (the job's agent resolves it in "
+                "its worktree as a follow-up job, then the land is tried again through the test)"
+            ),
+        ] = "refuse",
     ) -> Annotated[CallToolResult, LandResult]:
         async def go() -> CallToolResult:
             engine = deps.engine()
+            asked = Land(job_id, into=into, strategy=strategy, test_command=test_command, on_conflict=on_conflict)
             try:
-                landed = await engine.land(job_id, into=into, strategy=strategy, test_command=test_command)
+                landed = await land_resolving(engine, asked)
             except LandError as err:
                 ws: dict[str, Any] = engine.envelope(job_id).get("workspace") or {}
                 refused = LandResult(
@@ -42,6 +53,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
                     strategy=strategy,
                     conflicts=list(err.details.get("conflicts") or []),
                     test=err.details.get("test"),
+                    resolved_by=err.details.get("resolved_by"),
                     error=ErrorInfo.model_validate(err.to_dict()),
                 )
                 return model_result(refused, is_error=True)

@@ -1,0 +1,154 @@
+"""job_land(on_conflict="agent") and `relay land --resolve`: a conflict resolved by the job's own agent (the fake
+claude, which writes the file a directive in its prompt names), then landed through the gate; without it, or when
+the agent leaves a marker, today's refusal, and nothing loops.
+
+The fake acts on `[[fake:write=F~TEXT]]` anywhere in its prompt. The follow-up's prompt names both sides' commits,
+so the commit the test makes on main carries the resolution in its subject: the agent reads it there, as a real
+one reads the commits the prompt names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from relay.server.app import build_server
+from relay.server.models import LandResult
+from relay.store import JobRecord, Store
+from tests.conftest import SettingsFactory
+from tests.workspaces.conftest import git
+
+pytestmark = pytest.mark.anyio
+
+GATE = "grep -q 'ours and theirs' app.txt && echo gate-saw-both"
+CONFIG = f'[workspaces]\ntest_command = "{GATE}"\n'
+OURS = "change app.txt\n[[fake:write=app.txt~ours\\n]]"  # the directive is not in the commit's subject line
+RESOLVES = "[[fake:write=app.txt~ours and theirs\\n]]"
+RELAY = str(Path(sys.executable).with_name("relay"))
+
+
+def main_moves(repo: Path, subject: str) -> str:
+    """Someone commits on main meanwhile, over the same line of app.txt; returns main's new tip."""
+    (repo / "app.txt").write_text("theirs\n")
+    git(repo, "commit", "-q", "-am", subject)
+    return git(repo, "rev-parse", "main")
+
+
+def jobs_of(home: Path) -> list[JobRecord]:
+    store = Store(home / "relay.db")
+    try:
+        return store.list_jobs(limit=100)
+    finally:
+        store.close()
+
+
+async def tool(c: Client, name: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    with anyio.fail_after(90):
+        result = await c.call_tool(name, args)
+    assert result.structured_content is not None, result.content
+    return bool(result.is_error), result.structured_content
+
+
+async def worktree_job(c: Client, repo: Path, prompt: str, permission: str = "edit") -> str:
+    args = {"prompt": prompt, "cwd": str(repo), "mode": "sync", "workspace": "worktree", "permission": permission}
+    failed, env = await tool(c, "delegate", args)
+    assert not failed and env["status"] == "completed", env
+    return str(env["job_id"])
+
+
+def server(make_settings: SettingsFactory) -> Client:
+    return Client(build_server(make_settings(CONFIG, RELAY_PROFILE="", RELAY_TOOLSETS="core,workspaces")))
+
+
+async def test_the_jobs_agent_resolves_the_conflict_in_its_worktree_and_the_land_goes_through_the_gate(
+    make_settings: SettingsFactory, repo: Path, relay_home: Path
+) -> None:
+    async with server(make_settings) as c:
+        job = await worktree_job(c, repo, OURS)
+        head = git(repo, "rev-parse", f"relay/{job}")
+        theirs = main_moves(repo, f"main's own edit {RESOLVES}")
+        failed, out = await tool(c, "job_land", {"job_id": job, "test_command": GATE, "on_conflict": "agent"})
+    assert not failed, out
+    landed = LandResult.model_validate(out)  # the answer holds to the tool's published schema
+    follow = next(r for r in jobs_of(relay_home) if r.id != job)
+    assert landed.resolved_by == follow.id and landed.landed and landed.into == "main"
+    assert landed.test is not None and landed.test.passed and "gate-saw-both" in landed.test.output_tail
+    assert (follow.agent, follow.status, follow.request["permission"]) == ("claude", "completed", "edit")
+    assert (follow.principal, follow.request["workspace"]) == ("local", f"job:{job}")
+    prompt = str(follow.request["prompt"])
+    for named in ("- app.txt", f"relay/{job}", head[:12], theirs[:12], "ours (HEAD", "theirs (main", "main's own edit"):
+        assert named in prompt, (named, prompt)
+    # main holds the agent's resolution, on top of both sides; the checkout followed it.
+    assert git(repo, "rev-parse", "main") == landed.new == git(repo, "rev-parse", f"relay/{job}")
+    assert git(repo, "show", "main:app.txt") == "ours and theirs" == (repo / "app.txt").read_text().strip()
+    for side in (head, theirs):
+        assert subprocess.run(["git", "merge-base", "--is-ancestor", side, "main"], cwd=repo).returncode == 0
+    assert git(repo, "status", "--porcelain") == ""
+
+
+async def test_without_on_conflict_agent_the_land_is_refused_as_before_and_no_job_starts(
+    make_settings: SettingsFactory, repo: Path, relay_home: Path
+) -> None:
+    async with server(make_settings) as c:
+        job = await worktree_job(c, repo, OURS)
+        main = main_moves(repo, f"main's own edit {RESOLVES}")
+        failed, out = await tool(c, "job_land", {"job_id": job})
+    assert failed and out["error"]["code"] == "LAND_CONFLICT" and out["conflicts"] == ["app.txt"]
+    assert out["resolved_by"] is None and LandResult.model_validate(out).landed is False
+    assert [r.id for r in jobs_of(relay_home)] == [job] and git(repo, "rev-parse", "main") == main
+
+
+async def test_an_agent_that_leaves_a_marker_stops_the_land_with_the_refusal_once_and_the_branch_goes_back(
+    make_settings: SettingsFactory, repo: Path, relay_home: Path
+) -> None:
+    async with server(make_settings) as c:
+        job = await worktree_job(c, repo, OURS)
+        head = git(repo, "rev-parse", f"relay/{job}")
+        main = main_moves(repo, "main's own edit, with nothing for the agent to do")
+        failed, out = await tool(c, "job_land", {"job_id": job, "on_conflict": "agent"})
+    follow = [r for r in jobs_of(relay_home) if r.id != job]
+    assert len(follow) == 1  # one follow-up: no loop
+    assert failed and out["error"]["code"] == "LAND_CONFLICT" and out["resolved_by"] == follow[0].id
+    assert "left conflict markers in: app.txt" in out["error"]["message"] and out["error"]["hint"]
+    assert git(repo, "rev-parse", "main") == main and git(repo, "rev-parse", f"relay/{job}") == head
+    tree = relay_home / "worktrees" / job
+    assert git(tree, "status", "--porcelain") == "" and (tree / "app.txt").read_text() == "ours\n"
+
+
+async def test_a_read_only_job_gets_no_follow_up_it_could_not_use(
+    make_settings: SettingsFactory, repo: Path, relay_home: Path
+) -> None:
+    async with server(make_settings) as c:
+        job = await worktree_job(c, repo, OURS, permission="read-only")
+        main_moves(repo, f"main's own edit {RESOLVES}")
+        failed, out = await tool(c, "job_land", {"job_id": job, "on_conflict": "agent"})
+    assert failed and out["error"]["code"] == "LAND_CONFLICT" and "permission 'read-only'" in out["error"]["message"]
+    assert "permission='edit'" in out["error"]["hint"] and [r.id for r in jobs_of(relay_home)] == [job]
+
+
+def test_relay_land_resolve_has_the_agent_resolve_it_and_says_which_job_did(
+    make_settings: SettingsFactory, repo: Path, relay_home: Path
+) -> None:
+    make_settings()
+    env = {**os.environ, "RELAY_HOME": str(relay_home)}
+
+    def relay(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([RELAY, *args], env=env, cwd=repo, capture_output=True, text=True, timeout=120)
+
+    ran = relay("run", "claude", OURS, "--worktree", "--permission", "edit", "--json")
+    assert ran.returncode == 0, ran.stderr
+    job = next(r.id for r in jobs_of(relay_home))
+    main_moves(repo, f"main's own edit {RESOLVES}")
+    refused = relay("land", job)
+    landed = relay("land", job, "--resolve", "--test", GATE)
+    follow = next(r.id for r in jobs_of(relay_home) if r.id != job)
+    assert refused.returncode == 1 and "LAND_CONFLICT" in refused.stderr
+    assert landed.returncode == 0, landed.stderr
+    assert f"after the test passed, its conflict resolved by job {follow}" in landed.stdout
+    assert git(repo, "show", "main:app.txt") == "ours and theirs"
