@@ -249,7 +249,7 @@ def test_relay_toolsets_lists_every_toolset_with_tools_and_tokens(cli_env: dict[
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert set(BUILTIN) | set(PROFILES) | {"(default)"} == set(rows)
     assert rows["core"]["tools"][0] == "delegate" and rows["core"]["tokens"] > 0
-    assert rows["(default)"]["tokens"] <= 3000
+    assert rows["(default)"]["tokens"] <= 3100  # 3000 until job_send (steering, ~105 tokens) joined core
 
 
 def test_relay_serve_with_a_profile_over_stdio_lists_exactly_that_profile(cli_env: dict[str, str]) -> None:

@@ -185,16 +185,13 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         return await run_guarded(go)
 
     @reg.tool(
-        description=(
-            "Send a message into a running job's live session, to steer it while it works (agents run over ACP; "
-            "the agent reads it after its current turn). Only the job's own caller may send."
-        ),
+        description="Steer a running ACP job: a message into its live session, read after the current turn.",
         annotations=RUNS_AGENT,
     )
     async def job_send(
         ctx: Context[Any, Any],
         job_id: str,
-        message: Annotated[str, Field(min_length=1, max_length=100_000, description="what the agent should read")],
+        message: Annotated[str, Field(min_length=1)],
     ) -> Annotated[CallToolResult, SentMessage]:
         async def go() -> CallToolResult:
             return model_result(send_message(deps.engine(), job_id, message, principal_of(ctx)))
