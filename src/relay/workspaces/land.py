@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.errors import ErrorCode, RelayError, invalid
-from relay.workspaces import _git
+from relay.workspaces import _git, procs
 from relay.workspaces._git import AUTHOR
 from relay.workspaces.cleanup import clear_half_done, remove_worktree
 from relay.workspaces.make import restore
@@ -129,19 +129,22 @@ def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, 
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            for sig, grace in ((signal.SIGTERM, TEST_KILL_GRACE_S), (signal.SIGKILL, None)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-                try:
-                    proc.wait(timeout=grace)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            code = proc.returncode
+        with procs.kept(proc.pid, "test"):  # on record while it runs: a relay killed meanwhile, the next one kills it
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                for sig, grace in ((signal.SIGTERM, TEST_KILL_GRACE_S), (signal.SIGKILL, None)):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, sig)
+                    try:
+                        proc.wait(timeout=grace)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+                code = proc.returncode
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # what it left running goes with it
+                os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_bytes().decode("utf-8", "replace")
     return {
         "command": command,
@@ -207,7 +210,8 @@ def gated_test(rec: WorkspaceRecord, command: str, log: Path, timeout_s: float) 
     try:
         before = _worktree_tree(wt, gd, index)
         try:
-            test = run_test(command, Path(rec.cwd), log, timeout_s)
+            with procs.recorded_in(wt.parent):  # the test's processes on record (relay.workspaces.procs)
+                test = run_test(command, Path(rec.cwd), log, timeout_s)
         finally:
             undone = _undo(wt, gd, index, before)
     finally:
