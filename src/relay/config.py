@@ -60,8 +60,7 @@ APPROVALS = ("grant", "ask")
 DEFAULT_APPROVAL_WAIT_S = 90.0
 # Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
 RUNTIMES = ("auto", "linux", "portable")
-
-
+# How relay drives an agent (`[agents.NAME] protocol`): its CLI's print mode, or the Agent Client Protocol.
 PROTOCOLS = ("print", "acp")
 
 
@@ -333,11 +332,7 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
     concurrency = table.get("max_concurrent")
     protocol = str(table.get("protocol", "print"))
     if protocol not in PROTOCOLS:
-        raise RelayError(
-            ErrorCode.CONFIG_INVALID,
-            f"[agents.{name}] protocol = {protocol!r} is not a protocol",
-            'use protocol = "print" (the default) or "acp"',
-        )
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"agents.{name}.protocol = {protocol!r}", 'use "print" or "acp"')
     return AgentConfig(
         command=str(table["command"]) if "command" in table else None,
         extra_args=_str_tuple(table.get("extra_args"), f"agents.{name}.extra_args"),

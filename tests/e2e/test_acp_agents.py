@@ -53,7 +53,9 @@ async def test_an_acp_job_runs_to_its_result_with_its_answer_session_and_transcr
     lines = driver_lines(world.relay_home, env["job_id"])
     assert lines[0]["type"] in ("session", "update") and lines[-1]["type"] == "result"
     assert {"type": "result"}.items() <= lines[-1].items() and lines[-1]["sessionId"] == env["session_id"]
-    streamed = [ln.removeprefix("[assistant] ") for ln in transcript["text"].splitlines() if ln.startswith("[assistant]")]
+    streamed = [
+        ln.removeprefix("[assistant] ") for ln in transcript["text"].splitlines() if ln.startswith("[assistant]")
+    ]
     assert "".join(streamed) == "plain answer over ACP ANS-4c1"
     assert f"[session] {env['session_id']}" in transcript["text"]
     if agent == "claude":  # claude-agent-acp reports the turn's tokens and the session's cost
@@ -115,7 +117,9 @@ async def test_an_acp_job_keeps_running_across_a_relay_restart_and_the_next_rela
     assert final["status"] == "completed", final["error"]
     assert final["output"] == SLOW_ANSWER
     # The answer's pieces as they streamed, before and after the restart (one transcript line each).
-    streamed = [ln.removeprefix("[assistant] ") for ln in transcript["text"].splitlines() if ln.startswith("[assistant]")]
+    streamed = [
+        ln.removeprefix("[assistant] ") for ln in transcript["text"].splitlines() if ln.startswith("[assistant]")
+    ]
     assert "".join(streamed) == SLOW_ANSWER
     rec = Store(world.relay_home / "relay.db").get_job(job_id)
     assert rec is not None and rec.status == "completed"

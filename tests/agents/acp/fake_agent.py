@@ -19,7 +19,6 @@ from acp import (
     plan_entry,
     run_agent,
     start_tool_call,
-    text_block,
     tool_diff_content,
     update_agent_message_text,
     update_plan,
@@ -55,7 +54,9 @@ class FakeAgent:
         self.client = conn
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
-        return InitializeResponse(protocol_version=PROTOCOL_VERSION, agent_capabilities=AgentCapabilities(load_session=True))
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION, agent_capabilities=AgentCapabilities(load_session=True)
+        )
 
     async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
         return NewSessionResponse(session_id=f"fake-{os.getpid()}", modes=MODES)
@@ -99,7 +100,9 @@ class FakeAgent:
             await self.client.write_text_file(session_id, path, "written by the fake agent\n")
             await self.client.session_update(
                 session_id,
-                update_tool_call("w1", status="completed", content=[tool_diff_content(path, "written by the fake agent\n")]),
+                update_tool_call(
+                    "w1", status="completed", content=[tool_diff_content(path, "written by the fake agent\n")]
+                ),
             )
         if "OUTSIDE" in text:
             try:
