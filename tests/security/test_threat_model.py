@@ -43,6 +43,11 @@ SPAWN_NAMES = {
     "run_process",
     "open_process",
     "create_subprocess_exec",
+    # The ACP SDK's process starters (relay.agents.acp.driver starts an agent's ACP server with one).
+    "spawn_agent_process",
+    "spawn_client_process",
+    "spawn_stdio_connection",
+    "spawn_stdio_transport",
 }
 
 
