@@ -16,6 +16,7 @@ from typing import Any
 
 from relay.errors import ErrorCode, RelayError
 from relay.principal import LOCAL_NAME, NAME_PATTERN, ROLES, Principal
+from relay.telemetry.settings import telemetry_fields
 
 # The MCP clients relay serves commonly give up on a tool call after 60 s; auto mode answers
 # with a job handle before that.
@@ -215,6 +216,12 @@ class Settings:
     worker_slots: int | None = None
     # Where the job queue lives (`RELAY_STORE` / `[store] url`): a postgresql:// URL, or None for relay.db in home.
     store_url: str | None = field(default=None, repr=False)
+    # What an operator watches (`[telemetry]`, relay.telemetry.settings): the OTLP/HTTP traces URL (None: no traces),
+    # `relay worker`'s /metrics port (None: none) and address, a token that may read /metrics besides admin tokens.
+    otlp_endpoint: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_token: str | None = field(default=None, repr=False)
 
     @property
     def allowed_roots(self) -> tuple[Path, ...]:
@@ -603,4 +610,5 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
             float(queue.get("worker_retention_days", DEFAULT_WORKER_RETENTION_S / 86400)),
         ),
         store_url=_store_url(env.get("RELAY_STORE"), store.get("url")),
+        **telemetry_fields(raw.get("telemetry"), env),
     )

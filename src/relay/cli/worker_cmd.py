@@ -19,6 +19,12 @@ def add_parsers(sub: Any) -> None:
     worker.add_argument("--slots", type=int, help="jobs it runs at once (default: jobs.max_concurrent)")
     worker.add_argument("--labels", help="comma-separated labels it has; a job that asks for labels needs them all")
     worker.add_argument("--roots", help="comma-separated folders a job's cwd may be in (default: as relay serve)")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics on this port (default: none; [telemetry] metrics_port)",
+    )
+    worker.add_argument("--metrics-host", help="the address /metrics listens on (default 127.0.0.1)")
     workers = sub.add_parser("workers", help="list the queue's workers: heartbeat, slots, running jobs, jobs run")
     workers.add_argument("--all", action="store_true", help="also the stopped and lost ones")
     workers.add_argument("--json", action="store_true", help="print as JSON")
@@ -50,6 +56,10 @@ def worker_settings(args: argparse.Namespace) -> Any:
         "worker_labels": labels,
         "worker_slots": args.slots,
     }
+    if args.metrics_port is not None:
+        changes["metrics_port"] = args.metrics_port
+    if args.metrics_host:
+        changes["metrics_host"] = args.metrics_host
     roots = _names(args.roots, "roots")
     if roots is not None:
         changes |= {
@@ -65,6 +75,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from relay.jobs.engine import Engine
 
     settings = worker_settings(args)
+    if settings.otlp_endpoint:  # traces of each job's life (docs/scaling.md); the 'otel' extra is loaded only now
+        from relay.telemetry import tracing
+
+        tracing.start(settings.otlp_endpoint)
+    metrics = metrics_server(settings)
+    if metrics is not None:
+        print(f"relay worker: serving /metrics on http://{metrics.host}:{metrics.port}/metrics", file=sys.stderr)
 
     async def run() -> None:
         async with Engine(settings).running() as engine:
@@ -83,8 +100,33 @@ def cmd_worker(args: argparse.Namespace) -> int:
             print(f"relay worker {me.name}: stopping; finishing {held} running jobs", file=sys.stderr, flush=True)
             await engine.drained()
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    finally:
+        if metrics is not None:
+            metrics.close()
     return 0
+
+
+def metrics_server(settings: Any) -> Any:
+    """The worker's /metrics (None unless a port is configured): admin tokens and the metrics token may read it
+    once any token is configured; beyond loopback one must be."""
+    if settings.metrics_port is None:
+        return None
+    from relay.errors import ErrorCode, RelayError
+    from relay.telemetry.endpoint import MetricsServer, Readers
+
+    tokens = settings.tokens
+    allowed = [t.token for t in tokens if t.principal.is_admin] + [t for t in (settings.metrics_token,) if t]
+    readers = Readers(allowed, [t.token for t in tokens if not t.principal.is_admin])
+    host = settings.metrics_host
+    if host not in ("127.0.0.1", "localhost", "::1") and not readers.guarded:
+        raise RelayError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"refusing to serve /metrics on {host} without a token",
+            "set RELAY_METRICS_TOKEN (or [telemetry] metrics_token_env) for the scraper to send, or --metrics-host 127.0.0.1",
+        )
+    return MetricsServer(host, settings.metrics_port, readers)
 
 
 def cmd_workers(args: argparse.Namespace) -> int:

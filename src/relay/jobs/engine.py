@@ -56,6 +56,7 @@ from relay.runtime.supervisor import JobFiles
 from relay.store import JobRecord, JobStore, SessionRecord, WorkerInfo
 from relay.store.health import os_error
 from relay.store.open import open_store
+from relay.telemetry import job as telemetry
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
 
@@ -107,7 +108,9 @@ class Engine:
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[Engine]:
-        async with anyio.create_task_group() as tg:
+        slots = self._state.worker.slots if self.settings.runs_jobs else 0
+        shown = telemetry.watching(self.running_count, slots, self.store.queue_depth)  # on /metrics while it runs
+        async with anyio.create_task_group() as tg, shown:
             self._state.open(tg)
             if self.settings.runs_jobs:  # a store busy now: registered at the first heartbeat
                 with contextlib.suppress(RelayError):
@@ -210,12 +213,14 @@ class Engine:
         req, prepared, job_id = admitted.request, admitted.prepared, admitted.job_id
         ar = prepared.agent_request
         # vars: a flat dataclass of scalars, its fields as they are (asdict deep-copies each)
-        stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth)
+        submit = telemetry.submitted(job_id, req.agent)  # its trace context is stored with it (a worker continues it)
+        stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth) | submit.stored
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id)
         self._lifecycle.pump()
+        submit.end()
         return job_id
 
     async def consent_for(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:

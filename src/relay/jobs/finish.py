@@ -18,6 +18,7 @@ from relay.jobs.workspace import JobWorkspaces
 from relay.secrets import redact
 from relay.store import JobRecord, SessionTurn
 from relay.store.health import disk_full, low_space, os_error
+from relay.telemetry import job as telemetry
 
 # A stop reason for a job whose output the store could not keep: `store:<ErrorCode>`.
 STORE_STOP = "store:"
@@ -164,7 +165,7 @@ class Finisher:
         if state.store.spans_hosts:  # the outputs reach the store before the end does (a front then pages them)
             Mirror(state.store, rec.id, files, epoch=state.epochs.get(rec.id), fence=state.fence).sync_all()
         # The final state and the session's turn in one transaction (one commit on the way to the reply).
-        state.store.finish_job(
+        recorded = state.store.finish_job(
             rec.id,
             status,
             exit_code=exit_code,
@@ -177,3 +178,5 @@ class Finisher:
             session=session,
             epoch=state.epochs.get(rec.id),
         )
+        if recorded:  # (not refused by its fence: then the job is another worker's to end)
+            telemetry.ended(rec.id, rec.agent, status, error.code.value if error else None, rec.started_at, rec.request)

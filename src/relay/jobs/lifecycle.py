@@ -28,6 +28,7 @@ from relay.runtime.folders import MARKER, mark_spawning
 from relay.runtime.supervisor import JobFiles, JobProcess
 from relay.store import JobRecord
 from relay.store.health import release_reserve
+from relay.telemetry import job as telemetry
 
 # Starts a job's process; called on the event loop or in a worker thread.
 SpawnFn = Callable[[Invocation, JobFiles], JobProcess]
@@ -143,6 +144,7 @@ class Lifecycle:
         rec = state.store.get_job(job_id)
         if rec is None or rec.is_final:
             return
+        telemetry.claimed(job_id, rec.agent, rec.request, rec.created_at, state.worker.name)  # its wait, its span
         if live.stop_reason:  # cancelled before it started (or its claim lost: then it is not ours to end)
             return None if live.stop_reason == LEASE_LOST else self.finisher.finish_without_process(rec)
         prepared = self.prepared.pop(job_id, None)
@@ -181,6 +183,7 @@ class Lifecycle:
             )
             return
         state.notify()
+        telemetry.spawned(job_id, proc.pid)
         await self.monitor(job_id, proc, prepared.adapter.parser(), deadline, prepared.idle_timeout_s, fresh=True)
 
     def _launch(self, job_id: str, live: Live, prepared: Prepared) -> tuple[JobProcess, float]:
@@ -292,6 +295,7 @@ class Lifecycle:
                 now = time.time()
                 if active:
                     last_output = now
+                    telemetry.output(job_id)  # the first time: the first_output span
                 if exited:
                     break
                 if stop_reason is None:

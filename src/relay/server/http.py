@@ -13,10 +13,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.transport_security import TransportSecuritySettings
 
 from relay.config import Settings
 from relay.principal import LOCAL, Principal, acting_as
 from relay.server.app import RelayServer
+from relay.telemetry.endpoint import METRICS_PATH, MetricsApp, Readers
 
 # Where the web dashboard is mounted; it asks for the token itself (login form and cookie).
 DASHBOARD_PREFIX = "/ui"
@@ -138,11 +140,43 @@ async def act_as_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext
         return await call_next(ctx)
 
 
+def metrics_readers(settings: Settings, token: str | None) -> Readers:
+    """Who may read the front's /metrics: with any token configured, admin tokens (`--token`'s too) and the metrics
+    token only (a `user` token is refused: the counts tell of every principal's jobs); without, whoever reaches it."""
+    accepted = principals(settings, token)
+    allowed = [t for t, who in accepted.items() if who.is_admin]
+    allowed += [settings.metrics_token] if settings.metrics_token else []
+    users = [t for t, who in accepted.items() if not who.is_admin]
+    return Readers(allowed, users, guarded=bool(accepted or settings.metrics_token))
+
+
+class WithMetrics:
+    """ASGI: GET /metrics answered here (its own readers; its Host and Origin checked as every request's are),
+    everything else passed to the MCP front."""
+
+    def __init__(self, app: Any, metrics: MetricsApp, security: TransportSecuritySettings) -> None:
+        from mcp.server.transport_security import TransportSecurityMiddleware
+
+        self.app = app
+        self.metrics = metrics
+        self.security = TransportSecurityMiddleware(security)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") != METRICS_PATH:
+            await self.app(scope, receive, send)
+            return
+        from starlette.requests import Request
+
+        refused = await self.security.validate_request(Request(scope), is_post=False)
+        if refused is not None:  # a rebinding Host or a foreign Origin: refused in the SDK's own words
+            await refused(scope, receive, send)
+            return
+        await self.metrics(scope, receive, send)
+
+
 def build_http_app(
     server: RelayServer, host: str, port: int, token: str | None, dashboard: Callable[..., Any] | None = None
 ) -> Any:
-    from mcp.server.transport_security import TransportSecuritySettings
-
     names = ["127.0.0.1", "localhost", "::1"]
     if (token or server.catalog.deps.settings.tokens) and host not in LOOPBACK:
         # Bound beyond loopback (behind a token): the names and addresses it is reachable by are valid
@@ -178,7 +212,8 @@ def build_http_app(
     if act_as_caller not in server.middleware:
         server.middleware.append(act_as_caller)
     checked = WireCheck(app, security)  # a body that is not a JSON-RPC message gets its error reply, with its id
-    return BearerAuth(checked, accepted) if accepted else checked
+    front = BearerAuth(checked, accepted) if accepted else checked
+    return WithMetrics(front, MetricsApp(metrics_readers(server.catalog.deps.settings, token)), security)
 
 
 def run_http(

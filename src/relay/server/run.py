@@ -31,6 +31,11 @@ def serve(
         # Flags win over RELAY_TOOLSETS / RELAY_PROFILE and config.toml, as a whole.
         chosen = tuple(t.strip() for t in (toolsets or "").split(",") if t.strip())
         settings = settings.with_(toolsets=chosen, profile=profile or None)
+    if settings.otlp_endpoint:  # traces of each job's life (docs/scaling.md); the 'otel' extra is loaded only now
+        from relay.telemetry import tracing
+
+        tracing.start(settings.otlp_endpoint)
+        print(f"relay {os.getpid()}: tracing to {settings.otlp_endpoint}", file=sys.stderr)
     from relay.server.app import build_server
     from relay.server.toolsets import full_access_notice
 

@@ -43,6 +43,12 @@ REVIVE = (
     " state = CASE WHEN state = 'lost' THEN 'running' ELSE state END"
 )
 
+# The queue's depth by agent and labels (relay_queue_depth): one scan of the queued jobs' index entries.
+QUEUE_DEPTH = (
+    "SELECT agent, labels, count(*), min(created_at) FROM jobs"
+    " WHERE status = 'queued' AND worker IS NULL AND kind = 'cli' GROUP BY agent, labels"
+)
+
 
 @dataclass(frozen=True)
 class WorkerInfo:
@@ -307,3 +313,8 @@ class Claims:
         sql = "SELECT 1 FROM jobs WHERE status='queued' AND worker IS NULL AND kind='cli' LIMIT 1"
         with self._running(sql, ()) as db:
             return db.execute(sql).fetchone() is not None
+
+    def queue_depth(self) -> list[tuple[str, str | None, int, float]]:
+        """(agent, labels JSON, how many, oldest created_at) of the CLI jobs that wait for a claim (/metrics)."""
+        with self._running(QUEUE_DEPTH, ()) as db:
+            return [(str(r[0]), r[1], int(r[2]), float(r[3])) for r in db.execute(QUEUE_DEPTH).fetchall()]

@@ -19,7 +19,16 @@ from typing import Any, LiteralString
 import psycopg
 
 from relay.store import claims
-from relay.store.claims import CLAIM_WINDOW, GONE_WORKERS, HOLDS_SLOT, OF_HOST, WorkerInfo, WorkerRecord, worker_row
+from relay.store.claims import (
+    CLAIM_WINDOW,
+    GONE_WORKERS,
+    HOLDS_SLOT,
+    OF_HOST,
+    QUEUE_DEPTH,
+    WorkerInfo,
+    WorkerRecord,
+    worker_row,
+)
 from relay.store.pg.schema import MIGRATION_LOCK
 
 # The store's clock, in seconds since the epoch: every lease and heartbeat is judged by it, never by a process's
@@ -54,6 +63,11 @@ _GONE_WORKERS: LiteralString = (
     " AND j.status IN ('queued', 'running'))"
 )
 assert _GONE_WORKERS.replace("%s", "?") == GONE_WORKERS
+_QUEUE_DEPTH: LiteralString = (
+    "SELECT agent, labels, count(*), min(created_at) FROM jobs"
+    " WHERE status = 'queued' AND worker IS NULL AND kind = 'cli' GROUP BY agent, labels"
+)
+assert _QUEUE_DEPTH == QUEUE_DEPTH
 
 # Queued, unclaimed CLI jobs the worker can run, oldest first: of its agents (NULL: any), none of the agents
 # already at their limit, every label the job asks for among the worker's; `only` (NULL: any) narrows them.
@@ -252,6 +266,12 @@ class PgClaims:
         with self._conn() as conn:
             row = conn.execute("SELECT 1 FROM jobs WHERE status='queued' AND worker IS NULL AND kind='cli' LIMIT 1")
             return row.fetchone() is not None
+
+    def queue_depth(self) -> list[tuple[str, str | None, int, float]]:
+        """(agent, labels JSON, how many, oldest created_at) of the CLI jobs that wait for a claim (/metrics)."""
+        with self._conn() as conn:
+            rows = conn.execute(_QUEUE_DEPTH).fetchall()
+        return [(str(r[0]), r[1], int(r[2]), float(r[3])) for r in rows]
 
 
 def _take(
