@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 
+from relay.errors import ErrorCode, RelayError
 from relay.osfiles import lock
 
 
@@ -520,10 +521,23 @@ def migrate(db: sqlite3.Connection) -> list[str]:
     would let two of them run one step at once ("table ... already exists").
     """
     db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    refuse_newer([str(r[0]) for r in db.execute("SELECT name FROM migrations")], [n for n, _ in MIGRATIONS], "relay.db")
     if _pending(db):
         with _migrating(db):
             return [name for name, step in _pending(db) if _apply(db, name, step)]
     return []
+
+
+def refuse_newer(done: list[str], known: list[str], where: str) -> None:
+    """A store migrated by a newer relay (steps this one does not know) is refused: its tables may hold what this
+    relay would misread or overwrite."""
+    unknown = sorted(set(done) - set(known))
+    if unknown:
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"{where} was migrated by a newer relay: its steps {', '.join(unknown)} are unknown to this one",
+            "upgrade relay here to the version that migrated it (relay --version on the other fronts and workers)",
+        )
 
 
 def _pending(db: sqlite3.Connection) -> list[tuple[str, Callable[[sqlite3.Connection], None]]]:

@@ -18,6 +18,8 @@ import time
 
 import psycopg
 
+from relay.store.migrations import refuse_newer
+
 # The advisory lock key (any constant) that serializes relays migrating one database at once.
 MIGRATION_LOCK = 0x72656C6179  # "relay"
 JOBS_CHANNEL = "relay_jobs"
@@ -252,6 +254,7 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
             "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
         )
         done = {str(row[0]) for row in conn.execute("SELECT name FROM migrations")}
+        refuse_newer(sorted(done), [name for name, _ in MIGRATIONS], "the PostgreSQL store")
         for name, ddl in MIGRATIONS:
             if name in done:
                 continue
