@@ -8,6 +8,7 @@ The job's process is tests/fakes/acp/driver.py, which asks permission the way re
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,32 @@ async def test_a_user_tokens_cap_bounds_what_its_person_may_approve(
     assert env["output"] == "execute: cancelled" and person.asked == []
     [answered] = audit(relay_home, "permission.answered")
     assert answered["data"]["answer"] == "capped"
+
+
+def over_relays_driver(make_settings: SettingsFactory) -> Any:
+    """gemini over ACP through relay's own driver (relay.agents.acp.driver), its ACP server the SDK-written fake
+    agent of tests/agents/acp (ASK in the prompt: it asks permission to run `rm -rf build` and says the answer)."""
+    from tests.agents.acp.test_driver import FAKE_AGENT
+
+    return make_settings(
+        f'[agents.gemini]\nprotocol = "acp"\nacp_command = "{sys.executable}"\nacp_args = ["{FAKE_AGENT}"]\n'
+    )
+
+
+@pytest.mark.slow  # each job starts the driver and an ACP agent: two Pythons importing the SDK
+@ERAS
+async def test_through_relays_acp_driver_the_persons_answer_reaches_the_agent(
+    make_settings: SettingsFactory, workdir: Path, relay_home: Path, era: Any
+) -> None:
+    answers: dict[str, str] = {}
+    for action in ("accept", "decline"):
+        person = Person(action)
+        async with Client(build_server(over_relays_driver(make_settings)), elicitation_callback=person, mode=era) as c:
+            args = {"prompt": "ASK", "agent": "gemini", "cwd": str(workdir), "mode": "sync", "permission": "edit"}
+            failed, env = await call(c, "delegate", args)
+        assert not failed and env["status"] == "completed", env
+        assert len(person.asked) == 1 and "rm -rf build" in person.asked[0].message
+        answers[action] = env["output"]
+    assert "permission=selected:allow" in answers["accept"]
+    assert "permission=selected:deny" in answers["decline"]  # told no; its turn went on to its answer
+    assert [e["data"]["answer"] for e in audit(relay_home, "permission.answered")] == ["accept", "decline"]

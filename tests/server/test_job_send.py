@@ -160,3 +160,28 @@ async def test_over_http_only_the_jobs_own_principal_may_send_to_it(
         _, waited = await call(bob, "job_wait", {"job_ids": [job], "timeout_s": 30})
     assert not failed and waited["jobs"][0]["output"] == f"got: {STEERED}"
     assert [e["data"]["principal"] for e in audit(relay_home, "job.message")] == ["bob (mcp)"]
+
+
+@pytest.mark.slow  # the job starts relay's driver and an ACP agent: two Pythons importing the SDK
+async def test_through_relays_acp_driver_a_message_becomes_the_sessions_next_prompt(
+    make_settings: SettingsFactory, workdir: Path, relay_home: Path
+) -> None:
+    from tests.server.test_approvals import over_relays_driver
+    from tests.server.test_grants import Person
+
+    args = {"prompt": "ASK", "agent": "gemini", "cwd": str(workdir), "mode": "async", "permission": "edit"}
+    person = Person("accept")
+    async with Client(build_server(over_relays_driver(make_settings)), elicitation_callback=person) as c:
+        _, started = await call(c, "delegate", args)
+        job = started["job_id"]
+        with anyio.fail_after(60):  # its first turn waits on the person: the message comes in meanwhile
+            while not audit(relay_home, "permission.requested"):
+                await anyio.sleep(0.02)
+        failed, sent = await call(c, "job_send", {"job_id": job, "message": STEERED})
+        assert not failed, sent
+        _, waited = await call(c, "job_wait", {"job_ids": [job], "timeout_s": 60})
+        _, transcript = await call(c, "job_result", {"job_id": job, "view": "transcript"})
+    assert waited["done"] and waited["jobs"][0]["status"] == "completed"
+    assert "permission=selected:allow" in waited["jobs"][0]["output"]
+    assert STEERED in waited["jobs"][0]["output"]  # the fake agent echoes each prompt of its session
+    assert "[steer]" in transcript["text"] and STEERED in transcript["text"]
