@@ -16,6 +16,7 @@ LAYERS = [
     "paging",
     "recovery",
     "lifecycle",
+    "settle",
     "publish",
     "approvals",
     "steer",

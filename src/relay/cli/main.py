@@ -248,7 +248,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         front = start_front(args.toolsets, args.profile)  # initialize + tools/list answered while the SDK loads
     dashboard = None
     if args.http:
+        from relay.cli._store_check import check_store
         from relay.web import for_server as dashboard  # the web dashboard under /ui
+
+        check_store()  # a store it cannot reach or log in to: one coded line, before any "serving" line
     from relay.server.run import serve
 
     return serve(

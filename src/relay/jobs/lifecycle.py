@@ -22,6 +22,7 @@ from relay.jobs.mirror import Mirror
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.request import JobRequest, Prepared, check_cwd_unchanged
+from relay.jobs.settle import RETRIED, end_when_store_back, fail_row
 from relay.jobs.state import LEASE_LOST, JobState, Live
 from relay.runtime import procinfo, supervisor
 from relay.runtime.folders import MARKER, mark_spawning
@@ -63,6 +64,7 @@ class Lifecycle:
         self.spawns_for_real = spawn is supervisor.spawn  # not a test's stand-in
         self.publisher = Publisher(state)
         self.finisher = Finisher(state)
+        self._enders = (self.publisher, self.finisher)
         # Jobs whose end runs git (a worktree's seal, a push of the branch to a repository URL): recorded in a
         # worker thread, off the event loop.
         self.pushes: set[str] = set()
@@ -122,6 +124,8 @@ class Lifecycle:
         err = storage_failure(exc, state.settings.home)
         if err is None:
             err = RelayError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}", "report this as a relay bug")
+        if err.code is ErrorCode.STORE_UNAVAILABLE and await end_when_store_back(state, *self._enders, job_id):
+            return  # its end waited for the store instead of failing the job (jobs/settle.py)
         while True:
             try:
                 rec = state.store.get_job(job_id)
@@ -132,6 +136,8 @@ class Lifecycle:
                 failure = storage_failure(again, state.settings.home)
                 if failure is None:
                     raise
+                if failure.code not in RETRIED:  # a write that can never succeed: the row says so, once
+                    return fail_row(state, job_id, failure)
                 if failure.code is ErrorCode.DISK_FULL and release_reserve(state.settings.home):
                     continue  # the space relay set aside for this moment: try again at once
             # The store cannot take the write now (disk full, lock held): the server keeps answering and

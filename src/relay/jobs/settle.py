@@ -1,0 +1,89 @@
+"""A job's end that the store could not take: wait for a store that is away, refuse to loop on a write that cannot be.
+
+- The store away (PostgreSQL restarting, the link to it cut) when a job ends: the job's output and its agent's
+  exit status are in its folder (the shim wrote them), so its end waits for the store, at most FINISH_WAIT_S and
+  never past this worker's fence (jobs/fence.py), and is then written from those files as if read back after a
+  restart. The job is not failed `STORE_UNAVAILABLE` because the store was away while its agent succeeded. An
+  agent still running whose start could not be recorded is killed first: nothing runs unwatched.
+- A write that can never succeed (a job folder that is not there, a file the home refuses for a reason that is
+  not a full disk or a read-only mount): the job's row is ended `failed` with that error, once, not retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import anyio
+
+from relay.agents import get_adapter
+from relay.errors import ErrorCode, RelayError
+from relay.jobs.finish import Finisher
+from relay.jobs.output import LineReader
+from relay.jobs.publish import Publisher
+from relay.jobs.state import JobState, Live
+
+# How long a job's end waits for a store that is away (a worker's fence may end the wait sooner).
+FINISH_WAIT_S = 60.0
+# How often the store is asked again meanwhile.
+STORE_RETRY_S = 0.5
+# Failures worth trying again (the space may be freed, the lock let go, the store come back, the mount fixed).
+RETRIED = frozenset({ErrorCode.DISK_FULL, ErrorCode.STORE_BUSY, ErrorCode.STORE_UNAVAILABLE, ErrorCode.STORE_READONLY})
+
+
+async def end_when_store_back(state: JobState, publisher: Publisher, finisher: Finisher, job_id: str) -> bool:
+    """Write the end of a job whose end met the store away, once it is back; False: the wait ran out (the caller
+    fails the job as before). True also when the worker's fence passed meanwhile: nothing more is its to write."""
+    files = state.files(job_id)
+    deadline = time.monotonic() + FINISH_WAIT_S
+    while time.monotonic() < deadline:
+        if state.fence.cut(job_id, files.dir):
+            return True
+        try:
+            rec = await anyio.to_thread.run_sync(state.store.get_job, job_id)
+        except RelayError as err:
+            if err.code is not ErrorCode.STORE_UNAVAILABLE:
+                return False
+            await anyio.sleep(STORE_RETRY_S)
+            continue
+        if rec is None or rec.is_final:
+            return True
+        if files.read_exit_code() is None:
+            _kill_unwatched(files.read_pid())
+        try:
+            parser = get_adapter(rec.agent, state.settings).parser()
+            stored = state.store.max_event_seq(job_id)
+            publisher.consume(job_id, Live(), LineReader(files.stdout), parser, -1, stored, final=True)
+            await anyio.to_thread.run_sync(finisher.finalize, job_id, parser, files.read_exit_code(), None)
+        except RelayError as err:
+            if err.code is not ErrorCode.STORE_UNAVAILABLE:
+                return False
+            await anyio.sleep(STORE_RETRY_S)  # away again: the next turn writes it from the files again
+            continue
+        return True
+    return False
+
+
+def _kill_unwatched(pid: int | None) -> None:
+    """An agent whose start could not be recorded runs unwatched: its process group goes."""
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+
+
+def fail_row(state: JobState, job_id: str, err: RelayError) -> None:
+    """End the job's row `failed` with `err`, nothing else written (its files could not be): no retry loop."""
+    with contextlib.suppress(RelayError):
+        state.store.finish_job(
+            job_id,
+            "failed",
+            exit_code=None,
+            result=None,
+            error=err.to_dict(),
+            session_id=None,
+            model=None,
+            epoch=state.epochs.get(job_id),
+        )
