@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from relay.agents import get_adapter, known_agents
-from relay.config import Settings
+from relay.agents import get_adapter, known_agents, launch_command, protocol_of
+from relay.config import AgentConfig, Settings
 
 # `--version` of a healthy CLI answers in well under a second; gemini takes ~3 s to start.
 VERSION_TIMEOUT_S = 10.0
@@ -53,6 +53,8 @@ class AgentReport:
     credentials: str  # where a credential was found, or "missing"
     note: str
     smoke: str | None = None  # ok, or the error code of a live run
+    protocol: str = "print"  # how relay drives it: its print mode, or "acp" (docs/acp.md)
+    acp_command: str | None = None  # where its ACP server command was found (None: not found, or none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,14 +123,19 @@ def diagnose(
     for name in known_agents(settings):
         cfg = settings.agent(name)
         adapter = get_adapter(name, settings)
-        command = cfg.command or adapter.executable
+        command = launch_command(adapter, cfg)
         path = which(command)
+        protocol, acp_path = protocol_of(adapter), _acp_command(name, cfg, which)
         env = {**settings.environ, **cfg.env}
         creds = _credentials(name, env) if name in CREDENTIAL_ENV else "n/a"
         if path is None:
-            reports.append(
-                AgentReport(name, False, None, None, "missing", creds, f"not installed: {adapter.install_hint}")
-            )
+            note = f"not installed: {adapter.install_hint}"
+            reports.append(AgentReport(name, False, None, None, "missing", creds, note, None, protocol, acp_path))
+            continue
+        if protocol == "acp" and command != (cfg.command or name):
+            # An ACP adapter package (claude-agent-acp, codex-acp): no `--version` to read.
+            note = f"over ACP with {command}"
+            reports.append(AgentReport(name, True, path, None, "untested", creds, note, None, protocol, acp_path))
             continue
         version = version_of(
             path, {k: v for k, v in env.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")} | dict(cfg.env)
@@ -138,8 +145,16 @@ def diagnose(
             note = (
                 note + "; " if note else ""
             ) + f"no credentials: set {' or '.join(CREDENTIAL_ENV[name][:2])}, or log in with `{command}`"
-        reports.append(AgentReport(name, True, path, version, status, creds, note))
+        reports.append(AgentReport(name, True, path, version, status, creds, note, None, protocol, acp_path))
     return reports
+
+
+def _acp_command(name: str, cfg: AgentConfig, which: Callable[[str], str | None]) -> str | None:
+    """Where the agent's ACP server command (configured or built in) is found, whatever protocol it runs on now."""
+    from relay.agents.acp import acp_adapter
+
+    adapter = acp_adapter(name, cfg)
+    return which(adapter.executable) if adapter is not None else None
 
 
 TABLE_HEADERS = ["AGENT", "FOUND", "VERSION", "STATUS", "CREDENTIALS", "SMOKE", "PATH / NOTE"]

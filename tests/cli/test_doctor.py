@@ -54,6 +54,8 @@ def test_doctor_json_reports_found_missing_version_and_credentials(relay_home: P
         "credentials": "env:ANTHROPIC_API_KEY",
         "note": "",
         "smoke": None,
+        "protocol": "print",
+        "acp_command": None,
     }
     assert reports["claude"]["path"] == str(FAKES / "claude")
     assert reports["codex"]["version"] == "0.169.0" and reports["codex"]["version_status"] == "tested"
