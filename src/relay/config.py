@@ -41,6 +41,8 @@ DEFAULT_REPOS_KEEP_S = 30 * 86400.0
 DEFAULT_GIT_CONNECT_TIMEOUT_S = 30.0
 # A land's test command gets ten minutes before it is stopped and the land refused.
 DEFAULT_LAND_TEST_TIMEOUT_S = 600.0
+# A new worktree's setup command gets 10 minutes; its agents a block of 10 ports, below Linux's ephemeral range.
+DEFAULT_SETUP_TIMEOUT_S, DEFAULT_WORKTREE_PORTS = 600.0, (24000, 24999, 10)
 # A worker's claim on a job lasts this long without a heartbeat (renewed every third of it).
 DEFAULT_LEASE_S = 15.0
 # A worker not heard from for this long (and named by no queued or running job) leaves the workers table.
@@ -200,6 +202,10 @@ class Settings:
     # Test commands the person configured (`[workspaces] test_command`, one or a list): a caller naming one of these
     # exactly runs it without asking; any other command a caller names is a `full` action (relay.jobs.grants).
     test_commands: tuple[str, ...] = ()
+    # Worktrees made ready (relay.workspaces.ready): setup command by repository, its limit, ports (first, last, per)
+    setup_commands: Mapping[str, str] = field(default_factory=lambda: {})
+    setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
+    worktree_ports: tuple[int, int, int] = DEFAULT_WORKTREE_PORTS
     # HTTP bearer tokens, each a principal with a role (`[server.tokens.NAME]`); empty: the one local user.
     tokens: tuple[NamedToken, ...] = ()
     # The queue (store/claims.py): how long a worker's claim on a job lasts without a heartbeat
@@ -324,6 +330,36 @@ def _test_commands(value: Any) -> tuple[str, ...]:
             'set [workspaces] test_command = "pytest -q" (or a list of such strings) in config.toml',
         )
     return tuple(str(v) for v in items)
+
+
+def _setup_commands(spaces: Mapping[str, Any]) -> dict[str, str]:
+    """`[workspaces] setup_command` (key "") and `[workspaces.repos."<checkout folder or remote URL>"] setup_command`."""
+    hint = 'set [workspaces] setup_command = "npm ci", or in [workspaces.repos."/src/app" or "git@host:me/app.git"]'
+    repos: Any = spaces.get("repos", {})
+    tables: list[tuple[str, Mapping[str, Any]]] = [("", spaces)]
+    items: list[tuple[str, Any]] = list(repos.items()) if isinstance(repos, dict) else [("", None)]  # pyright: ignore
+    for key, table in items:
+        key = str(Path(key).expanduser().resolve()) if key.startswith(("/", "~")) else key
+        if not (key.startswith("/") or ":" in key) or not isinstance(table, dict) or set(table) - {"setup_command"}:  # pyright: ignore[reportUnknownArgumentType]
+            why = "must be named by a checkout's absolute folder or a remote's URL, and hold setup_command only"
+            raise RelayError(ErrorCode.CONFIG_INVALID, f"workspaces.repos.{key!r} {why}", hint)
+        tables.append((key, table))  # pyright: ignore[reportUnknownArgumentType]
+    found = {key: table.get("setup_command") for key, table in tables if table.get("setup_command") is not None}
+    if all(isinstance(value, str) for value in found.values()):
+        return {key: str(value).strip() for key, value in found.items()}
+    raise RelayError(ErrorCode.CONFIG_INVALID, "a workspaces setup_command must be a string", hint)
+
+
+def _ports(env: Mapping[str, str], spaces: Mapping[str, Any]) -> tuple[int, int, int]:
+    """`[workspaces] ports = "FIRST-LAST"` (RELAY_WORKTREE_PORTS) and `ports_per_worktree` (0: none)."""
+    raw = str(env.get("RELAY_WORKTREE_PORTS") or spaces.get("ports") or "{}-{}".format(*DEFAULT_WORKTREE_PORTS))
+    per: Any = spaces.get("ports_per_worktree", DEFAULT_WORKTREE_PORTS[2])
+    first, _, last = (part.strip() for part in raw.partition("-"))
+    span = (int(first), int(last)) if first.isdigit() and last.isdigit() else (0, 0)
+    if type(per) is int and 1024 <= span[0] <= span[1] <= 65535 and 0 <= per <= span[1] - span[0] + 1:
+        return span[0], span[1], per
+    what = f"workspaces.ports={raw!r}, ports_per_worktree={per!r}: not a range of ports that holds a block"
+    raise RelayError(ErrorCode.CONFIG_INVALID, what, 'set [workspaces] ports = "24000-24999", ports_per_worktree = 10')
 
 
 def _agent_config(name: str, raw: Any) -> AgentConfig:
@@ -600,6 +636,9 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
             env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
         ),
         test_commands=_test_commands(spaces.get("test_command")),
+        setup_commands=_setup_commands(spaces),
+        setup_timeout_s=_float(env, "RELAY_SETUP_TIMEOUT_S", float(spaces.get("setup_timeout_s", 600.0))),
+        worktree_ports=_ports(env, spaces),
         tokens=_tokens(server.get("tokens"), env),
         lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,

@@ -42,6 +42,7 @@ class ErrorCode(StrEnum):
     LAND_CONFLICT = "LAND_CONFLICT"  # a job's branch does not apply onto the target: nothing was changed
     LAND_TEST_FAILED = "LAND_TEST_FAILED"  # the land's test command failed: nothing was changed
     PUSH_REFUSED = "PUSH_REFUSED"  # a repository reached by URL refused a job's branch (it stays on the worker)
+    SETUP_FAILED = "SETUP_FAILED"  # a new worktree's setup command failed: its agent was not started
     NOT_STEERABLE = "NOT_STEERABLE"  # job_send: the job cannot take a message (ended, print mode, out of reach)
     INTERNAL = "INTERNAL"
 

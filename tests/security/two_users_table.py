@@ -141,7 +141,7 @@ TABLE: dict[str, tuple[Role, ...]] = {
     "job_status": (Probe(JOB, lambda c, i: {"job_id": i}),),
     "job_result": tuple(
         Probe(JOB, lambda c, i, view=view: {"job_id": i, "view": view})
-        for view in ("final", "transcript", "events", "stderr", "diff", "test")
+        for view in ("final", "transcript", "events", "stderr", "diff", "test", "setup")
     ),
     "job_wait": (Probe(JOB, lambda c, i: {"job_ids": [i], "timeout_s": 0.2}),),
     "job_cancel": (Probe(JOB, lambda c, i: {"job_id": i}, changes=True),),

@@ -73,7 +73,8 @@ class Door:
         allowed = self._permit(req, resolved)
         # 4. place
         req, resolved, placed = self._place(req, resolved, job_id, follow)
-        return Admitted(job_id, req, build(settings, req, resolved, allowed, job_id), placed)
+        env = self._spaces.agent_env(req, job_id)  # a worktree's block of ports (relay.workspaces.ready)
+        return Admitted(job_id, req, build(settings, req, resolved, allowed, job_id, env), placed)
 
     async def admit_confirmed(self, req: JobRequest, job_id: str) -> Admitted:
         """`admit`; above the grant, the person is asked (within the principal's cap) and the request admitted
@@ -109,7 +110,8 @@ class Door:
         settings, req = self._state.settings, req or request_from(rec)
         with grants.as_allowed(rec.request):
             resolved = resolve(settings, self._state.store, self._which, req, check(settings, req))
-            return build(settings, req, resolved, self._permit(req, resolved), rec.id)
+            env = self._spaces.agent_env(req, rec.id)  # its worktree's block of ports (relay.workspaces.ready)
+            return build(settings, req, resolved, self._permit(req, resolved), rec.id, env)
 
     def _permit(self, req: JobRequest, resolved: Resolved) -> grants.Permit:
         return grants.permit(

@@ -164,6 +164,7 @@ class Lifecycle:
                 prepared = self._readmit(rec, None)
             if prepared.in_worktree:  # its end seals the branch (git add, commit): finalized off the loop
                 self.pushes.add(job_id)
+                await anyio.to_thread.run_sync(self.finisher.workspaces.make_ready, job_id, live.stop.is_set)  # setup
             # Creating a process takes milliseconds (more on a loaded machine). A job starting alone
             # spawns right here: no thread hop on its way, and its process is recorded before anything
             # else runs. Jobs starting together spawn in worker threads: in parallel, and without

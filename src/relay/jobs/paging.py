@@ -1,4 +1,5 @@
-"""Paging: a job's output, a page at a time (final text, transcript, raw events, stderr, a worktree's diff, a land's test)."""
+"""Paging: a job's output, a page at a time (final text, transcript, raw events, stderr, a worktree's diff, a land's test,
+a new worktree's setup)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from relay.jobs.state import JobState
 from relay.jobs.workspace import JobWorkspaces
 from relay.secrets import redact
 from relay.store import JobRecord
+from relay.workspaces.ready import SETUP_LOG
 
 
 def read_page(
     state: JobState, spaces: JobWorkspaces, rec: JobRecord, view: str, offset: int, limit: int
 ) -> dict[str, Any]:
-    """A page of a job's full output: final text, transcript, raw stdout events, stderr, diff or test."""
+    """A page of a job's full output: final text, transcript, raw stdout events, stderr, diff, test or setup."""
     files = state.files(rec.id)
     paths = {
         "final": files.result,
@@ -22,13 +24,14 @@ def read_page(
         "events": files.stdout,
         "stderr": files.stderr,
         "test": files.dir / "land-test.log",
+        "setup": files.dir / SETUP_LOG,  # a new worktree made ready: what was copied, its setup command's output
     }
     if view == "diff":  # a worktree job's branch against its base
         paths["diff"] = spaces.diff_file(rec.id, fresh=offset == 0)
     if view not in paths:
         raise invalid(
             f"view {view!r} is not one of {', '.join([*paths, 'diff'])}",
-            "use final, transcript, events, stderr, diff or test",
+            "use final, transcript, events, stderr, diff, test or setup",
         )
     if offset < 0 or limit < 1:
         raise invalid("offset must be >= 0 and limit >= 1", "page with offset=0, then offset += len(text)")
@@ -38,8 +41,8 @@ def read_page(
         stream = {"final": "result", "events": "stdout"}.get(view, view)
         text, total = state.text_page(rec.id, stream, paths[view], offset, limit)
     end = offset + len(text)
-    if view in ("events", "stderr"):
-        # The agent's own output, kept as printed: what relay hands back is redacted (offsets stay raw).
+    if view in ("events", "stderr", "setup"):
+        # The agent's (or the setup command's) output, kept as printed: what relay hands back is redacted (offsets stay raw).
         text = redact(text, state.secrets)
     return {
         "job_id": rec.id,

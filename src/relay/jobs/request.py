@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -325,8 +325,16 @@ def resolve(
     return Resolved(checked, resumed, model, permission, cwd, resolved, prompt, system_prompt)
 
 
-def build(settings: Settings, req: JobRequest, resolved: Resolved, allowed: Permit, job_id: str) -> Prepared:
-    """Admission, step 4: the agent's invocation, for a request resolved and permitted (step 3, grants.permit)."""
+def build(
+    settings: Settings,
+    req: JobRequest,
+    resolved: Resolved,
+    allowed: Permit,
+    job_id: str,
+    env: Mapping[str, str] | None = None,
+) -> Prepared:
+    """Admission, step 4: the agent's invocation, for a request resolved and permitted (step 3, grants.permit).
+    `env`: what its workspace adds to the agent's environment (a worktree's ports), over the agent's config."""
     cfg = resolved.checked.cfg
     agent_request = AgentRequest(
         prompt=resolved.prompt,
@@ -345,7 +353,7 @@ def build(settings: Settings, req: JobRequest, resolved: Resolved, allowed: Perm
         command=resolved.command,
         environ=settings.environ,
         extra_args=(*cfg.extra_args, *req.cli_args),
-        agent_env=cfg.env,
+        agent_env={**cfg.env, **(env or {})},
         is_root=os.geteuid() == 0,
         depth=settings.depth,
         job_id=job_id,

@@ -20,7 +20,7 @@ from relay.jobs.request import JobRequest, request_from
 from relay.jobs.state import JobState
 from relay.principal import visible_to
 from relay.store import JobRecord
-from relay.workspaces import WorkspaceRecord, check_remote, commit_message, shown_url
+from relay.workspaces import WorkspaceRecord, check_remote, commit_message, ready, shown_url
 from relay.workspaces.land import gated_test
 
 JOB_PREFIX = "job:"
@@ -94,6 +94,33 @@ class JobWorkspaces:
             "workspace": f"{JOB_PREFIX}{rec.job_id}",
             "worktree": {"path": rec.cwd, "branch": rec.branch, "base": rec.base_ref or rec.base_sha, "repo": rec.repo},
         }
+
+    def agent_env(self, req: JobRequest, job_id: str) -> dict[str, str]:
+        """The environment job `job_id`'s agent gets from its worktree (a new one, or `job:<id>`'s): the worktree's
+        block of ports, reserved on first use (relay.workspaces.ready). Nothing for a job outside a worktree, or one
+        not placed yet (a job by URL)."""
+        where = req.workspace or ""
+        owner = job_id if where == "worktree" else where.removeprefix(JOB_PREFIX)
+        ws = self.spaces.get(owner) if where == "worktree" or where.startswith(JOB_PREFIX) else None
+        if ws is None or ws.state in ready.RELEASED:
+            return {}
+        try:
+            ports = ready.reserve_ports(self._state.settings, self.spaces.store, owner, set(self.running_in()))
+        except RelayError:  # every block held by a running job: it runs without (its setup log says so)
+            return {}
+        return ready.port_env(ports)
+
+    def make_ready(self, job_id: str, stop: Callable[[], bool]) -> None:
+        """Before a job's agent starts in the worktree it made: the checkout's included files copied in, the person's
+        setup command run there (its output in the job's setup.log: job_result view='setup'). SETUP_FAILED, or
+        CANCELLED once `stop()` says so; nothing for a follow-up (its worktree was made ready before)."""
+        rec = self._state.store.get_job(job_id)
+        ws = self.spaces.get(job_id) if rec is not None and owner_of(rec.request) == job_id else None
+        if ws is None or not Path(ws.path).is_dir():
+            return
+        log = self._state.files(job_id).dir / ready.SETUP_LOG
+        env = {"RELAY_JOB_ID": job_id}
+        ready.make_ready(self._state.settings, ws, log, url=self.spaces.url_of(ws), env=env, stop=stop)
 
     # a job by repository URL (`repo`): checked at submit, placed by the worker that claims it ---------
 
@@ -184,6 +211,8 @@ class JobWorkspaces:
         if ws is None:
             return dict(base)
         extra: dict[str, Any] = {"state": ws.state, "owner_job_id": ws.job_id}
+        if ws.ports and ws.state not in ready.RELEASED:
+            extra["ports"] = ws.ports
         if ws.landed_into:
             extra |= {"landed_into": ws.landed_into, "landed_sha": ws.landed_sha}
         return dict(base) | extra

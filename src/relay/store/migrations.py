@@ -490,6 +490,11 @@ def m019_task_principals(db: sqlite3.Connection) -> None:
     )
 
 
+def m020_workspace_ports(db: sqlite3.Connection) -> None:
+    """Each worktree's block of ports for its agents (relay.workspaces.ready), "FIRST-LAST": held while it is there."""
+    db.execute("ALTER TABLE workspaces ADD COLUMN ports TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_jobs", m001_jobs),
     ("m002_events", m002_events),
@@ -510,6 +515,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m017_jobs_worker_index", m017_jobs_worker_index),
     ("m018_hook_principals", m018_hook_principals),
     ("m019_task_principals", m019_task_principals),
+    ("m020_workspace_ports", m020_workspace_ports),
 ]
 
 

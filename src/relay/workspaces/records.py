@@ -36,6 +36,7 @@ class WorkspaceRecord:
     landed_into: str | None = None
     landed_sha: str | None = None
     removed_at: float | None = None
+    ports: str | None = None  # its agents' block of ports, "FIRST-LAST" (relay.workspaces.ready; m020_workspace_ports)
 
     @property
     def cwd(self) -> str:

@@ -142,14 +142,14 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
     @reg.tool(
         description=(
             "Read a job's full output in pages: view final (answer), transcript, events (raw stream), stderr; "
-            "worktree jobs: diff (against base), test (last test run)."
+            "worktree jobs: diff (against base), test (last test run), setup (files copied in, setup command's output)."
         ),
         annotations=READ_ONLY,
         publish_output=True,
     )
     async def job_result(
         job_id: str,
-        view: Literal["final", "transcript", "events", "stderr", "diff", "test"] = "final",
+        view: Literal["final", "transcript", "events", "stderr", "diff", "test", "setup"] = "final",
         offset: Annotated[int, Field(ge=0, description="character offset")] = 0,
         limit: Annotated[int, Field(ge=1, le=200_000, description="characters per page")] = 20_000,
     ) -> Annotated[CallToolResult, OutputPage]:

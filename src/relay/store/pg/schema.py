@@ -3,7 +3,7 @@
 The tables of the queue (jobs, events, sessions, the audit mark, workers, outputs) and the conversation
 threads (relay/threads/pg.py) live in PostgreSQL; the stores beside them (tracker, gateway, hooks,
 workspaces) keep their SQLite file in each front's home, so their migrations (m005 - m007, m009 - m011,
-m013, m018, m019) have no PostgreSQL side. Each step is the PostgreSQL translation of the SQLite step of the same
+m013, m018 - m020) have no PostgreSQL side. Each step is the PostgreSQL translation of the SQLite step of the same
 name: REAL is double precision, pids and ticks bigint, flags boolean, ids compare byte by byte (COLLATE
 "C", as SQLite does). A database made before a step existed gets it on the next start (m004 came after
 m016 and m017): steps are applied by name, each once, whatever came before.
