@@ -232,3 +232,17 @@ async def test_through_relays_acp_driver_the_persons_answer_reaches_the_agent(
     assert "permission=selected:allow" in answers["accept"]
     assert "permission=selected:deny" in answers["decline"]  # told no; its turn went on to its answer
     assert [e["data"]["answer"] for e in audit(relay_home, "permission.answered")] == ["accept", "decline"]
+
+
+async def test_relay_audit_show_says_what_was_asked_and_how_it_was_answered(
+    make_settings: SettingsFactory, acp_agent: str, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relay.cli.main import main
+
+    async with Client(build_server(make_settings()), elicitation_callback=Person("decline"), mode="legacy") as c:
+        _, env = await call(c, "delegate", asking(workdir, acp_agent, "execute"))
+    capsys.readouterr()
+    assert main(["audit", "show", "--job", env["job_id"]]) == 0
+    shown = capsys.readouterr().out
+    assert "acpfake #1 execute: Run rm -rf build/ [needs full, job read-only]" in shown
+    assert "#1 decline by person: selected reject-once" in shown

@@ -131,6 +131,17 @@ def _line(entry: dict[str, Any]) -> str:
             f"{data.get('agent')} at {data.get('permission')} above grant {data.get('grant')}: "
             f"{data.get('answer')} ({data.get('principal') or 'unknown caller'}, {data.get('via') or '-'})"
         )
+    elif entry.get("event") == "permission.requested":  # an ACP agent's request (relay.jobs.approvals)
+        detail = (
+            f"{data.get('agent')} #{data.get('id')} {data.get('kind')}: {' '.join(str(data.get('title')).split())[:60]}"
+            f" [needs {data.get('level')}, job {data.get('permission')}]"
+        )
+    elif entry.get("event") == "permission.answered":
+        detail = f"#{data.get('id')} {data.get('answer')} by {data.get('by')}: {data.get('outcome')} {data.get('optionId') or ''}"
+    elif entry.get("event") == "job.message":  # job_send (relay.jobs.steer)
+        detail = (
+            f"{data.get('chars')} chars from {data.get('principal')}: {' '.join(str(data.get('text')).split())[:60]}"
+        )
     elif isinstance(data.get("error"), dict):
         detail = str(data["error"].get("message") or "")
     elif data.get("cost_usd") is not None:
