@@ -63,9 +63,10 @@ def direct_invocation(benv: BenchEnv) -> Any:
     from relay.jobs.engine import Engine, JobRequest
 
     engine = Engine(benv.settings())
-    # _prepare is the exact code path submit() uses to build the command line; reusing it keeps
+    # the door (admit) is the exact code path submit() uses to build the command line; reusing it keeps
     # the direct run identical to relay's.
-    prepared = engine._prepare(JobRequest(agent="claude", prompt=PROMPT, cwd=str(benv.work)), "direct")  # pyright: ignore[reportPrivateUsage]
+    admitted = engine._door.admit(JobRequest(agent="claude", prompt=PROMPT, cwd=str(benv.work)), "direct")  # pyright: ignore[reportPrivateUsage]
+    prepared = admitted.prepared
     return prepared.invocation
 
 

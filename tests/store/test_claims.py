@@ -266,7 +266,7 @@ def registered_at(store: JobStore, info: WorkerInfo, when: float, monkeypatch: p
         clock.setattr(time, "time", lambda: when)
         store.register_worker(info)
     if isinstance(store, PgStore):
-        store._exec("UPDATE workers SET started_at=%s, heartbeat_at=%s WHERE id=%s", (when, when, info.id))  # pyright: ignore[reportPrivateUsage]
+        store._exec("UPDATE workers SET started_at=?, heartbeat_at=? WHERE id=?", (when, when, info.id))  # pyright: ignore[reportPrivateUsage]
 
 
 def test_workers_not_heard_from_for_the_retention_are_pruned_unless_an_active_job_names_them(

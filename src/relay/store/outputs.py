@@ -2,14 +2,13 @@
 
 Each append adds rows of at most CHUNK_BYTES (`outputs`: job, stream, seq, byte offset, size, data),
 so a 256 MB output is written and read a chunk at a time and no process holds more than a page and
-a chunk of it in memory. Both backends keep the same table and the same page arithmetic; this module
-holds the SQLite side and what the two share.
+a chunk of it in memory. Both backends keep the same table; the statements are store/body.py's, the
+checks and the page arithmetic here.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from relay.errors import ErrorCode, RelayError
 
@@ -18,21 +17,6 @@ STREAMS = ("stdout", "stderr", "transcript", "result")
 CHUNK_BYTES = 1 << 20
 # The largest page `read_output_page` returns at once.
 MAX_PAGE_BYTES = 16 << 20
-
-# The last chunk of a stream: the next seq, and the stream's length so far.
-LAST_CHUNK = "SELECT seq + 1, byte_offset + size FROM outputs WHERE job_id=? AND stream=? ORDER BY seq DESC LIMIT 1"
-INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (?, ?, ?, ?, ?, ?)"
-# The part of each chunk inside [start, end): chunks that end after `start` and begin before `end` (and so
-# after `start - CHUNK_BYTES`: the bound the offset index seeks to). Parameters: start, end, start, job_id,
-# stream, start, start - CHUNK_BYTES, end.
-READ_PAGE = (
-    "SELECT substr(data, max(? - byte_offset, 0) + 1, min(byte_offset + size, ?) - max(byte_offset, ?))"
-    " FROM outputs WHERE job_id=? AND stream=? AND byte_offset + size > ? AND byte_offset > ? AND byte_offset < ?"
-    " ORDER BY byte_offset"
-)
-TOTAL = "SELECT COALESCE(MAX(byte_offset + size), 0) FROM outputs WHERE job_id=? AND stream=?"
-# Every stream's length so far (the streams with no chunk yet are left out).
-SIZES = "SELECT stream, MAX(byte_offset + size) FROM outputs WHERE job_id=? GROUP BY stream"
 
 
 def check_stream(stream: str) -> None:
@@ -65,48 +49,7 @@ def page_end(offset: int, limit: int) -> int:
     return offset + min(limit, MAX_PAGE_BYTES)
 
 
-# The job is still under the claim of an epoch (the one parameter besides the job's id): an append carrying it lands.
-UNDER_EPOCH = "SELECT 1 FROM jobs WHERE id=? AND epoch=? AND status IN ('queued', 'running')"
-
-
-def append(db: sqlite3.Connection, job_id: str, stream: str, data: bytes, epoch: int | None = None) -> int:
-    """Append `data` to a stream of a job in one transaction; the stream's length after it. Under `epoch`: only
-    while the job's claim is still that one (else nothing is appended and -1 is returned)."""
-    check_stream(stream)
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if epoch is not None and db.execute(UNDER_EPOCH, (job_id, epoch)).fetchone() is None:
-            db.execute("ROLLBACK")
-            return -1
-        row = db.execute(LAST_CHUNK, (job_id, stream)).fetchone()
-        seq, total = (int(row[0]), int(row[1])) if row else (0, 0)
-        for at, piece in pieces(data, total):
-            db.execute(INSERT_CHUNK, (job_id, stream, seq, at, len(piece), piece))
-            seq += 1
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    return total + len(data)
-
-
-def read_page(db: sqlite3.Connection, job_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
-    """Up to `limit` bytes of a stream from `offset` (at most MAX_PAGE_BYTES), and the stream's length."""
-    check_stream(stream)
-    check_page(offset, limit)
-    end = page_end(offset, limit)
-    db.execute("BEGIN")  # one snapshot for the page and the total
-    try:
-        low = offset - CHUNK_BYTES
-        parts = [bytes(r[0]) for r in db.execute(READ_PAGE, (offset, end, offset, job_id, stream, offset, low, end))]
-        total = int(db.execute(TOTAL, (job_id, stream)).fetchone()[0])
-    finally:
-        db.execute("COMMIT")
-    return b"".join(parts), total
-
-
-def sizes(rows: list[tuple[object, ...]]) -> dict[str, int]:
-    """Each stream's length from the rows of SIZES: 0 for a stream with nothing stored yet."""
+def sizes(rows: Sequence[Sequence[object]]) -> dict[str, int]:
+    """Each stream's length from (stream, length) rows: 0 for a stream with nothing stored yet."""
     found = {str(r[0]): int(str(r[1])) for r in rows}
     return {stream: found.get(stream, 0) for stream in STREAMS}

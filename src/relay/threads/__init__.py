@@ -10,11 +10,8 @@ model may continue any thread. `open_threads` opens the one the settings name.
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +21,11 @@ from relay.config import Settings
 from relay.errors import ErrorCode, RelayError, invalid
 from relay.osfiles import private_home
 from relay.principal import current
+from relay.store.dialect import Conn
 from relay.store.migrations import migrate
 from relay.store.open import is_pg_url
 from relay.store.release import connect
+from relay.store.sqlite_conn import SqliteConn
 from relay.text import is_utf8, mend_surrogates
 
 # Zen's defaults are 3 h and 50 turns; relay's threads persist, so a day is the default lifetime.
@@ -258,25 +257,55 @@ TURN_COLUMNS: LiteralString = (
 )
 
 
-class ThreadStore(ABC):
-    """Where threads are kept (relay.db, or the PostgreSQL store): what every caller uses, whichever it is."""
+THREAD_COLUMNS = "id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd, principal"
+_THREAD_NAMES: tuple[str, ...] = tuple(THREAD_COLUMNS.split(", "))
+_TURN_NAMES: tuple[str, ...] = tuple(TURN_COLUMNS.split(", "))
 
-    def __init__(self, config: ThreadSettings | None, clock: Callable[[], float]) -> None:
+
+class ThreadStore:
+    """Where threads are kept (relay.db, or the PostgreSQL store): one body over either backend's Conn
+    (relay.store.dialect), what every caller uses, whichever it is. `_content`: how the store keeps a turn's
+    text (relay.db: `stored_text`; PostgreSQL's bytea: its UTF-8)."""
+
+    _db: Conn
+
+    def __init__(
+        self, config: ThreadSettings | None, clock: Callable[[], float], content: Callable[[str], str | bytes]
+    ) -> None:
         self.config = config or ThreadSettings()
         self._clock = clock
+        self._content = content
 
-    @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        self._db.close()
 
-    @abstractmethod
     def find(self, thread_id: str) -> Thread | None:
         """A live thread with its turns, or None when unknown or expired."""
+        if not valid_id(thread_id):
+            return None
+        # One snapshot for the thread and its turns (a turn added meanwhile by another front is in both or neither).
+        with self._db.tx(snapshot=True) as tx:
+            found = tx.exec(f"SELECT {THREAD_COLUMNS} FROM threads WHERE id=?", (thread_id,)).fetchone()
+            row = dict(zip(_THREAD_NAMES, found, strict=True)) if found is not None else None
+            if row is None or not self._live(row, self._clock()):
+                return None  # another principal's thread is as unknown as one that never was
+            turns = tx.exec(f"SELECT {TURN_COLUMNS} FROM thread_turns WHERE thread_id=? ORDER BY seq", (thread_id,))
+            rows = [dict(zip(_TURN_NAMES, r, strict=True)) for r in turns]
+        return self._thread(row, tuple(turn_of(r) for r in rows))
 
-    @abstractmethod
     def list(self, *, limit: int = 20, include_expired: bool = False) -> list[Thread]:
         """Threads, most recently updated first (without their turns)."""
+        if limit < 1:
+            raise invalid("limit must be at least 1", "pass a positive limit")
+        who = current()
+        mine = "" if who.is_admin else " AND principal = ?"
+        params = (self._cutoff(include_expired), *(() if who.is_admin else (who.name,)), limit)
+        rows = self._db.exec(
+            f"SELECT {THREAD_COLUMNS} FROM threads WHERE updated_at > ?{mine} ORDER BY updated_at DESC LIMIT ?",
+            params,
+        )
+        return [self._thread(dict(zip(_THREAD_NAMES, r, strict=True))) for r in rows]
 
-    @abstractmethod
     def add_turns(
         self,
         thread_id: str,
@@ -287,11 +316,42 @@ class ThreadStore(ABC):
         parent_id: str | None = None,
         cost_usd: float = 0.0,
     ) -> Thread:
-        """Append turns, creating the thread if needed; refreshes its lifetime. MAX_TURNS past the limit."""
+        """Append turns, creating the thread if needed; refreshes its lifetime. MAX_TURNS past the limit.
 
-    @abstractmethod
+        The thread's row is held from its first read to the commit, so two fronts adding to one thread at once
+        number their turns one after the other; a new thread is made here (undone with the rest if the turns do
+        not fit), and one another front makes at the same moment is waited for, then found."""
+        checked_id(thread_id)
+        now = self._clock()
+        with self._db.tx(lock=True) as tx:
+            tx.exec(
+                "INSERT INTO threads (id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd,"
+                " principal) VALUES (?,?,?,?,?,?,0,0,?) ON CONFLICT (id) DO NOTHING",
+                (thread_id, parent_id, tool, heading(title), now, now, current().name),
+            )
+            found = tx.exec(
+                f"SELECT turn_count, updated_at, principal FROM threads WHERE id=?{self._db.dialect.for_update}",
+                (thread_id,),
+            ).fetchone()
+            if found is None or not self._live({"updated_at": found[1], "principal": found[2]}, now):
+                raise not_found(thread_id)
+            count = int(found[0])
+            if count + len(turns) > self.config.max_turns:
+                raise too_many_turns(thread_id, count, self.config.max_turns)
+            tx.many(
+                f"INSERT INTO thread_turns ({TURN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [turn_row(thread_id, count + i, turn, now, tool, self._content) for i, turn in enumerate(turns)],
+            )
+            tx.exec(
+                "UPDATE threads SET turn_count=turn_count+?, updated_at=?, total_cost_usd=total_cost_usd+? WHERE id=?",
+                (len(turns), now, cost_usd, thread_id),
+            )
+        return self.get(thread_id)
+
     def purge_expired(self) -> int:
-        """Delete threads past their lifetime; returns how many."""
+        """Delete threads past their lifetime (their turns go with them: ON DELETE CASCADE); returns how many."""
+        cutoff = self._clock() - self.config.ttl_s
+        return self._db.exec("DELETE FROM threads WHERE updated_at <= ?", (cutoff,)).rowcount
 
     def get(self, thread_id: str) -> Thread:
         thread = self.find(thread_id)
@@ -323,94 +383,17 @@ class Threads(ThreadStore):
     def __init__(
         self, db_path: Path, config: ThreadSettings | None = None, *, clock: Callable[[], float] = time.time
     ) -> None:
-        super().__init__(config, clock)
+        super().__init__(config, clock, stored_text)
         private_home(db_path.parent)
-        self._lock = threading.RLock()
         # Turns are prompts and answers of any size: no statement keeps the last one bound (store/release.py).
-        self._db = connect(db_path, timeout=BUSY_TIMEOUT_S)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA foreign_keys = ON")
-        with self._lock:
-            migrate(self._db)
+        db = connect(db_path, timeout=BUSY_TIMEOUT_S)
+        db.execute("PRAGMA foreign_keys = ON")
+        migrate(db)
+        self._db = SqliteConn(db, db_path, BUSY_TIMEOUT_S, release=False)
 
     @classmethod
     def open(cls, settings: Settings) -> Threads:
         return cls(settings.db_path, thread_settings(settings))
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def find(self, thread_id: str) -> Thread | None:
-        if not valid_id(thread_id):
-            return None
-        with self._lock:
-            row = self._db.execute("SELECT * FROM threads WHERE id=?", (thread_id,)).fetchone()
-            if row is None or not self._live(row, self._clock()):
-                return None  # another principal's thread is as unknown as one that never was
-            rows = self._db.execute(
-                "SELECT * FROM thread_turns WHERE thread_id=? ORDER BY seq", (thread_id,)
-            ).fetchall()
-        return self._thread(row, tuple(turn_of(r) for r in rows))
-
-    def list(self, *, limit: int = 20, include_expired: bool = False) -> list[Thread]:
-        if limit < 1:
-            raise invalid("limit must be at least 1", "pass a positive limit")
-        who = current()
-        mine = ("", ()) if who.is_admin else (" AND principal = ?", (who.name,))
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT * FROM threads WHERE updated_at > ?{mine[0]} ORDER BY updated_at DESC LIMIT ?",
-                (self._cutoff(include_expired), *mine[1], limit),
-            ).fetchall()
-        return [self._thread(r) for r in rows]
-
-    def add_turns(
-        self,
-        thread_id: str,
-        turns: Sequence[NewTurn],
-        *,
-        tool: str,
-        title: str = "",
-        parent_id: str | None = None,
-        cost_usd: float = 0.0,
-    ) -> Thread:
-        checked_id(thread_id)
-        now = self._clock()
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute(
-                "SELECT turn_count, updated_at, principal FROM threads WHERE id=?", (thread_id,)
-            ).fetchone()
-            if row is not None and not self._live(row, now):
-                raise not_found(thread_id)
-            count = int(row["turn_count"]) if row is not None else 0
-            if count + len(turns) > self.config.max_turns:
-                raise too_many_turns(thread_id, count, self.config.max_turns)
-            if row is None:
-                self._db.execute(
-                    "INSERT INTO threads (id, parent_id, tool, title, created_at, updated_at, turn_count, total_cost_usd,"
-                    " principal) VALUES (?,?,?,?,?,?,0,0,?)",
-                    (thread_id, parent_id, tool, heading(title), now, now, current().name),
-                )
-            self._db.executemany(
-                f"INSERT INTO thread_turns ({TURN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                [turn_row(thread_id, count + i, turn, now, tool) for i, turn in enumerate(turns)],
-            )
-            self._db.execute(
-                "UPDATE threads SET turn_count=turn_count+?, updated_at=?, total_cost_usd=total_cost_usd+? WHERE id=?",
-                (len(turns), now, cost_usd, thread_id),
-            )
-        return self.get(thread_id)
-
-    def purge_expired(self) -> int:
-        cutoff = self._clock() - self.config.ttl_s
-        with self._lock, self._db:
-            ids = [r[0] for r in self._db.execute("SELECT id FROM threads WHERE updated_at <= ?", (cutoff,))]
-            for thread_id in ids:
-                self._db.execute("DELETE FROM thread_turns WHERE thread_id=?", (thread_id,))
-                self._db.execute("DELETE FROM threads WHERE id=?", (thread_id,))
-        return len(ids)
 
 
 def open_threads(settings: Settings) -> ThreadStore:

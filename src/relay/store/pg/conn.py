@@ -1,0 +1,303 @@
+"""How the store's statements run on PostgreSQL: store/dialect.py's `Conn` over psycopg.
+
+The PostgreSQL half of the one store body: `?` statements made psycopg's once (dialect.pg_sql), psycopg
+failures as RelayErrors (pg/errors.py), a unique-key collision as `Conflict`, and a batch of statements
+pipelined with its BEGIN and COMMIT: one round trip however many statements it holds. `PoolConn` is the job
+store's and the dashboard's (a pool); `OneConn` the conversation threads' (one connection, kept for the
+next store of this process when closed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg_pool import ConnectionPool
+
+from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, pg_sql
+from relay.store.pg.connect import conninfo, needs_check
+from relay.store.pg.errors import relay_errors
+from relay.store.pg.schema import MIGRATION_LOCK, migrate
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+# The server's clock, however far a process's own runs ahead or behind.
+_NOW = "extract(epoch from clock_timestamp())::float8"
+
+
+def _json_field(column: str, key: str) -> str:
+    return f"({column}::json ->> '{key}')"
+
+
+PG = Dialect(
+    name="postgresql",
+    json_field=_json_field,
+    for_update=" FOR UPDATE",
+    for_key_share=" FOR NO KEY UPDATE",
+    for_share=" FOR SHARE",
+    now=_NOW,
+    skip_locked=" FOR UPDATE SKIP LOCKED",
+    # Held to the claim's commit: the slots every worker holds are counted from rows no other claim can change
+    # meanwhile (a per-agent count read without it could be read by two claimers at once, each taking the last).
+    claim_lock=f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK + 1})",
+    like="ILIKE",
+    labels_within="labels::jsonb <@ ?::jsonb",
+    mark_audit=PG_MARK_AUDIT,
+    register_worker=PG_REGISTER_WORKER.format(now=_NOW),
+    greatest="greatest",
+    least="least",
+)
+
+
+class _Later(Rows):
+    """The rows of a statement sent in a pipeline: read (and so waited for) only when asked, so the statements
+    before a read go to the server together."""
+
+    __slots__ = ("_cur", "_done")
+
+    def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]]) -> None:
+        super().__init__([], -1)
+        self._cur = cur
+        self._done = False
+
+    def _fetch(self) -> None:
+        if not self._done:
+            try:  # a fetch waits for the pipeline's results (a description read before it would not)
+                self._rows = self._cur.fetchall()
+            except psycopg.ProgrammingError:  # a statement that returns no rows
+                self._rows = []
+            self._count = self._cur.rowcount
+            self._done = True
+
+    @property
+    def rowcount(self) -> int:
+        self._fetch()
+        return self._count
+
+    def fetchall(self) -> list[Any]:
+        self._fetch()
+        return self._rows
+
+
+class _Tx:
+    """The statements of one pipelined transaction: each is sent at once, its rows waited for when read."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        cur = self._conn.cursor()
+        cur.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType]
+        return _Later(cur)
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(pg_sql(sql), rows)  # pyright: ignore[reportArgumentType]
+
+
+class PgConn(ABC):
+    """Statements on a PostgreSQL connection that `_borrow` lends."""
+
+    dialect = PG
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @abstractmethod
+    def _borrow(self) -> AbstractContextManager[Conn]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @contextmanager
+    def _conn(self) -> Generator[Conn]:
+        """A connection; a psycopg failure becomes a RelayError (a unique-key one, Conflict)."""
+        with relay_errors(self.url), self._borrow() as conn:
+            yield conn
+
+    def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        with self._conn() as conn, _unique():
+            cur = conn.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType, reportCallIssue]
+            return Rows(cur.fetchall() if cur.description else [], cur.rowcount)
+
+    def batch(self, steps: Sequence[Step], *, lock: bool = False) -> list[Rows]:
+        """The statements, BEGIN and COMMIT pipelined: one round trip. (`lock`: PostgreSQL locks rows, not the
+        database: a statement that must hold a row says so itself.)"""
+        del lock
+        with self._conn() as conn, _unique():
+            cursors: list[psycopg.Cursor[tuple[Any, ...]]] = []
+            with conn.pipeline(), conn.transaction():
+                for step in steps:
+                    cur = conn.cursor()
+                    if step.many:
+                        cur.executemany(pg_sql(step.sql), step.params)  # pyright: ignore[reportArgumentType]
+                    else:
+                        cur.execute(pg_sql(step.sql), step.params)  # pyright: ignore[reportArgumentType]
+                    cursors.append(cur)
+            return [Rows(c.fetchall() if c.description else [], c.rowcount) for c in cursors]
+
+    @contextmanager
+    def tx(self, *, lock: bool = False, snapshot: bool = False) -> Generator[_Tx]:
+        """A pipelined transaction: BEGIN goes with the first statements, and what is sent before a read goes in
+        that read's round trip."""
+        del lock
+        with self._conn() as conn, _unique(), conn.pipeline(), conn.transaction():
+            if snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield _Tx(conn)
+
+
+@contextmanager
+def _unique() -> Generator[None]:
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        raise Conflict(" ".join(str(exc).split())) from None
+
+
+class PoolConn(PgConn):
+    """A pool of up to `size` connections (the job store's; the dashboard's, read-only)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        size: int,
+        wait_s: float,
+        name: str,
+        configure: Callable[[Conn], None] | None = None,
+    ) -> None:
+        super().__init__(url)
+        self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+        self._configure_more = configure
+        # The pool's connections by the pid of the server process serving each (a notice names its sender's).
+        self.own: weakref.WeakValueDictionary[int, Conn] = weakref.WeakValueDictionary()
+        with relay_errors(url):
+            self.pool: ConnectionPool[Conn] = ConnectionPool(
+                conninfo(url),
+                kwargs={"autocommit": True},
+                min_size=1,
+                max_size=size,
+                timeout=wait_s,
+                check=self._check,
+                configure=self._configure,
+                name=name,
+                open=True,
+            )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def _configure(self, conn: Conn) -> None:
+        self.own[conn.info.backend_pid] = conn
+        if self._configure_more is not None:
+            self._configure_more(conn)
+
+    def is_own(self, backend_pid: int) -> bool:
+        """Whether the server process `backend_pid` serves one of this pool's open connections."""
+        conn = self.own.get(backend_pid)
+        return conn is not None and not conn.closed
+
+    def _check(self, conn: Conn) -> None:
+        """The pool's check before it hands out `conn`: a round trip, when pg/connect.py's `needs_check` says so."""
+        if needs_check(conn, self._last_used.get(conn, float("-inf"))):
+            ConnectionPool.check_connection(conn)
+
+    @contextmanager
+    def _borrow(self) -> Generator[Conn]:
+        with self.pool.connection() as conn:
+            try:
+                yield conn
+            finally:
+                self._last_used[conn] = time.monotonic()
+
+
+# Connections closed thread stores left for the next one to open (callers open a store per call: a new
+# connection costs ~8 ms on loopback, more with TLS and a password); at most IDLE_KEPT, oldest closed first.
+IDLE_KEPT = 4
+_idle: list[tuple[str, Conn]] = []
+# The stores this process has migrated (the job store migrates on its own opening; a thread store may come first).
+_migrated: set[str] = set()
+_shared = threading.Lock()
+
+
+def _migrate_once(url: str) -> None:
+    with _shared:
+        if url in _migrated:
+            return
+        with psycopg.connect(conninfo(url), autocommit=True) as conn:
+            migrate(conn)
+        _migrated.add(url)
+
+
+def _take_idle(url: str) -> Conn | None:
+    with _shared:
+        for index in range(len(_idle) - 1, -1, -1):
+            if _idle[index][0] == url:
+                return _idle.pop(index)[1]
+    return None
+
+
+def _keep_idle(url: str, db: Conn) -> None:
+    if db.closed or db.broken or db.info.transaction_status != pq.TransactionStatus.IDLE:
+        db.close()
+        return
+    with _shared:
+        _idle.append((url, db))
+        extra = _idle[:-IDLE_KEPT]
+        del _idle[:-IDLE_KEPT]
+    for _, old in extra:
+        old.close()
+
+
+class OneConn(PgConn):
+    """One connection, held by one thread at a time: its own unless found dead, else one a closed store of this
+    process left (IDLE_KEPT of them), else a new one (the store migrated first, once per process)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._lock = threading.RLock()
+        self._db: Conn | None = None
+        self._used_at = 0.0
+        with self._conn():
+            pass  # a wrong URL or a server that is down fails here, at opening
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                _keep_idle(self.url, self._db)
+                self._db = None
+
+    def _usable(self) -> Conn:
+        db = self._db
+        if db is None:
+            db = self._db = _take_idle(self.url)
+            self._used_at = 0.0  # left by another store: checked first
+        if db is not None and not (db.closed or db.broken):
+            if not needs_check(db, self._used_at):
+                return db
+            try:
+                db.execute("")
+                return db
+            except psycopg.Error:
+                db.close()
+        _migrate_once(self.url)
+        db = Conn.connect(conninfo(self.url), autocommit=True)
+        self._db = db
+        return db
+
+    @contextmanager
+    def _borrow(self) -> Generator[Conn]:
+        with self._lock:
+            try:
+                yield self._usable()
+            finally:
+                self._used_at = time.monotonic()

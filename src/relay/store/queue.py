@@ -1,0 +1,330 @@
+"""Claims: the store decides who runs a job, across every process (and host) that uses it; one body, two dialects.
+
+A job starts only under a claim won in one transaction: on SQLite `BEGIN IMMEDIATE` (claimers of every
+process take turns on the database's write lock), on PostgreSQL an advisory lock held to the commit while
+the slots every worker holds are counted, and the candidates read oldest first `FOR UPDATE SKIP LOCKED` (a
+row another transaction is changing is passed over, not waited on). The claim counts the slots held by
+every worker against the global and per-agent limits. A claim is a lease: the worker's id, an expiry renewed
+by its heartbeat, and a fencing epoch that every later write of the job's state must match (`epoch=` on
+mark_running, add_events, finish_job): a worker whose lease was taken over cannot finish the job a second
+time. A job holds a slot while it is queued or running with a worker named.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relay.store.dialect import Dialect, OverConn, Rows, Step, Tx, marks, timed
+
+# The jobs that hold a slot: claimed and not final. In-process tasks (model calls) take no slot.
+HOLDS_SLOT = "status IN ('queued', 'running') AND worker IS NOT NULL AND kind = 'cli'"
+# How many queued jobs one claim looks at, at most (oldest first) to find ones its limits let start.
+CLAIM_WINDOW = 500
+# Candidates a claim reads beyond twice its free slots (passed over when their agent is at its limit).
+WINDOW_SPARE = 16
+# The workers not heard from since a time (the one parameter) that no queued or running job names: a worker
+# that stopped, was lost or was killed long ago (one that comes back registers again at its next heartbeat).
+GONE_WORKERS = (
+    "heartbeat_at < ? AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.worker = workers.id"
+    " AND j.status IN ('queued', 'running'))"
+)
+# The queue's depth by agent and labels (relay_queue_depth): one scan of the queued jobs' index entries.
+QUEUE_DEPTH = (
+    "SELECT agent, labels, count(*), min(created_at) FROM jobs"
+    " WHERE status = 'queued' AND worker IS NULL AND kind = 'cli' GROUP BY agent, labels"
+)
+_WORKERS = (
+    "SELECT w.id, w.name, w.host, w.pid, w.start_ticks, w.boot_id, w.agents, w.labels, w.slots, w.lease_s,"
+    " w.started_at, w.heartbeat_at, w.stopped_at, w.state, w.ran,"
+    f" (SELECT count(*) FROM jobs j WHERE j.worker = w.id AND j.{HOLDS_SLOT.replace(' AND ', ' AND j.')})"
+    " FROM workers w"
+)
+# A claim of a job (params: worker, lease_s, pid, start ticks; its lease runs out by the store's clock, `{now}`).
+_CLAIM = "UPDATE jobs SET worker=?, lease_until={now} + ?, epoch=epoch+1, owner_pid=?, owner_start_ticks=?"
+# A heartbeat's change of a worker judged `lost` that is heard from again: `running` again (its lost jobs stay ended).
+REVIVE = (
+    "stopped_at = CASE WHEN state = 'lost' THEN NULL ELSE stopped_at END,"
+    " state = CASE WHEN state = 'lost' THEN 'running' ELSE state END"
+)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A process that runs jobs: `relay worker`, or a `relay serve` that runs its own (the embedded default)."""
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    start_ticks: int | None
+    boot_id: str | None
+    agents: tuple[str, ...] | None  # None: every agent it knows
+    labels: tuple[str, ...]
+    slots: int
+    lease_s: float
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    id: str
+    name: str
+    host: str
+    pid: int
+    start_ticks: int | None
+    boot_id: str | None
+    agents: list[str] | None
+    labels: list[str]
+    slots: int
+    lease_s: float
+    started_at: float
+    heartbeat_at: float
+    stopped_at: float | None
+    state: str
+    ran: int
+    running: int
+
+
+def worker_row(info: WorkerInfo, now: float) -> tuple[Any, ...]:
+    """The workers row of `info` as both dialects insert it (id ... lease_s, started_at, heartbeat_at)."""
+    agents = json.dumps(list(info.agents)) if info.agents is not None else None
+    labels = json.dumps(list(info.labels))
+    return (
+        info.id,
+        info.name,
+        info.host,
+        info.pid,
+        info.start_ticks,
+        info.boot_id,
+        agents,
+        labels,
+        info.slots,
+        info.lease_s,
+        now,
+        now,
+    )
+
+
+def _worker(r: Sequence[Any]) -> WorkerRecord:
+    agents, labels = (json.loads(r[6]) if r[6] else None), json.loads(r[7] or "[]")
+    return WorkerRecord(*r[:6], agents, labels, *r[8:])  # pyright: ignore[reportCallIssue]
+
+
+class ClaimsBody(OverConn):
+    """Workers and claims over `_db` (mixed into each backend's store, which opens `_db`)."""
+
+    # workers ------------------------------------------------------------------------------
+
+    @timed
+    def register_worker(self, info: WorkerInfo) -> None:
+        self._db.exec(self._db.dialect.register_worker, worker_row(info, 0.0)[:-2])
+
+    @timed
+    def heartbeat(self, worker_id: str, lease_s: float) -> bool:
+        """The worker is alive: its row and the lease of every job it holds are renewed by the store's clock (False:
+        it has no row). A worker judged lost that is heard from again is running again (its jobs' fate is sealed)."""
+        now = self._db.dialect.now
+        done = self._db.batch(
+            [
+                Step(f"UPDATE workers SET heartbeat_at={now}, {REVIVE} WHERE id=?", (worker_id,)),
+                Step(
+                    f"UPDATE jobs SET lease_until={now} + ? WHERE worker=? AND status IN ('queued', 'running')",
+                    (lease_s, worker_id),
+                ),
+            ],
+            lock=True,
+        )
+        return done[0].rowcount == 1
+
+    @timed
+    def stop_worker(self, worker_id: str, state: str) -> None:
+        """Record a worker's end (`stopping`, `stopped`, `lost`)."""
+        stopped = time.time() if state != "stopping" else None
+        self._db.exec(
+            "UPDATE workers SET state=?, stopped_at=COALESCE(?, stopped_at) WHERE id=?", (state, stopped, worker_id)
+        )
+
+    @timed
+    def prune_workers(self, older_than: float) -> int:
+        """Delete the rows of workers not heard from since `older_than` that no queued or running job names;
+        how many went."""
+        return self._db.exec(f"DELETE FROM workers WHERE {GONE_WORKERS}", (older_than,)).rowcount
+
+    @timed
+    def list_workers(self, *, include_stopped: bool = True) -> list[WorkerRecord]:
+        """Workers, the most recently alive first, with how many jobs each holds now."""
+        where = "" if include_stopped else " WHERE w.state IN ('running', 'stopping')"
+        return [_worker(r) for r in self._db.exec(f"{_WORKERS}{where} ORDER BY w.heartbeat_at DESC")]
+
+    @timed
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        found = self._db.exec(f"{_WORKERS} WHERE w.id = ?", (worker_id,)).fetchone()
+        return _worker(found) if found is not None else None
+
+    # claims ------------------------------------------------------------------------------
+
+    @timed
+    def claim(
+        self,
+        worker: WorkerInfo,
+        *,
+        free: int,
+        max_total: int,
+        per_agent: Callable[[str], int],
+        only: Sequence[str] = (),
+    ) -> list[tuple[str, str, int]]:
+        """Claim up to `free` queued jobs this worker can run, oldest first, within the limits counted over
+        every worker; returns (job id, agent, epoch) of each. `only`: consider just these jobs.
+
+        On PostgreSQL the lock, the count and the first window go in one round trip, the take and the commit
+        in one more each: the lock is held for as short a time as the network allows."""
+        if free <= 0:
+            return []
+        d = self._db.dialect
+        # Each candidate read is locked on PostgreSQL: a window just larger than the slots to fill.
+        window = min(CLAIM_WINDOW, 2 * free + WINDOW_SPARE)
+        with self._db.tx(lock=True) as tx:
+            if d.claim_lock is not None:
+                tx.exec(d.claim_lock)
+            counts = tx.exec(f"SELECT agent, count(*) FROM jobs WHERE {HOLDS_SLOT} GROUP BY agent")
+            first = _candidates(tx, d, worker, only, (), window)
+            held = {str(a): int(n) for a, n in counts}
+            room = min(free, max_total - sum(held.values()))
+            if room <= 0:
+                return []
+            won = _take(tx, d, worker, room, held, per_agent, only, window, first.fetchall())
+            if won:
+                tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (len(won), worker.id))
+            return won
+
+    @timed
+    def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:
+        """Take a claimed job over from a worker that is gone (only if its claim is still `epoch`): the new
+        epoch, or None when another worker took it first or it ended."""
+        claim = _CLAIM.format(now=self._db.dialect.now)
+        row = self._db.exec(
+            f"{claim} WHERE id=? AND epoch=? AND status IN ('queued', 'running') RETURNING epoch",
+            (worker.id, worker.lease_s, worker.pid, worker.start_ticks, job_id, epoch),
+        ).fetchone()
+        return int(row[0]) if row is not None else None
+
+    @timed
+    def unclaim(self, job_id: str, epoch: int, *, requeue_running: bool = False) -> bool:
+        """Hand a claim back (a worker stopping before it started the job; a lost worker's job that asked
+        to be retried): the job is queued again for any worker, under a new epoch."""
+        statuses = "('queued', 'running')" if requeue_running else "('queued')"
+        with self._db.tx(lock=True) as tx:
+            changed = tx.exec(
+                "UPDATE jobs SET worker=NULL, lease_until=NULL, epoch=epoch+1, status='queued', owner_pid=NULL,"
+                " owner_start_ticks=NULL, pid=NULL, pid_start_ticks=NULL, started_at=NULL"
+                f" WHERE id=? AND epoch=? AND status IN {statuses}",
+                (job_id, epoch),
+            ).rowcount
+            if changed == 1 and requeue_running:  # the run starts over: the lost one's events and output go
+                tx.exec("DELETE FROM events WHERE job_id=?", (job_id,))
+                tx.exec("DELETE FROM outputs WHERE job_id=?", (job_id,))
+        return changed == 1
+
+    @timed
+    def expired_leases(self, now: float | None = None) -> list[tuple[str, str, int, str | None, str | None]]:
+        """Claimed jobs whose lease ran out by the store's clock (or before `now`, when given): (job id, worker,
+        epoch, status, retry) of each."""
+        rows = self._db.exec(
+            "SELECT id, worker, epoch, status, retry FROM jobs WHERE status IN ('queued', 'running')"
+            f" AND worker IS NOT NULL AND lease_until < COALESCE(?, {self._db.dialect.now})",
+            (now,),
+        )
+        return [(str(r[0]), str(r[1]), int(r[2]), r[3], r[4]) for r in rows]
+
+    @timed
+    def claim_states(self, job_ids: Sequence[str]) -> dict[str, tuple[str | None, int, str, bool]]:
+        """(worker, epoch, status, cancel requested) of each job: whether a claim is still ours, and what to do."""
+        if not job_ids:
+            return {}
+        rows = self._db.exec(
+            f"SELECT id, worker, epoch, status, cancel_requested FROM jobs WHERE id IN ({marks(len(job_ids))})",
+            list(job_ids),
+        )
+        return {str(r[0]): (r[1], int(r[2]), str(r[3]), bool(r[4])) for r in rows}
+
+    @timed
+    def place_job(self, job_id: str, request: dict[str, Any], cwd: str, *, epoch: int | None) -> bool:
+        """The folder a claimed job was placed in by its worker (a job by repository URL: its worktree there), and
+        its request saying so; only under the claim of `epoch` (else False)."""
+        sql = "UPDATE jobs SET request=?, cwd=? WHERE id=?" + (" AND epoch=?" if epoch is not None else "")
+        params = (json.dumps(request), cwd, job_id, *(() if epoch is None else (epoch,)))
+        return self._db.exec(sql, params).rowcount == 1
+
+    @timed
+    def queue_depth(self) -> list[tuple[str, str | None, int, float]]:
+        """(agent, labels JSON, how many, oldest created_at) of the CLI jobs that wait for a claim (/metrics)."""
+        return [(str(r[0]), r[1], int(r[2]), float(r[3])) for r in self._db.exec(QUEUE_DEPTH)]
+
+    @timed
+    def has_queued(self) -> bool:
+        """Whether any CLI job waits for a claim."""
+        sql = "SELECT 1 FROM jobs WHERE status='queued' AND worker IS NULL AND kind='cli' LIMIT 1"
+        return self._db.exec(sql).fetchone() is not None
+
+
+def _candidates(tx: Tx, d: Dialect, worker: WorkerInfo, only: Sequence[str], full: Sequence[str], window: int) -> Rows:
+    """Queued, unclaimed CLI jobs the worker can run, oldest first: of its agents (any when it names none), none
+    of the agents in `full`, every label the job asks for among the worker's; `only` narrows them."""
+    where = "status = 'queued' AND worker IS NULL AND kind = 'cli'"
+    params: list[Any] = []
+    if only:
+        where += f" AND id IN ({marks(len(only))})"
+        params += only
+    if worker.agents is not None:
+        where += f" AND agent IN ({marks(len(worker.agents))})" if worker.agents else " AND false"
+        params += worker.agents
+    if full:
+        where += f" AND agent NOT IN ({marks(len(full))})"
+        params += full
+    where += f" AND (labels IS NULL OR {d.labels_within})"
+    params.append(json.dumps(sorted(worker.labels)))
+    sql = f"SELECT id, agent FROM jobs WHERE {where} ORDER BY created_at, id LIMIT ?{d.skip_locked}"
+    return tx.exec(sql, (*params, window))
+
+
+def _take(
+    tx: Tx,
+    d: Dialect,
+    worker: WorkerInfo,
+    room: int,
+    held: dict[str, int],
+    per_agent: Callable[[str], int],
+    only: Sequence[str],
+    window: int,
+    rows: list[Any],
+) -> list[tuple[str, str, int]]:
+    """Pick and claim up to `room` candidates oldest first from `rows` (the first window), counting each agent's
+    slots in `held` as it goes; a window whose jobs were all of agents at their limit is followed by the next."""
+    full = {agent for agent, n in held.items() if n >= per_agent(agent)}
+    passed_over: set[str] = set()  # the agents the query of `rows` left out
+    won: list[tuple[str, str, int]] = []
+    while True:
+        picked: list[tuple[str, str]] = []
+        for job_id, agent in rows:
+            if len(picked) >= room:
+                break
+            if agent not in full and held.get(agent, 0) >= per_agent(agent):
+                full.add(agent)
+            if agent in full:
+                continue
+            picked.append((str(job_id), str(agent)))
+            held[agent] = held.get(agent, 0) + 1
+        if picked:
+            ids = [j for j, _ in picked]
+            taking = (worker.id, worker.lease_s, worker.pid, worker.start_ticks, *ids)
+            sql = f"{_CLAIM.format(now=d.now)} WHERE id IN ({marks(len(ids))}) AND status = 'queued' AND worker IS NULL RETURNING id, epoch"
+            epochs = {str(j): int(e) for j, e in tx.exec(sql, taking)}
+            won += [(job_id, agent, epochs[job_id]) for job_id, agent in picked if job_id in epochs]
+            room -= len(picked)
+        if room <= 0 or len(rows) < window or (not picked and full == passed_over):
+            return won  # full, or the window held every candidate, or nothing new could start
+        passed_over = set(full)
+        rows = _candidates(tx, d, worker, only, sorted(full), window).fetchall()
