@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from relay.doctor import worktree_report
 from relay.jobs.engine import Engine
 from relay.workspaces import Workspaces
 from tests.conftest import SettingsFactory
@@ -86,6 +87,10 @@ async def test_a_relay_killed_during_git_worktree_add_leaves_nothing_after_a_res
             relay.kill()
             relay.wait()
     assert any(line.startswith(f"worktree {folder}") for line in worktrees_of(repo))  # what the crash left
+    line, usage = worktree_report(settings)  # relay doctor sees it, and git's locks on it
+    assert [w["job_id"] for w in usage["worktrees"]] == [folder.name] and f"relay/{folder.name}" in line
+    if what.startswith("relay and"):
+        assert usage["worktrees"][0]["locks"] and "locked by git" in line
 
     async with Engine(settings).running() as engine:  # the next relay, and its start-up sweep
         with anyio.fail_after(WAIT_S):
