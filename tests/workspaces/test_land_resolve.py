@@ -18,9 +18,16 @@ import anyio
 import pytest
 from mcp import Client
 
+from relay.config import Settings
+from relay.errors import ErrorCode
+from relay.jobs.engine import Engine, JobRequest
 from relay.server.app import build_server
 from relay.server.models import LandResult
 from relay.store import JobRecord, Store
+from relay.workflows.resolve import Land, land
+from relay.workspaces import LandError, Workspaces
+from relay.workspaces import conflict as conflicts
+from relay.workspaces.seal import commit_leftovers
 from tests.conftest import SettingsFactory
 from tests.workspaces.conftest import git
 
@@ -152,3 +159,54 @@ def test_relay_land_resolve_has_the_agent_resolve_it_and_says_which_job_did(
     assert landed.returncode == 0, landed.stderr
     assert f"after the test passed, its conflict resolved by job {follow}" in landed.stdout
     assert git(repo, "show", "main:app.txt") == "ours and theirs"
+
+
+async def kept_conflict(engine: Engine, repo: Path, settings: Settings) -> tuple[str, str, str, Any]:
+    """A job whose land's conflict was kept in its worktree, as on_conflict='agent' leaves it before its follow-up:
+    (job, the branch's head before, main's tip, the workspace record)."""
+    job = engine.submit(JobRequest(agent="claude", prompt=OURS, cwd=str(repo), workspace="worktree"))
+    with anyio.fail_after(30):
+        await engine.wait_one(job, 30)
+    head = git(repo, "rev-parse", f"relay/{job}")
+    main = main_moves(repo, "main's own edit")
+    spaces = Workspaces(settings)
+    rec = spaces.get(job)
+    spaces.close()
+    assert rec is not None
+    kept = conflicts.keep(rec, None)
+    assert kept is not None and kept.files == ("app.txt",) and kept.head == head
+    return job, head, main, rec
+
+
+async def test_a_resolution_relay_went_away_in_the_middle_of_never_lands_its_markers(
+    make_settings: SettingsFactory, repo: Path
+) -> None:
+    settings = make_settings()
+    async with Engine(settings).running() as engine:
+        job, head, main, rec = await kept_conflict(engine, repo, settings)
+        # relay went away; the follow-up's seal committed what it left: the merge, markers and all.
+        commit_leftovers(rec, "a follow-up that resolved nothing\n")
+        assert "<<<<<<<" in git(repo, "show", f"relay/{job}:app.txt")
+        with pytest.raises(LandError) as refused:
+            await land(engine, Land(job))
+    assert refused.value.code is ErrorCode.LAND_CONFLICT and refused.value.details["conflicts"] == ["app.txt"]
+    assert git(repo, "rev-parse", "main") == main and "<<<<<<<" not in git(repo, "show", "main:app.txt")
+    assert git(repo, "rev-parse", f"relay/{job}") == head
+    assert git(Path(rec.path), "status", "--porcelain") == "" and conflicts.pending(rec) is None
+
+
+async def test_a_resolution_whose_follow_up_completed_while_relay_was_away_lands(
+    make_settings: SettingsFactory, repo: Path
+) -> None:
+    settings = make_settings()
+    async with Engine(settings).running() as engine:
+        job, head, main, rec = await kept_conflict(engine, repo, settings)
+        (Path(rec.path) / "app.txt").write_text("ours and theirs\n")
+        commit_leftovers(rec, "the follow-up's resolution\n")
+        kept = conflicts.pending(rec)
+        assert kept is not None
+        conflicts.note(rec, kept[0], job)  # a completed job stands for the follow-up that resolved it
+        landed = await land(engine, Land(job))
+    assert landed["landed"] is True and git(repo, "show", "main:app.txt") == "ours and theirs"
+    for side in (head, main):
+        assert subprocess.run(["git", "merge-base", "--is-ancestor", side, "main"], cwd=repo).returncode == 0

@@ -9,9 +9,9 @@ longer one person's. Bound to loopback with no token anywhere it is the machine'
 endpoint is.
 
 The login is a form that sets a session cookie (HttpOnly, SameSite=Strict) derived from the token,
-so no token travels in a URL; scripts may send `Authorization: Bearer`. The two state-changing
-actions (cancel a job, change a task's status) need a CSRF token that matches a SameSite=Strict
-cookie, and an Origin (when the browser sends one) of the dashboard.
+so no token travels in a URL; scripts may send `Authorization: Bearer`. The state-changing
+actions (cancel, land or discard a job, change a task's status) need a CSRF token that matches a
+SameSite=Strict cookie, and an Origin (when the browser sends one) of the dashboard.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from relay.store import JobRecord
 from relay.store.open import is_pg_url
 from relay.web._queries import JobQueries, Queries, add_usd
 from relay.web.workers import worker_fact
+from relay.workflows.resolve import Land, land
 
 STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
 ACTIVE = ("queued", "running")
@@ -259,7 +260,8 @@ async def land_from_page(engine: Engine, settings: Settings, job_id: str, form: 
         )
     into = form.get("into", "").strip() or None
     try:
-        return await engine.land(job_id, into=into, strategy=form.get("strategy") or "rebase", test_command=test)
+        strategy = form.get("strategy") or "rebase"
+        return await land(engine, Land(job_id, into=into, strategy=strategy, test_command=test))
     except RelayError as err:
         if err.code is ErrorCode.JOB_NOT_FOUND:
             raise

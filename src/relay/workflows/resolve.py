@@ -9,7 +9,9 @@ original job ran with and never more: above the caller's grant the person is ask
 Once it ends, its seal has committed the resolution; relay checks that no marker is left and lands
 again through the same gate. A second conflict, a follow-up that did not complete or left a marker,
 stops with the usual refusal (`resolved_by` names the follow-up); the branch is put back as it was
-unless the agent's resolution was committed. Nothing loops.
+unless the agent's resolution was committed. Nothing loops. The conflict is recorded in the worktree's git
+folder until it is settled: a land after relay went away in the middle keeps a completed resolution without
+markers and takes anything else back first, so no marker lands.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Literal
 
 import anyio
 
-from relay.errors import ErrorCode, invalid
+from relay.errors import ErrorCode, RelayError, invalid
 from relay.jobs.engine import Engine, JobRequest
 from relay.workspaces import LandError, WorkspaceRecord, Workspaces
 from relay.workspaces import conflict as conflicts
@@ -48,6 +50,7 @@ async def land(engine: Engine, req: Land) -> dict[str, Any]:
     The result is Engine.land's, with `resolved_by` (the follow-up's id, or None); a refusal is LandError."""
     if req.on_conflict not in ON_CONFLICT:
         raise invalid(f"on_conflict {req.on_conflict!r} is not one of refuse, agent", "use refuse (default) or agent")
+    await _settle(engine, req.job_id)
     try:
         return await _land(engine, req) | {"resolved_by": None}
     except LandError as err:
@@ -82,6 +85,7 @@ async def land(engine: Engine, req: Land) -> dict[str, Any]:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(conflicts.undo, rec, kept)
         raise
+    await anyio.to_thread.run_sync(conflicts.note, rec, kept, follow)
     try:
         ended = await engine.wait_one(follow, engine.settings.job_timeout_s + FOLLOW_UP_GRACE_S)
     except BaseException:  # the call went away: the follow-up must not seal half a resolution onto the branch
@@ -107,6 +111,33 @@ async def land(engine: Engine, req: Land) -> dict[str, Any]:
     except LandError as again:  # a second conflict (or a failing gate) stops here, with today's refusal
         again.details["resolved_by"] = follow
         raise
+
+
+async def _settle(engine: Engine, job_id: str) -> None:
+    """A resolution that relay went away in the middle of (the conflict is still recorded in the worktree): kept
+    if its follow-up completed and left no marker, else taken back, so no marker is ever landed. One whose
+    follow-up still runs is left to it (the land is refused while a job runs in the worktree)."""
+    try:
+        rec = _workspace(engine, job_id)
+    except RelayError:
+        return  # not a worktree job, or not the caller's: the land says so
+    found = await anyio.to_thread.run_sync(conflicts.pending, rec)
+    if found is None:
+        return
+    kept, follow = found
+    ended = None
+    if follow is not None:
+        try:
+            ended = engine.get(follow)
+        except RelayError:
+            ended = None
+        if ended is not None and not ended.is_final:
+            return
+    if ended is not None and ended.status == "completed":
+        left = await anyio.to_thread.run_sync(conflicts.conclude, rec, kept)
+        if not left:
+            return
+    await anyio.to_thread.run_sync(conflicts.undo, rec, kept)
 
 
 async def _land(engine: Engine, req: Land) -> dict[str, Any]:

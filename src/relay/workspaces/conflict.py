@@ -11,8 +11,10 @@ follows goes onto a branch that already holds the target: a fast-forward, or a s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from relay.errors import ErrorCode
 from relay.workspaces import _git
@@ -27,6 +29,10 @@ MARKERS = ("<<<<<<< ", ">>>>>>> ")
 SIDE_COMMITS = 10
 # At most this many conflicting files are named one by one (a prompt stays readable; the rest is counted).
 PROMPT_FILES = 200
+# The conflict kept in a worktree, and the follow-up resolving it, in the worktree's git folder: a land after a
+# crash (relay gone while the follow-up ran, whose seal then committed whatever it left) finds it and settles it
+# first, so a marker never lands.
+PENDING_FILE = "relay-resolving.json"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,9 @@ class Conflict:
     theirs: tuple[str, ...]  # the target's commits since then
     ours_count: int
     theirs_count: int
+
+    def to_json(self, follow_up: str | None) -> str:
+        return json.dumps(asdict(self) | {"follow_up": follow_up})
 
     def prompt(self) -> str:
         """The follow-up's prompt: the conflicting files and both sides named, and what to do (and not do)."""
@@ -124,7 +133,7 @@ def keep(rec: WorkspaceRecord, into: str | None) -> Conflict | None:
     base = _git.out(["merge-base", head, target_sha], wt, git_dir=gd)
     ours, ours_count = _log(wt, gd, base, head)
     theirs, theirs_count = _log(wt, gd, base, target_sha)
-    return Conflict(
+    kept = Conflict(
         job_id=rec.job_id,
         branch=rec.branch,
         head=head,
@@ -136,6 +145,42 @@ def keep(rec: WorkspaceRecord, into: str | None) -> Conflict | None:
         ours_count=ours_count,
         theirs_count=theirs_count,
     )
+    note(rec, kept, None)
+    return kept
+
+
+def _pending_path(rec: WorkspaceRecord) -> Path | None:
+    wt = Path(rec.path)
+    return _git.worktree_git_dir(rec.common_dir, wt) / PENDING_FILE if wt.is_dir() else None
+
+
+def note(rec: WorkspaceRecord, conflict: Conflict, follow_up: str | None) -> None:
+    """Record the conflict kept in the worktree (and, once it started, the follow-up resolving it)."""
+    path = _pending_path(rec)
+    if path is not None:
+        path.write_text(conflict.to_json(follow_up), encoding="utf-8")
+
+
+def pending(rec: WorkspaceRecord) -> tuple[Conflict, str | None] | None:
+    """A conflict kept in the worktree whose resolution was not settled (relay went away meanwhile), and the
+    follow-up that was resolving it (None: it never started)."""
+    path = _pending_path(rec)
+    if path is None or not path.is_file():
+        return None
+    try:
+        found: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        follow_up = found.pop("follow_up", None)
+        for name in ("files", "ours", "theirs"):
+            found[name] = tuple(found[name])
+        return Conflict(**found), follow_up
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _settled(rec: WorkspaceRecord) -> None:
+    path = _pending_path(rec)
+    if path is not None:
+        path.unlink(missing_ok=True)
 
 
 def _marked(text: str) -> bool:
@@ -162,6 +207,7 @@ def conclude(rec: WorkspaceRecord, conflict: Conflict) -> list[str]:
     head = head_of(rec)
     if not _git.ok(["merge-base", "--is-ancestor", conflict.target_sha, head], wt, git_dir=gd):
         return list(conflict.files)  # the branch went elsewhere (the agent reset it): not a resolution
+    _settled(rec)
     return []
 
 
@@ -171,6 +217,7 @@ def undo(rec: WorkspaceRecord, conflict: Conflict) -> None:
 
 
 def undo_to(rec: WorkspaceRecord, head: str) -> None:
+    _settled(rec)
     wt = Path(rec.path)
     if not wt.is_dir():
         _git.run(["update-ref", f"refs/heads/{rec.branch}", head], rec.common_dir, check=False)
