@@ -138,9 +138,7 @@ def test_the_setup_command_is_the_repositorys_by_folder_then_by_remote_url_then_
         '[workspaces]\nports = "30000-30004"\nports_per_worktree = 10\n',
     ],
 )
-def test_a_setup_command_or_ports_config_relay_cannot_use_is_refused_with_a_hint(
-    relay_home: Path, config: str
-) -> None:
+def test_a_setup_command_or_ports_config_relay_cannot_use_is_refused_with_a_hint(relay_home: Path, config: str) -> None:
     (relay_home / "config.toml").write_text(config)
     with pytest.raises(RelayError) as caught:
         load_settings({"RELAY_HOME": str(relay_home)})
@@ -295,3 +293,26 @@ def test_the_port_a_dev_server_listens_on_is_not_handed_out(make_settings: Setti
         server.listen()
         assert reserve_ports(settings, spaces.store, "a", set()) == "31402-31403"
     spaces.close()
+
+
+async def test_a_job_cancelled_during_its_setup_ends_cancelled_its_setup_killed_and_its_agent_never_started(
+    make_settings: SettingsFactory, checkout: Path, tmp_path: Path
+) -> None:
+    log, agent_env = argv_log(tmp_path)
+    pidfile = tmp_path / "setup.pid"
+    setup = f"echo $$ > {pidfile}; exec sleep 60"
+    settings = make_settings(f'[workspaces]\nsetup_command = "{setup}"\n' + agent_env)
+    async with Client(build_server(settings)) as c:
+        args = {"prompt": "work", "cwd": str(checkout), "mode": "async", "workspace": "worktree"}
+        job, _ = await call(c, "delegate", args)
+        with anyio.fail_after(WAIT_S):
+            while not pidfile.exists() or not pidfile.read_text().strip():
+                await anyio.sleep(0.05)
+        pid = int(pidfile.read_text())
+        with anyio.fail_after(WAIT_S):
+            await c.call_tool("job_cancel", {"job_id": job["job_id"]})
+        done, _ = await call(c, "job_wait", {"job_ids": [job["job_id"]], "timeout_s": 20})
+    assert done["jobs"][0]["status"] == "cancelled"
+    assert agent_runs(log) == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
