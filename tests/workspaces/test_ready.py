@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,17 @@ from mcp import Client
 
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
+from relay.runtime import procinfo
 from relay.server.app import build_server
-from relay.workspaces import Workspaces
-from relay.workspaces.ready import copy_included, included, port_env, reserve_ports, setup_command_for
+from relay.workspaces import Workspaces, procs
+from relay.workspaces.ready import (
+    copy_included,
+    included,
+    make_ready,
+    port_env,
+    reserve_ports,
+    setup_command_for,
+)
 from tests.conftest import SettingsFactory
 from tests.workspaces.conftest import git, snapshot
 
@@ -143,6 +153,40 @@ def test_a_setup_command_or_ports_config_relay_cannot_use_is_refused_with_a_hint
     with pytest.raises(RelayError) as caught:
         load_settings({"RELAY_HOME": str(relay_home)})
     assert caught.value.code is ErrorCode.CONFIG_INVALID and "[workspaces]" in caught.value.hint
+
+
+def test_a_running_setup_is_on_record_so_a_relay_killed_meanwhile_leaves_it_to_the_next_ones_sweep(
+    make_settings: SettingsFactory, checkout: Path, tmp_path: Path
+) -> None:
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    setup = f"touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done"
+    settings = make_settings(f'[workspaces]\nsetup_command = "{setup}"\n')
+    spaces = Workspaces(settings)
+    rec = spaces.create("j1", str(checkout), base=None, carry_changes=False)
+    outcome: list[Any] = []
+
+    def ready() -> None:
+        try:
+            outcome.append(make_ready(settings, rec, tmp_path / "setup.log"))
+        except RelayError as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=ready, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (record,) = (settings.worktrees_dir / procs.PROCS).glob("*.json")
+    found = json.loads(record.read_text())
+    assert found["what"] == "setup" and procinfo.group_members(found["pid"])
+    found["owner"] = {"pid": found["owner"]["pid"], "start": -1, "boot": found["owner"]["boot"]}  # its relay gone
+    record.write_text(json.dumps(found))
+    assert [k["pid"] for k in procs.kill_left_over(settings.worktrees_dir)] == [found["pid"]]
+    thread.join(WAIT_S)
+    assert procinfo.group_members(found["pid"]) == [] and not gate.exists()
+    (failed,) = outcome  # killed: the job it belonged to would end SETUP_FAILED, had its relay lived
+    assert isinstance(failed, RelayError) and failed.code is ErrorCode.SETUP_FAILED
+    spaces.close()
 
 
 # ports ---------------------------------------------------------------------------------------------------

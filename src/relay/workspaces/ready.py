@@ -30,7 +30,7 @@ from typing import Any
 
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
-from relay.workspaces import _git
+from relay.workspaces import _git, procs
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
 # The repository's list of ignored files a new worktree gets from the checkout (Claude Code's name and syntax).
@@ -225,7 +225,8 @@ def run_setup(
     command: str, cwd: Path, env: Mapping[str, str], log: Path, timeout_s: float, stop: Stop | None = None
 ) -> dict[str, Any]:
     """The setup command in a shell of its own process group at `cwd`, its output (both streams) appended to `log`;
-    stopped (SIGTERM, a grace, SIGKILL to the group) after `timeout_s` or once `stop()` says so."""
+    stopped (SIGTERM, a grace, SIGKILL to the group) after `timeout_s` or once `stop()` says so. Within
+    `procs.recorded_in`, on record while it runs: a relay killed meanwhile leaves it to the next one's sweep."""
     started = time.monotonic()
     deadline = started + timeout_s
     timed_out = stopped = False
@@ -239,16 +240,17 @@ def run_setup(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        while True:
-            try:
-                code: int | None = proc.wait(timeout=STOP_POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                stopped = stop is not None and stop()
-                timed_out = not stopped and time.monotonic() >= deadline
-                if stopped or timed_out:
-                    code = _kill_group(proc)
+        with procs.kept(proc.pid, "setup"):  # on record while it runs: a relay killed meanwhile, the next one kills it
+            while True:
+                try:
+                    code: int | None = proc.wait(timeout=STOP_POLL_S)
                     break
+                except subprocess.TimeoutExpired:
+                    stopped = stop is not None and stop()
+                    timed_out = not stopped and time.monotonic() >= deadline
+                    if stopped or timed_out:
+                        code = _kill_group(proc)
+                        break
     return {
         "command": command,
         "exit_code": code,
@@ -373,7 +375,7 @@ def make_ready(
         said.append(f"relay: ports {rec.ports} for this worktree's agents (RELAY_PORT, RELAY_PORTS, PORT)")
     elif settings.worktree_ports[2]:
         first, last, _ = settings.worktree_ports
-        said.append(f"relay: no ports for this worktree: every block of {first}-{last} is held by a running job")
+        said.append(f"relay: no ports for this worktree: no block of {first}-{last} was free for it")
     if command:
         said.append(f"relay: $ {command}    (in {rec.path}, at most {settings.setup_timeout_s:.0f} s)")
     log.write_text("".join(line + "\n" for line in said), encoding="utf-8")
@@ -383,7 +385,8 @@ def make_ready(
     setup_env = {**settings.environ, **(env or {}), **port_env(rec.ports), "RELAY_WORKTREE": rec.path}
     if url is None:
         setup_env["RELAY_CHECKOUT"] = rec.repo
-    ran = run_setup(command, Path(rec.path), setup_env, log, settings.setup_timeout_s, stop)
+    with procs.recorded_in(Path(rec.path).parent):  # the setup's processes on record (relay.workspaces.procs)
+        ran = run_setup(command, Path(rec.path), setup_env, log, settings.setup_timeout_s, stop)
     how = "was stopped" if ran["stopped"] else f"ended with exit code {ran['exit_code']}"
     how = f"did not end within {settings.setup_timeout_s:.0f} s" if ran["timed_out"] else how
     with open(log, "a", encoding="utf-8") as out:
