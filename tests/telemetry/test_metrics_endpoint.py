@@ -102,6 +102,10 @@ async def test_the_fronts_metrics_count_the_jobs_that_ran_and_show_the_queued_on
                 while not (seen := await renewed()):
                     await anyio.sleep(0.1)
             nobody, user, admin, scraper = [await scrape(front, t) for t in (None, USER, ADMIN, SCRAPER)]
+            async with httpx.AsyncClient(timeout=10) as http:  # the metrics token reads /metrics and nothing else
+                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+                headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {SCRAPER}"}
+                mcp = await http.post(f"http://127.0.0.1:{front}/mcp", json=body, headers=headers)
             for job in (held, *queued):
                 await call(alice, "job_cancel", {"job_id": job["job_id"]})
 
@@ -109,7 +113,7 @@ async def test_the_fronts_metrics_count_the_jobs_that_ran_and_show_the_queued_on
     assert [q["status"] for q in queued] == ["queued"] * 3
     assert (nobody.status_code, nobody.headers["www-authenticate"]) == (401, "Bearer")
     assert user.status_code == 403 and "metrics_token" in user.json()["hint"]
-    assert admin.status_code == scraper.status_code == 200
+    assert admin.status_code == scraper.status_code == 200 and mcp.status_code == 401
     assert admin.headers["content-type"].startswith("text/plain")
     claude = (("agent", "claude"),)
     assert {

@@ -32,9 +32,10 @@ Received = list[tuple[str, str, str, str]]
 
 
 @pytest.fixture
-def collector() -> Iterator[tuple[int, Received]]:
-    """An OTLP/HTTP traces receiver on 127.0.0.1: its port, and the spans it decoded."""
+def collector() -> Iterator[tuple[int, Received, set[str]]]:
+    """An OTLP/HTTP traces receiver on 127.0.0.1: its port, the spans it decoded, and the services that sent them."""
     received: Received = []
+    services: set[str] = set()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -43,6 +44,8 @@ def collector() -> Iterator[tuple[int, Received]]:
                 body = gzip.decompress(body)
             request = ExportTraceServiceRequest.FromString(body)
             for resource in request.resource_spans:
+                named = [a.value.string_value for a in resource.resource.attributes if a.key == "service.name"]
+                services.update(named)
                 for scope in resource.scope_spans:
                     for span in scope.spans:
                         ids = (span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex())
@@ -60,19 +63,19 @@ def collector() -> Iterator[tuple[int, Received]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield int(server.server_address[1]), received
+    yield int(server.server_address[1]), received, services
     server.shutdown()
     server.server_close()
 
 
 async def test_relay_serve_exports_a_jobs_spans_over_otlp_under_the_callers_trace(
-    collector: tuple[int, Received],
+    collector: tuple[int, Received, set[str]],
     make_settings: SettingsFactory,
     relay_home: Path,
     workdir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    collector_port, received = collector
+    collector_port, received, services = collector
     make_settings(f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{collector_port}"\n')
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # the SDK's batch is sent every 50 ms, not every 5 s
     port = free_port()
@@ -90,7 +93,7 @@ async def test_relay_serve_exports_a_jobs_spans_over_otlp_under_the_callers_trac
         assert done.structured_content is not None and done.structured_content["status"] == "completed"
         await wait_for(lambda: any(name == "relay.job.end" for name, *_ in received), 30)
     ours = {name: (span, parent) for name, trace, span, parent in received if trace == TRACE_ID}
-    assert set(LIFE) <= set(ours)
+    assert set(LIFE) <= set(ours) and services == {"relay"}
     # relay set its provider as the process's: the MCP SDK's own span of the call is exported too, between the
     # caller's span and the job's submit.
     call_span, call_parent = ours["tools/call delegate"]

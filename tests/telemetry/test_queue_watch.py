@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,9 +23,7 @@ def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str]
     return found
 
 
-def test_many_scrapes_read_the_store_once_per_interval_and_label_sets_past_the_cap_are_folded(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_many_scrapes_read_the_store_once_per_interval_and_label_sets_past_the_cap_are_folded() -> None:
     reads: list[int] = []
     rows = [("claude", json.dumps([f"l{i}"]), 1, 100.0) for i in range(MAX_QUEUE_SERIES + 5)]
     rows.append(("claude", None, 10, 50.0))
@@ -53,9 +50,7 @@ def test_many_scrapes_read_the_store_once_per_interval_and_label_sets_past_the_c
     assert not any(name == "relay_queue_depth" for name, _ in after)
 
 
-def test_a_store_that_fails_when_scraped_leaves_the_queue_gauges_out_and_the_next_scrape_tries_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_store_that_fails_when_scraped_leaves_the_queue_gauges_out_and_the_next_scrape_tries_again() -> None:
     calls: list[int] = []
 
     def queue() -> list[tuple[str, str | None, int, float]]:

@@ -139,3 +139,31 @@ def test_tracing_configured_without_the_otel_extra_is_a_config_error_naming_the_
     assert err.value.code is ErrorCode.CONFIG_INVALID
     assert "relay-mcp-server[otel]" in err.value.hint and "otlp_endpoint" in err.value.hint
     assert not tracing.enabled()
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        {"traceparent": "00-zzzz-not-a-trace"},
+        {"traceparent": f"00-{'0' * 32}-{CALLER_SPAN}-01"},  # the invalid all-zero trace id
+        {"traceparent": "--flag", "tracestate": "x" * 10_000},
+    ],
+)
+async def test_a_malformed_traceparent_is_ignored_and_the_job_stores_only_relays_own_context(
+    exported: InMemorySpanExporter, make_settings: SettingsFactory, workdir: Path, sent: dict[str, str]
+) -> None:
+    settings = make_settings()
+    with anyio.fail_after(60):
+        async with Client(build_server(settings)) as client:
+            meta: Any = sent
+            done = await client.call_tool("delegate", {"prompt": "hi", "cwd": str(workdir), "mode": "sync"}, meta=meta)
+    assert done.structured_content is not None and done.structured_content["status"] == "completed"
+    job_id = done.structured_content["job_id"]
+    submit = by_name(exported.get_finished_spans(), job_id)["relay.job.submit"]
+    assert submit.parent is None and submit.context is not None  # a trace of its own
+    stored = open_store(settings.store_target, home=settings.home).get_job(job_id)
+    assert stored is not None
+    ours = submit.context
+    assert stored.request["trace"] == {
+        "traceparent": f"00-{ours.trace_id:032x}-{ours.span_id:016x}-{ours.trace_flags:02x}"
+    }

@@ -64,7 +64,10 @@ def start(endpoint: str, service_name: str = SERVICE_NAME) -> None:
             f"tracing is configured (OTLP endpoint {endpoint}) but OpenTelemetry is not installed ({exc.name})",
             f"{INSTALL_HINT}; or remove [telemetry] otlp_endpoint and OTEL_EXPORTER_OTLP_ENDPOINT",
         ) from None
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    resource = Resource.create()  # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, as the SDK reads them
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": service_name}))
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     if type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":  # nobody set one: ours
         trace.set_tracer_provider(provider)
