@@ -12,7 +12,7 @@ follows goes onto a branch that already holds the target: a fast-forward, or a s
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +99,9 @@ def _merging(gd: Path) -> bool:
 def keep(rec: WorkspaceRecord, into: str | None) -> Conflict | None:
     """Merge the target's tip into the job's branch in its worktree and leave the conflict there for an agent.
 
-    None when it merges cleanly: the merge is taken back (the branch as it was), and the land's own refusal
-    stands (the target moved, or a dirty checkout of it). Raises LandError when the target cannot be read.
+    None when it merges cleanly, or there is no target branch: the merge is taken back (the branch as it was),
+    and the land's own refusal stands (the target moved, or a dirty checkout of it). LandError when git fails to
+    merge without naming a conflicting file.
     """
     target = into or rec.base_ref
     wt = Path(rec.path)
@@ -115,6 +116,22 @@ def keep(rec: WorkspaceRecord, into: str | None) -> Conflict | None:
         _git.run(["checkout", "--quiet", rec.branch], wt, git_dir=gd)
         commit_leftovers(rec, f"Edits made in the worktree after relay job {rec.job_id}\n")
         head = head_of(rec)
+        base = _git.out(["merge-base", head, target_sha], wt, git_dir=gd)
+        ours, ours_count = _log(wt, gd, base, head)
+        theirs, theirs_count = _log(wt, gd, base, target_sha)
+        kept = Conflict(
+            job_id=rec.job_id,
+            branch=rec.branch,
+            head=head,
+            target=target,
+            target_sha=target_sha,
+            files=(),
+            ours=ours,
+            theirs=theirs,
+            ours_count=ours_count,
+            theirs_count=theirs_count,
+        )
+        note(rec, kept, None)  # before the merge: a crash from here on is taken back by the next land
         message = f"relay: merge {target} ({target_sha[:12]}) into {rec.branch}, conflicts resolved by its agent\n"
         merged = _git.run(
             ["merge", "--no-ff", "--no-edit", "-m", message, target_sha], wt, env=AUTHOR, check=False, git_dir=gd
@@ -130,21 +147,7 @@ def keep(rec: WorkspaceRecord, into: str | None) -> Conflict | None:
                 conflicts=[],
             )
         return None
-    base = _git.out(["merge-base", head, target_sha], wt, git_dir=gd)
-    ours, ours_count = _log(wt, gd, base, head)
-    theirs, theirs_count = _log(wt, gd, base, target_sha)
-    kept = Conflict(
-        job_id=rec.job_id,
-        branch=rec.branch,
-        head=head,
-        target=target,
-        target_sha=target_sha,
-        files=tuple(files),
-        ours=ours,
-        theirs=theirs,
-        ours_count=ours_count,
-        theirs_count=theirs_count,
-    )
+    kept = replace(kept, files=tuple(files))
     note(rec, kept, None)
     return kept
 
