@@ -124,3 +124,44 @@ async def test_an_acp_job_keeps_running_across_a_relay_restart_and_the_next_rela
     rec = Store(world.relay_home / "relay.db").get_job(job_id)
     assert rec is not None and rec.status == "completed"
     assert procinfo.group_members(pgid) == []
+
+
+async def test_resuming_a_gemini_session_over_acp_fails_with_session_not_found_as_documented(world: World) -> None:
+    # gemini 0.61.0's session/load does not find the sessions it recorded (docs/acp.md, Limits).
+    world.mock.script(Reply(text="first answer ANS-1a"))
+    async with world.relay(**over_acp("gemini")) as relay:
+        first = await relay.delegate("gemini", "first question ASK-1a")
+        assert first["status"] == "completed", first["error"]
+        second = await relay.delegate("gemini", "second question", session_id=first["session_id"])
+    assert second["status"] == "failed"
+    assert second["error"]["code"] == "SESSION_NOT_FOUND", second["error"]
+    assert len(world.mock.turns()) == 1
+
+
+@pytest.mark.parametrize("agent", ["claude"])
+async def test_a_second_acp_delegation_with_the_session_id_continues_the_conversation(world: World, agent: str) -> None:
+    world.mock.script(Reply(text="first answer ANS-1a"), Reply(text="second answer ANS-2b"))
+    async with world.relay(**over_acp(agent)) as relay:
+        first = await relay.delegate(agent, "first question ASK-1a")
+        assert first["status"] == "completed", first["error"]
+        second = await relay.delegate(agent, "second question ASK-2b", session_id=first["session_id"])
+    assert second["status"] == "completed", second["error"]
+    assert second["output"] == "second answer ANS-2b"  # the loaded session's history is not repeated
+    assert second["session_id"] == first["session_id"]
+    turns = world.mock.turns()
+    assert len(turns) == 2
+    for marker in ("ASK-1a", "ANS-1a", "ASK-2b"):
+        assert marker in turns[1].text, f"{marker} missing from the resumed request"
+
+
+@pytest.mark.parametrize("agent", ["gemini", "claude"])
+async def test_an_upstream_error_fails_the_acp_job_with_a_code_and_the_vendors_message(
+    world: World, agent: str
+) -> None:
+    world.mock.always(Reply(status=500, error="vendor says no ERR-500-acp"))
+    async with world.relay(**over_acp(agent)) as relay:
+        env = await relay.delegate(agent, "this will fail")
+    assert env["status"] == "failed"
+    assert env["error"]["code"] in ("UPSTREAM_ERROR", "AGENT_FAILED"), env["error"]
+    assert "ERR-500-acp" in env["error"]["message"] or "500" in env["error"]["message"], env["error"]
+    assert world.mock.turns(), "the agent never reached the mock"

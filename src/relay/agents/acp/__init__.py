@@ -19,7 +19,7 @@ from relay.agents.acp.parser import AcpParser
 from relay.agents.base import AgentRequest, HostContext, Invocation, Parser, child_env
 from relay.agents.values import option
 from relay.config import AgentConfig
-from relay.errors import RelayError, invalid
+from relay.errors import ErrorCode, RelayError, invalid
 
 DRIVER_MODULE = "relay.agents.acp.driver"
 
@@ -56,6 +56,13 @@ def _codex_model(name: str) -> tuple[tuple[str, ...], dict[str, str]]:
 
 
 def _gemini_error(message: str, exit_code: int | None, stderr_tail: str) -> RelayError:
+    if "no previous sessions found" in message.lower():
+        # gemini 0.61.0's session/load looks for its sessions before it knows the project (docs/acp.md, Limits).
+        return RelayError(
+            ErrorCode.SESSION_NOT_FOUND,
+            message,
+            "gemini 0.61.0 over ACP cannot load a session: start a new one, or resume it with gemini on print mode",
+        )
     return gemini.error_for(message, None, exit_code, stderr_tail)
 
 

@@ -66,6 +66,8 @@ DEFAULT_PERMISSION_TIMEOUT_S = 120.0
 INBOX_POLL_S = 0.1
 # After SIGTERM (or a cancel) the turn has this long to end on its own before the driver leaves.
 CANCEL_GRACE_S = 3.0
+# After the last turn the agent's stdin is closed; it has this long to save its session and exit (then SIGTERM).
+AGENT_EXIT_S = 10.0
 # The most one ACP message may be (the SDK's default for its own stdio).
 STREAM_LIMIT = 50 * 1024 * 1024
 # The largest file the client reads for the agent.
@@ -254,7 +256,7 @@ class Driver:
                 *argv[1:],
                 env=env,
                 cwd=self.args.cwd,
-                transport_kwargs={"stderr": None, "limit": STREAM_LIMIT},
+                transport_kwargs={"stderr": None, "limit": STREAM_LIMIT, "shutdown_timeout": AGENT_EXIT_S},
             ) as (conn, _process):
                 self.conn = conn
                 return await self.drive(conn)
@@ -278,16 +280,18 @@ class Driver:
         modes: SessionModeState | None
         if self.args.session_id:
             session_caps = caps.session_capabilities if caps else None
-            if caps is not None and caps.load_session:
-                self.client.quiet = True
+            if session_caps is not None and session_caps.resume is not None:  # no history replayed
+                resumed = await conn.resume_session(cwd=cwd, session_id=self.args.session_id, mcp_servers=[])
+                modes = resumed.modes
+            elif caps is not None and caps.load_session:
+                self.client.quiet = True  # the replayed history is the earlier jobs' transcript, not this one's
                 try:
                     loaded = await conn.load_session(cwd=cwd, session_id=self.args.session_id, mcp_servers=[])
+                    # The replay's notifications still being handled (the SDK's prompt() waits the same way).
+                    await conn._session_updates.wait(self.args.session_id)  # pyright: ignore[reportPrivateUsage]
                 finally:
                     self.client.quiet = False
                 modes = loaded.modes if loaded else None
-            elif session_caps is not None and session_caps.resume is not None:
-                resumed = await conn.resume_session(cwd=cwd, session_id=self.args.session_id, mcp_servers=[])
-                modes = resumed.modes
             else:
                 self.out({"type": "error", "message": "the agent cannot load or resume a session over ACP"})
                 return 1
