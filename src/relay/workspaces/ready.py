@@ -155,28 +155,44 @@ def copy_included(checkout: Path, worktree: Path, stop: Stop | None = None) -> C
     copied = Copied()
     names, copied.skipped = included(checkout)
     top, into = os.path.realpath(checkout), os.path.realpath(worktree)
+    folders: dict[tuple[str, str], str | None] = {}  # (source folder, its folder in the worktree) -> why not
     for count, rel in enumerate(names):
         if stop is not None and count % COPY_STOP_EVERY == 0 and stop():
             raise RelayError(ErrorCode.CANCELLED, "the job was cancelled while its worktree was made ready", "")
-        why = _copy_one(top, into, rel, copied)
+        src, dst = os.path.join(top, rel), os.path.join(into, rel)
+        where = (os.path.dirname(src), os.path.dirname(dst))
+        if where not in folders:
+            folders[where] = (
+                "it escapes the repository" if ".." in PurePosixPath(rel).parts else _folders(top, into, *where)
+            )
+        why = folders[where] or _copy_one(top, src, dst, rel, copied)
         if why:
             copied.skipped.append((rel, why))
     return copied
 
 
-def _copy_one(top: str, into: str, rel: str, copied: Copied) -> str | None:
-    """Copy one file (or an inside symlink); None when done, else why it was not."""
-    src, dst = os.path.join(top, rel), os.path.join(into, rel)
-    if ".." in PurePosixPath(rel).parts or not _inside(os.path.realpath(os.path.dirname(src)), top):
+def _folders(top: str, into: str, source: str, target: str) -> str | None:
+    """Why a file of folder `source` cannot go to folder `target` (made here, inside the worktree), or None."""
+    if not _inside(os.path.realpath(source), top):
         return "it escapes the repository"
+    existing = target
+    while not os.path.lexists(existing):  # the nearest folder there is: never made through a symlink out
+        existing = os.path.dirname(existing)
+    if not _inside(os.path.realpath(existing), into):
+        return "its folder in the worktree leads outside it"
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as exc:
+        return f"could not copy: {exc.strerror or exc}"
+    return None
+
+
+def _copy_one(top: str, src: str, dst: str, rel: str, copied: Copied) -> str | None:
+    """Copy one file (or an inside symlink) to a folder made ready; None when done, else why it was not."""
     try:
         st = os.lstat(src)
         if os.path.lexists(dst):
             return "the worktree has its own"
-        parent = os.path.dirname(dst)
-        os.makedirs(parent, exist_ok=True)
-        if not _inside(os.path.realpath(parent), into):
-            return "its folder in the worktree leads outside it"
         if stat.S_ISLNK(st.st_mode):
             target = os.readlink(src)
             if os.path.isabs(target) or not _inside(os.path.realpath(src), top):
@@ -184,7 +200,8 @@ def _copy_one(top: str, into: str, rel: str, copied: Copied) -> str | None:
             os.symlink(target, dst)
             copied.add(rel, 0)
         elif stat.S_ISREG(st.st_mode):
-            shutil.copy2(src, dst, follow_symlinks=False)
+            shutil.copyfile(src, dst, follow_symlinks=False)
+            shutil.copymode(src, dst, follow_symlinks=False)
             copied.add(rel, st.st_size)
         else:
             return "not a regular file"
