@@ -95,6 +95,25 @@ def test_a_symlink_out_of_the_checkout_is_not_followed_and_a_pattern_that_escape
     assert (wt / ".env").is_file()
 
 
+def test_a_folder_the_worktrees_branch_has_as_a_symlink_out_is_never_written_through(
+    checkout: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    git(checkout, "checkout", "-q", "-b", "linked")
+    (checkout / "conf").symlink_to(outside)
+    git(checkout, "add", "conf")
+    git(checkout, "commit", "-q", "-m", "conf is a link")
+    git(checkout, "checkout", "-q", "main")
+    (checkout / "conf" / "local").mkdir(parents=True)
+    (checkout / "conf" / "local" / ".env").write_text("IN_CONF=1\n")
+    wt = tmp_path / "wt"
+    git(checkout, "worktree", "add", "-q", str(wt), "linked")
+    copied = copy_included(checkout, wt)
+    assert list(outside.iterdir()) == []
+    assert ("conf/local/.env", "its folder in the worktree leads outside it") in copied.skipped
+
+
 def test_a_large_ignored_tree_is_copied_with_its_inside_links_and_the_log_says_how_much(
     checkout: Path, tmp_path: Path
 ) -> None:
