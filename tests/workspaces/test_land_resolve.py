@@ -29,6 +29,7 @@ from relay.workspaces import LandError, Workspaces
 from relay.workspaces import conflict as conflicts
 from relay.workspaces.seal import commit_leftovers
 from tests.conftest import SettingsFactory
+from tests.web.conftest import wait_until
 from tests.workspaces.conftest import git
 
 pytestmark = pytest.mark.anyio
@@ -40,9 +41,9 @@ RESOLVES = "[[fake:write=app.txt~ours and theirs\\n]]"
 RELAY = str(Path(sys.executable).with_name("relay"))
 
 
-def main_moves(repo: Path, subject: str) -> str:
+def main_moves(repo: Path, subject: str, text: str = "theirs\n") -> str:
     """Someone commits on main meanwhile, over the same line of app.txt; returns main's new tip."""
-    (repo / "app.txt").write_text("theirs\n")
+    (repo / "app.txt").write_text(text)
     git(repo, "commit", "-q", "-am", subject)
     return git(repo, "rev-parse", "main")
 
@@ -210,3 +211,30 @@ async def test_a_resolution_whose_follow_up_completed_while_relay_was_away_lands
     assert landed["landed"] is True and git(repo, "show", "main:app.txt") == "ours and theirs"
     for side in (head, main):
         assert subprocess.run(["git", "merge-base", "--is-ancestor", side, "main"], cwd=repo).returncode == 0
+
+
+async def test_a_second_conflict_after_the_agents_resolution_stops_with_the_refusal_and_starts_no_other_job(
+    make_settings: SettingsFactory, repo: Path, relay_home: Path, tmp_path: Path
+) -> None:
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    found: dict[str, tuple[bool, dict[str, Any]]] = {}
+    async with server(make_settings) as c:
+        job = await worktree_job(c, repo, OURS)
+        # The agent resolves, then waits at the gate while main moves again over the same line.
+        main_moves(repo, f"main's own edit [[fake:write=app.txt~ours and theirs\\n,pidfile={started},until={gate}]]")
+
+        async def land_it() -> None:
+            found["out"] = await tool(c, "job_land", {"job_id": job, "on_conflict": "agent"})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(land_it)
+            await anyio.to_thread.run_sync(lambda: wait_until(started.exists, what="the follow-up to start"))
+            moved = main_moves(repo, "main rewrites the line again", "theirs again\n")
+            gate.touch()
+    failed, out = found["out"]
+    follow = [r for r in jobs_of(relay_home) if r.id != job]
+    assert len(follow) == 1 and follow[0].status == "completed"  # one follow-up: no loop
+    assert failed and out["error"]["code"] == "LAND_CONFLICT" and out["resolved_by"] == follow[0].id
+    assert out["conflicts"] == ["app.txt"] and git(repo, "rev-parse", "main") == moved
+    # The agent's resolution stays committed on the branch, for a follow-up of the caller's own.
+    assert git(repo, "show", f"relay/{job}:app.txt") == "ours and theirs"
