@@ -28,7 +28,10 @@ def gated(make_settings: SettingsFactory, relay_home: Path, workdir: Path) -> It
 
 
 def test_land_from_the_job_page_moves_main_and_shows_the_gate_and_discard_removes_worktree_and_branch(
-    browser: Any, gated: str, relay_home: Path, workdir: Path
+    browser: Any,  # noqa: F811 (the fixture imported above)
+    gated: str,
+    relay_home: Path,
+    workdir: Path,
 ) -> None:
     from playwright.sync_api import expect
 
