@@ -106,6 +106,10 @@ async def test_the_fronts_metrics_count_the_jobs_that_ran_and_show_the_queued_on
                 body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
                 headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {SCRAPER}"}
                 mcp = await http.post(f"http://127.0.0.1:{front}/mcp", json=body, headers=headers)
+                admin_headers = {"authorization": f"Bearer {ADMIN}"}
+                rebound = await http.get(
+                    f"http://127.0.0.1:{front}/metrics", headers={**admin_headers, "host": "evil.example"}
+                )
             for job in (held, *queued):
                 await call(alice, "job_cancel", {"job_id": job["job_id"]})
 
@@ -114,6 +118,7 @@ async def test_the_fronts_metrics_count_the_jobs_that_ran_and_show_the_queued_on
     assert (nobody.status_code, nobody.headers["www-authenticate"]) == (401, "Bearer")
     assert user.status_code == 403 and "metrics_token" in user.json()["hint"]
     assert admin.status_code == scraper.status_code == 200 and mcp.status_code == 401
+    assert rebound.status_code in (403, 421)  # DNS rebinding: a page of another site reads nothing, token or not
     assert admin.headers["content-type"].startswith("text/plain")
     claude = (("agent", "claude"),)
     assert {

@@ -3,6 +3,7 @@
 Without tokens (loopback only) every request is the local user. With `--token` / RELAY_TOKEN and the
 named tokens of `[server.tokens.NAME]`, each request must carry one, and runs as its principal
 (relay/principal.py): the `--token` one is the local user, a named one is that name with its role.
+GET /metrics (Prometheus, relay.telemetry) has its own readers: see metrics_readers.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
-        if scope["type"] != "http" or path == DASHBOARD_PREFIX or path.startswith(DASHBOARD_PREFIX + "/"):
+        if (
+            scope["type"] != "http"
+            or path in (DASHBOARD_PREFIX, METRICS_PATH)
+            or path.startswith(DASHBOARD_PREFIX + "/")
+        ):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
@@ -150,21 +155,16 @@ def metrics_readers(settings: Settings, token: str | None) -> Readers:
     return Readers(allowed, users, guarded=bool(accepted or settings.metrics_token))
 
 
-class WithMetrics:
-    """ASGI: GET /metrics answered here (its own readers; its Host and Origin checked as every request's are),
-    everything else passed to the MCP front."""
+class CheckedMetrics:
+    """ASGI: GET /metrics (its own readers, not BearerAuth's), its Host and Origin checked as every request's are."""
 
-    def __init__(self, app: Any, metrics: MetricsApp, security: TransportSecuritySettings) -> None:
+    def __init__(self, metrics: MetricsApp, security: TransportSecuritySettings) -> None:
         from mcp.server.transport_security import TransportSecurityMiddleware
 
-        self.app = app
         self.metrics = metrics
         self.security = TransportSecurityMiddleware(security)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("path") != METRICS_PATH:
-            await self.app(scope, receive, send)
-            return
         from starlette.requests import Request
 
         refused = await self.security.validate_request(Request(scope), is_post=False)
@@ -208,12 +208,16 @@ def build_http_app(
             gateway=lambda: deps.existing_service("gateway"),
         )
         app.router.routes.insert(0, Mount(DASHBOARD_PREFIX, ui))
+    from starlette.routing import Route
+
+    # GET /metrics (Prometheus): who may read it is its own rule (metrics_readers), so the bearer check lets it by.
+    metrics = MetricsApp(metrics_readers(server.catalog.deps.settings, token))
+    app.router.routes.insert(0, Route(METRICS_PATH, CheckedMetrics(metrics, security), methods=["GET", "HEAD"]))
     accepted = principals(server.catalog.deps.settings, token)
     if act_as_caller not in server.middleware:
         server.middleware.append(act_as_caller)
     checked = WireCheck(app, security)  # a body that is not a JSON-RPC message gets its error reply, with its id
-    front = BearerAuth(checked, accepted) if accepted else checked
-    return WithMetrics(front, MetricsApp(metrics_readers(server.catalog.deps.settings, token)), security)
+    return BearerAuth(checked, accepted) if accepted else checked
 
 
 def run_http(
