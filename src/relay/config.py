@@ -54,12 +54,10 @@ PERMISSIONS = ("read-only", "edit", "full")
 MIN_TOKEN_CHARS = 16
 # The highest permission a calling model may obtain without a person confirming it (`[security] grant`).
 DEFAULT_GRANT = "edit"
-# How an ACP agent's permission request is answered (relay.jobs.approvals): "grant" allows what is within the
-# job's permission without asking (the rest is asked of the person); "ask" asks the person for every action.
+# ACP agents' permission requests (relay.jobs.approvals): "grant" allows what is within the job's permission and
+# asks the person the rest, "ask" asks every one; a request no call asks about within the wait is denied (the driver
+# itself denies at 120 s). `[security] approvals`, `approval_wait_s`; `[agents.NAME] approvals`.
 APPROVALS = ("grant", "ask")
-# How long an agent's permission request waits for its owner's next waiting call to ask the person before
-# relay denies it (`[security] approval_wait_s`): below the ACP driver's own timeout (120 s, after which it denies
-# by itself), so relay's denial is the one on record.
 DEFAULT_APPROVAL_WAIT_S = 90.0
 # Process runtimes (relay.runtime.choice): auto picks linux where pidfd, /proc and prctl exist, else portable.
 RUNTIMES = ("auto", "linux", "portable")
@@ -399,11 +397,9 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
 
 def _approvals(value: Any, where: str) -> str | None:
     """A permission-request policy (APPROVALS), or None when not set."""
-    if value is None or value == "":
-        return None
-    if value not in APPROVALS:
+    if value not in (None, "", *APPROVALS):
         raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} = {value!r}", f"use one of: {', '.join(APPROVALS)}")
-    return str(value)
+    return str(value) if value else None
 
 
 def _client_timeouts(raw: Any) -> dict[str, float]:
