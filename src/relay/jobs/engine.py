@@ -32,7 +32,6 @@ from typing import Any, Literal
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from relay.agents.acp.inbox import CANCEL, post_if_open
 from relay.config import Settings
 from relay.errors import RelayError, invalid
 from relay.events import Event
@@ -391,8 +390,7 @@ class Engine:
             return rec
         self.store.set_stop_reason(rec.id, "cancelled")
         self.store.request_cancel(rec.id)
-        # An ACP job's driver sends the agent session/cancel on this, before the SIGTERM below (docs/acp.md).
-        post_if_open(state.files(rec.id).dir, {"type": CANCEL})
+        state.post_cancel(rec.id)  # before the SIGTERM below
         live = state.live.get(rec.id)
         if self._admission.dequeue(rec.id):  # queued, claimed by no worker: it ends here, without a process
             self._lifecycle.finisher.finish_without_process(rec)

@@ -15,6 +15,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
+from relay.agents.acp.inbox import CANCEL, post_if_open
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.events import Event
@@ -123,6 +124,10 @@ class JobState:
 
     def files(self, job_id: str) -> JobFiles:
         return JobFiles(self.settings.jobs_dir / job_id)
+
+    def post_cancel(self, job_id: str) -> None:
+        """An ACP job's driver (the one with an inbox) sends its agent session/cancel on this (docs/acp.md)."""
+        post_if_open(self.files(job_id).dir, {"type": CANCEL})
 
     def refill_spares(self) -> None:
         """Make spare job folders in a worker thread (called once a job has ended: off every job's way)."""
