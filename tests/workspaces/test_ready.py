@@ -17,6 +17,7 @@ from mcp import Client
 
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
+from relay.jobs.engine import Engine, JobRequest
 from relay.runtime import procinfo
 from relay.server.app import build_server
 from relay.workspaces import Workspaces, procs
@@ -379,3 +380,31 @@ async def test_a_job_cancelled_during_its_setup_ends_cancelled_its_setup_killed_
     assert agent_runs(log) == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_a_follow_up_runs_no_setup_again_but_a_worktree_made_again_from_its_branch_is_made_ready_again(
+    make_settings: SettingsFactory, checkout: Path, tmp_path: Path
+) -> None:
+    count = tmp_path / "setups"
+    settings = make_settings(f'[workspaces]\nsetup_command = "echo ran >> {count}"\n')
+
+    async def run(engine: Engine, req: JobRequest) -> str:
+        job_id = engine.submit(req)
+        with anyio.fail_after(WAIT_S):
+            rec = await engine.wait_one(job_id, WAIT_S)
+        assert rec.status == "completed", engine.envelope(job_id)
+        return job_id
+
+    async with Engine(settings).running() as engine:
+        first = await run(engine, JobRequest(agent="claude", prompt="one", cwd=str(checkout), workspace="worktree"))
+        wt = Path(engine.envelope(first)["workspace"]["path"])
+        second = await run(engine, JobRequest(agent="claude", prompt="two", workspace=f"job:{first}"))
+        assert count.read_text() == "ran\n"
+        assert engine.read_output(second, "setup", 0, 1000)["text"] == ""
+        spaces = Workspaces(settings)
+        spaces.store.update(first, ended_at=1.0)  # ended long ago: the prune removes its worktree
+        assert engine.prune_worktrees() == [first] and not (wt / ".env").exists()
+        spaces.close()
+        third = await run(engine, JobRequest(agent="claude", prompt="three", workspace=f"job:{first}"))
+        assert count.read_text() == "ran\nran\n" and (wt / ".env").read_text() == "API_KEY=from-the-checkout\n"
+        assert "relay: the setup command ended with exit code 0" in engine.read_output(third, "setup", 0, 9000)["text"]

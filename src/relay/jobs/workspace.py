@@ -111,11 +111,12 @@ class JobWorkspaces:
         return ready.port_env(ports)
 
     def make_ready(self, job_id: str, stop: Callable[[], bool]) -> None:
-        """Before a job's agent starts in the worktree it made: the checkout's included files copied in, the person's
-        setup command run there (its output in the job's setup.log: job_result view='setup'). SETUP_FAILED, or
-        CANCELLED once `stop()` says so; nothing for a follow-up (its worktree was made ready before)."""
+        """Before a job's agent starts in a worktree git has just made (a new one, or one made again for a follow-up):
+        the checkout's included files copied in, the person's setup command run there (its output in the job's
+        setup.log: job_result view='setup'). SETUP_FAILED, or CANCELLED once `stop()` says so."""
         rec = self._state.store.get_job(job_id)
-        ws = self.spaces.get(job_id) if rec is not None and owner_of(rec.request) == job_id else None
+        owner = owner_of(rec.request) if rec is not None else None
+        ws = self.spaces.get(owner) if owner else None
         if ws is None or not Path(ws.path).is_dir():
             return
         log = self._state.files(job_id).dir / ready.SETUP_LOG

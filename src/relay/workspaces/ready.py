@@ -47,6 +47,8 @@ STOP_POLL_S = 0.1
 COPY_STOP_EVERY = 500
 # The top-level entries the log names one by one (the rest are counted).
 SHOWN_ENTRIES = 30
+# The mark in a worktree's git folder (<common>/worktrees/<name>, outside the worktree) that it was made ready.
+READY_MARK = "relay-ready"
 # The lock every relay of this home takes to hand out blocks of ports (beside relay.db, not among the worktrees).
 PORTS_LOCK = "worktree-ports.lock"
 # A workspace in one of these states holds no ports any more (its worktree was removed).
@@ -380,10 +382,18 @@ def make_ready(
     url: str | None = None,
     env: Mapping[str, str] | None = None,
     stop: Stop | None = None,
-) -> dict[str, Any]:
-    """A new worktree made ready for its agent: the included files copied from the checkout (not for a worktree
-    placed from a URL: there is no checkout), then the person's setup command run at its top, everything said in
-    `log`. Raises SETUP_FAILED (the output's tail in the message) or CANCELLED (`stop`)."""
+) -> dict[str, Any] | None:
+    """A worktree made ready for its agent: the included files copied from the checkout (not for a worktree placed
+    from a URL: there is no checkout), then the person's setup command run at its top, everything said in `log`.
+    Once per worktree as git made it: a mark in its git folder (outside the worktree) says it was; a worktree made
+    again from its branch (a follow-up after a land or a prune) has a new git folder, and is made ready again.
+    None when it was ready. Raises SETUP_FAILED (the output's tail in the message) or CANCELLED (`stop`)."""
+    try:
+        mark: Path | None = _git.worktree_git_dir(rec.common_dir, rec.path) / READY_MARK
+    except RelayError:  # the repository does not vouch for it: no mark where the worktree could write one
+        mark = None
+    if mark is not None and mark.exists():
+        return None
     log.parent.mkdir(parents=True, exist_ok=True)
     copied = Copied() if url is not None else copy_included(Path(rec.repo), Path(rec.path), stop)
     command = setup_command_for(settings, rec, url)
@@ -398,7 +408,7 @@ def make_ready(
     log.write_text("".join(line + "\n" for line in said), encoding="utf-8")
     ready: dict[str, Any] = {"copied": copied.summary(), "ports": rec.ports, "setup": None}
     if not command:
-        return ready
+        return _marked(mark, ready)
     setup_env = {**settings.environ, **(env or {}), **port_env(rec.ports), "RELAY_WORKTREE": rec.path}
     if url is None:
         setup_env["RELAY_CHECKOUT"] = rec.repo
@@ -420,4 +430,11 @@ def make_ready(
             "config.toml) or the repository, then submit the job again"
             + (" (or raise [workspaces] setup_timeout_s)" if ran["timed_out"] else ""),
         )
-    return ready | {"setup": ran}
+    return _marked(mark, ready | {"setup": ran})
+
+
+def _marked(mark: Path | None, ready: dict[str, Any]) -> dict[str, Any]:
+    if mark is not None:
+        with contextlib.suppress(OSError):  # no mark: made ready again at its next job
+            mark.touch()
+    return ready
