@@ -88,10 +88,9 @@ class Door:
 
     async def admit_off_loop(self, req: JobRequest, job_id: str) -> Admitted:
         """`admit` in a worker thread: making a worktree (git's checkout, submodules, carried changes) may take
-        seconds, and the event loop answers other calls meanwhile. Shielded: a caller gone meanwhile still gets
-        its job queued (the worktree is made), never a worktree without its job."""
-        with anyio.CancelScope(shield=True):
-            return await anyio.to_thread.run_sync(self.admit, req, job_id)
+        seconds, and the event loop answers other calls meanwhile. A caller gone meanwhile still gets its job queued
+        (the thread's answer comes back, the cancel is seen after): never a worktree without its job."""
+        return await anyio.to_thread.run_sync(self.admit, req, job_id)  # not abandoned: a cancel waits for it
 
     async def judge(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
         """Steps 1 to 3 for jobs like `req` that a task submits later (best_of's candidates), while the call that
