@@ -76,6 +76,7 @@ async def front(make_settings: SettingsFactory, relay_home: Path, workdir: Path)
         yield chosen
 
 
+@pytest.mark.slow  # a real relay serve --http, its jobs real (fake-CLI) processes
 async def test_the_fronts_metrics_count_the_jobs_that_ran_and_show_the_queued_ones_to_an_admin_only(
     front: int, workdir: Path
 ) -> None:
@@ -150,6 +151,7 @@ async def test_the_fronts_metrics_count_the_jobs_that_ran_and_show_the_queued_on
     assert {"relay_store_call_seconds", "relay_lease_expiries"} <= families(admin.text)
 
 
+@pytest.mark.slow  # a real relay worker and its jobs' processes
 async def test_a_workers_metrics_port_serves_what_it_ran_and_wants_the_metrics_token(
     make_settings: SettingsFactory, relay_home: Path, workdir: Path
 ) -> None:
@@ -186,6 +188,7 @@ async def test_a_workers_metrics_port_serves_what_it_ran_and_wants_the_metrics_t
     assert ("relay_jobs_submitted_total", (("agent", "claude"),)) not in seen  # the front queued them, not the worker
 
 
+@pytest.mark.slow  # a real relay worker process
 def test_a_worker_refuses_to_serve_metrics_beyond_loopback_without_a_token(relay_home: Path, workdir: Path) -> None:
     env = {k: v for k, v in relay_env(relay_home).items() if k != "RELAY_METRICS_TOKEN"}
     done = subprocess.run(

@@ -68,6 +68,7 @@ def collector() -> Iterator[tuple[int, Received, set[str]]]:
     server.server_close()
 
 
+@pytest.mark.slow  # a real relay serve --http exporting to a collector
 async def test_relay_serve_exports_a_jobs_spans_over_otlp_under_the_callers_trace(
     collector: tuple[int, Received, set[str]],
     make_settings: SettingsFactory,

@@ -119,6 +119,7 @@ async def test_with_tracing_off_nothing_is_stored_with_a_job_and_no_span_is_made
     assert done.status == "completed" and "trace" not in done.request
 
 
+@pytest.mark.slow  # a fresh Python importing relay's surfaces
 def test_relay_loads_no_opentelemetry_sdk_unless_tracing_is_configured() -> None:
     code = (
         "import sys, relay.cli.main, relay.server.app, relay.server.http, relay.jobs.engine, relay.cli.worker_cmd;"
