@@ -112,3 +112,34 @@ async def test_a_relay_killed_during_git_worktree_add_leaves_nothing_after_a_res
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+async def test_a_worktree_folder_no_row_accounts_for_is_listed_by_doctor_and_removed_with_its_branch_and_locks(
+    make_settings: SettingsFactory, repo: Path
+) -> None:
+    settings = make_settings()
+    async with Engine(settings).running():  # a relay ran here before (relay.db is there)
+        pass
+    folder = settings.worktrees_dir / "0123456789abcdef"  # what a relay of before left: no row, no mark
+    settings.worktrees_dir.mkdir(parents=True)
+    git(repo, "worktree", "add", "-q", "-b", f"relay/{folder.name}", str(folder))
+    admin = repo / ".git" / "worktrees" / folder.name
+    (admin / "locked").write_text("initializing")
+    (admin / "index.lock").write_text("")
+    mine = settings.worktrees_dir / "notes"  # a folder that is no worktree at all
+    mine.mkdir()
+
+    _, usage = worktree_report(settings)
+    listed = {w["job_id"]: (w["state"], w["locks"]) for w in usage["worktrees"]}
+    assert listed == {
+        folder.name: ("unrecorded", [f"{folder.name}/locked", f"{folder.name}/index.lock"]),
+        "notes": ("unrecorded", []),
+    }
+
+    async with Engine(settings).running() as engine:
+        with anyio.fail_after(WAIT_S):
+            await anyio.to_thread.run_sync(engine.prune_worktrees)
+    assert worktrees_of(repo) == [f"worktree {repo}"]
+    assert relay_branches(repo) == []
+    assert git_locks(repo) == []
+    assert [p.name for p in settings.worktrees_dir.iterdir() if not p.name.startswith(".")] == []
