@@ -36,8 +36,8 @@ from relay.server.clientinfo import auto_threshold_for, cancelled_by_client_time
 from relay.server.confirm import MEANINGS, NeedsConfirmation, Seals, StaleAnswer, principal_of
 from relay.server.results import wait_with_progress
 
-# How often a waiting call looks for new requests of the jobs it waits on (they are files in the job's folder,
-# written by whichever relay process runs the job).
+# How often a waiting call looks for new requests of the jobs it waits on that another relay process runs (they are
+# files in the job's folder); a job of this process wakes it at once.
 PENDING_POLL_S = 0.2
 KEY_PREFIX = "relay-approval-"
 
@@ -170,11 +170,36 @@ class Approver:
             approvals.answer(job_dir, request, action, by, audit, principal_of(self.ctx))
 
     async def tend(self, job_ids: list[str]) -> None:
-        """Settle the jobs' requests as they come, until cancelled."""
-        while True:
+        """Settle the jobs' requests as they come, until cancelled: at once when a job of this process reports one
+        (its `permission_request` event), else within PENDING_POLL_S (a job another relay process runs)."""
+        woken = [anyio.Event()]
+        failure: NeedsConfirmation | RelayError | None = None
+        async with anyio.create_task_group() as tg:
             for job_id in job_ids:
-                await self.settle(job_id)
-            await anyio.sleep(PENDING_POLL_S)
+                tg.start_soon(self._follow, job_id, woken)
+            try:
+                while True:
+                    for job_id in job_ids:
+                        await self.settle(job_id)
+                    with anyio.move_on_after(PENDING_POLL_S):
+                        await woken[0].wait()
+                    woken[0] = anyio.Event()
+            except (NeedsConfirmation, RelayError) as exc:  # raised as itself, not inside the task group's group
+                failure = exc
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _follow(self, job_id: str, woken: list[anyio.Event]) -> None:
+        """Wake `tend` at each permission request of a job this process runs (kept before its event is sent)."""
+        try:
+            events = self.engine.subscribe(job_id)
+        except RelayError:
+            return
+        async with events:
+            async for _, event in events:
+                if event.type == approvals.PERMISSION_REQUEST:
+                    woken[0].set()
 
 
 async def answering(approver: Approver, job_ids: list[str], wait: Callable[[], Awaitable[_T]]) -> _T:
