@@ -1,18 +1,19 @@
 """The queue's gauges read the store when scraped, bounded in cost: one read per QUEUE_READ_TTL_S however many
-scrapes come, at most MAX_QUEUE_SERIES label sets, nothing at all while the store fails; and the store's
-queue_depth is the same on SQLite and PostgreSQL."""
+scrapes come (longer after a slow read: QUEUE_READ_BUDGET), at most MAX_QUEUE_SERIES label sets, nothing at all
+while the store fails; and the store's queue_depth is the same on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay.store import JobStore, WorkerInfo, open_store
 from relay.telemetry import metrics
-from relay.telemetry.metrics import MAX_QUEUE_SERIES, OTHER_LABELS, Watch
+from relay.telemetry.metrics import MAX_QUEUE_SERIES, OTHER_LABELS, QUEUE_READ_BUDGET, Watch
 
 
 def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -94,3 +95,27 @@ def test_the_postgresql_stores_queue_depth_is_the_same(relay_home: Path, workdir
 
 def test_the_process_registry_holds_the_watch_once() -> None:
     assert metrics.REGISTRY.get_sample_value("relay_worker_slots") is not None
+
+
+def test_a_slow_queue_read_is_kept_longer_so_the_gauges_take_a_bounded_share_of_the_stores_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(metrics.time, "monotonic", lambda: clock[0])
+    reads: list[float] = []
+
+    def slow_queue() -> list[tuple[str, str | None, int, float]]:
+        reads.append(clock[0])
+        clock[0] += 0.4  # a deep queue: the read takes 0.4 s
+        return [("claude", None, 10_000, 1.0)]
+
+    watch, registry = Watch(), CollectorRegistry()
+    registry.register(watch)
+    with watch.watching(lambda: 0, 0, slow_queue):
+        scrape(registry)
+        for _ in range(20):  # a scrape a second for 20 s: still within 50 x 0.4 s of the read
+            clock[0] += 1.0
+            scrape(registry)
+        clock[0] += 1.0
+        scrape(registry)
+    assert len(reads) == 2 and reads[1] - reads[0] >= QUEUE_READ_BUDGET * 0.4

@@ -129,6 +129,9 @@ class QueueRow:
 # A scrape reads the store's queue at most once per this long, however many scrapers ask (an HA pair of
 # Prometheus servers, a person's curl): the store's cost does not grow with them.
 QUEUE_READ_TTL_S = 5.0
+# ... and a read that took long (a deep queue: its rows are read one by one) is kept for this many times as
+# long, so the queue's gauges never take more than 1/50 of the store's time, however deep the queue.
+QUEUE_READ_BUDGET = 50
 # At most this many (agent, labels) series; the rest are summed under labels="(other)", so a caller inventing
 # labels cannot grow the series without bound.
 MAX_QUEUE_SERIES = 100
@@ -142,13 +145,14 @@ QueueFn = Callable[[], Iterable[tuple[str, str | None, int, float]]]
 
 class Watch(Collector):
     """The gauges read when scraped: relay_queue_depth and relay_queue_oldest_seconds from the store (the newest
-    engine's, cached QUEUE_READ_TTL_S), relay_worker_slots and relay_worker_slots_in_use of this process."""
+    engine's, cached QUEUE_READ_TTL_S or longer: QUEUE_READ_BUDGET), relay_worker_slots and relay_worker_slots_in_use of this process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._slots: dict[int, tuple[RunningFn, int]] = {}
         self._queues: dict[int, QueueFn] = {}
         self._read: tuple[float, list[QueueRow] | None] = (0.0, None)
+        self._ttl = QUEUE_READ_TTL_S
 
     def watching(self, running: RunningFn, slots: int, queue: QueueFn | None = None) -> Watching:
         """Show an engine's slots (`running()` of `slots` in use) and its store's queue on /metrics while the block
@@ -210,14 +214,16 @@ class Watch(Collector):
             if not self._queues:
                 return None
             read_at, rows = self._read
-            if rows is not None and time.monotonic() - read_at < QUEUE_READ_TTL_S:
+            if rows is not None and time.monotonic() - read_at < self._ttl:
                 return rows
             fn = list(self._queues.values())[-1]
+            started = time.monotonic()
             try:
                 rows = [QueueRow(agent, _labels(labels), count, oldest) for agent, labels, count, oldest in fn()]
             except Exception:  # the store is away or busy: this scrape shows no queue, the next one tries again
                 return None
-            self._read = (time.monotonic(), rows)
+            now = time.monotonic()
+            self._read, self._ttl = (now, rows), max(QUEUE_READ_TTL_S, QUEUE_READ_BUDGET * (now - started))
             return rows
 
 
