@@ -113,6 +113,30 @@ def test_a_job_run_by_a_worker_on_another_host_is_refused_as_out_of_reach(tmp_pa
     assert "runs on host build-7.lan" in refused.value.message and "relay on that host" in refused.value.hint
 
 
+def test_a_job_whose_driver_has_not_opened_its_inbox_yet_is_told_to_send_again(tmp_path: Path) -> None:
+    rec = JobRecord(**RUNNING)
+    with pytest.raises(RelayError) as refused:
+        steer.check(Settings(home=tmp_path), rec, tmp_path, None)  # its folder is here, its inbox not yet
+    assert refused.value.code is ErrorCode.NOT_STEERABLE and "again in a moment" in refused.value.hint
+    with pytest.raises(RelayError) as unseen:
+        steer.check(Settings(home=tmp_path), rec, tmp_path / "elsewhere", None)  # no folder of it on this host
+    assert "out of this relay's reach" in unseen.value.message
+
+
+def test_the_worker_running_a_job_is_elsewhere_when_its_host_or_boot_differs() -> None:
+    from relay.store import WorkerInfo, WorkerRecord
+
+    here = WorkerInfo("a:1/x", "a:1", "host-a", 1, None, "boot-a", None, (), 2, 15.0)
+
+    def worker(host: str, boot: str | None) -> WorkerRecord:
+        return WorkerRecord("w", "w", host, 7, None, boot, None, [], 2, 15.0, 0.0, 0.0, None, "running", 0, 1)
+
+    rec = JobRecord(**{**RUNNING, "worker": "w"})
+    assert steer.elsewhere(True, rec, here, worker("host-b", "boot-b")) == "host-b"
+    assert steer.elsewhere(True, rec, here, worker("host-a", "boot-a")) is None
+    assert steer.elsewhere(False, rec, here, worker("host-b", "boot-b")) is None  # one machine's store: here
+
+
 RUNNING: dict[str, Any] = {
     "id": "0123456789abcdef",
     "agent": "gemini",

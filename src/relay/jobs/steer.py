@@ -85,7 +85,12 @@ def check(settings: Settings, rec: JobRecord, job_dir: Path, far_host: str | Non
             f"job {rec.id} is {rec.status}: its session has not started yet",
             f"wait until it runs (job_status(job_id='{rec.id}')), then send the message",
         )
-    if far_host is not None or not inbox_path(job_dir).is_file():  # the driver makes its inbox as it starts
+    if far_host is None and job_dir.is_dir() and not inbox_path(job_dir).is_file():  # made as the driver starts
+        raise _not_steerable(
+            f"job {rec.id} is starting: its driver has not opened the session's inbox yet",
+            "send the message again in a moment",
+        )
+    if far_host is not None or not job_dir.is_dir():
         where = f"on host {far_host}" if far_host else "by a relay whose job folder this relay cannot reach"
         raise _not_steerable(
             f"job {rec.id} runs {where}: its inbox is a file there, out of this relay's reach",
