@@ -395,7 +395,12 @@ def make_ready(
     if mark is not None and mark.exists():
         return None
     log.parent.mkdir(parents=True, exist_ok=True)
-    copied = Copied() if url is not None else copy_included(Path(rec.repo), Path(rec.path), stop)
+    try:
+        copied = Copied() if url is not None else copy_included(Path(rec.repo), Path(rec.path), stop)
+    except RelayError as err:  # the checkout cannot be listed now (gone, git failing): the job runs without
+        if err.code is ErrorCode.CANCELLED:
+            raise
+        copied = Copied(skipped=[(INCLUDE_FILE, f"the checkout could not be listed: {err.message}")])
     command = setup_command_for(settings, rec, url)
     said = copied.lines()
     if rec.ports:
