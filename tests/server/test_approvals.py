@@ -246,3 +246,23 @@ async def test_relay_audit_show_says_what_was_asked_and_how_it_was_answered(
     shown = capsys.readouterr().out
     assert "acpfake #1 execute: Run rm -rf build/ [needs full, job read-only]" in shown
     assert "#1 decline by person: selected reject-once" in shown
+
+
+async def test_a_request_kept_past_its_wait_is_denied_not_asked_by_the_next_call(
+    make_settings: SettingsFactory, acp_agent: str, workdir: Path, relay_home: Path
+) -> None:
+    import json
+
+    person = Person("accept")
+    async with Client(build_server(make_settings()), elicitation_callback=person, mode="legacy") as c:
+        _, started = await call(c, "delegate", asking(workdir, acp_agent, "execute", mode="async"))
+        kept = relay_home / "jobs" / started["job_id"] / "approvals" / "1.json"
+        with anyio.fail_after(30):
+            while not kept.exists():
+                await anyio.sleep(0.02)
+        # as a relay restarted after the request's wait finds it (its own timer died with the relay before)
+        kept.write_text(json.dumps(json.loads(kept.read_text()) | {"asked_at": 0.0}))
+        _, waited = await call(c, "job_wait", {"job_ids": [started["job_id"]], "timeout_s": 30})
+    assert waited["jobs"][0]["output"] == "execute: cancelled" and person.asked == []
+    [answered] = audit(relay_home, "permission.answered")
+    assert (answered["data"]["answer"], answered["data"]["by"]) == ("expired", "nobody")

@@ -17,6 +17,7 @@ elicitation), a headless run that cancels unasked, or an action above the owner'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -157,8 +158,10 @@ class Approver:
         grant, source = grants.grant_for(engine.settings, None)
         cap, _ = grants.cap_for(grant, source)
         for request in approvals.pending(job_dir):
-            if grants.rank(request.level) > grants.rank(cap):
-                action: approvals.Action = "capped"
+            if time.time() - request.asked_at >= engine.settings.approval_wait_s:  # kept from before a restart
+                action: approvals.Action = "expired"
+            elif grants.rank(request.level) > grants.rank(cap):
+                action = "capped"
             else:
                 try:
                     action = await self.ask(rec.id, request)
