@@ -10,6 +10,7 @@ counts tell of every principal's work. The front serves it as an ASGI app on its
 from __future__ import annotations
 
 import hmac
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
@@ -100,6 +101,10 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class _Quiet(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """A scrape every 15 s is not news: nothing on the worker's stderr."""
@@ -128,7 +133,8 @@ class MetricsServer:
 
     def __init__(self, host: str, port: int, readers: Readers) -> None:
         try:
-            self._httpd = make_server(host, port, _wsgi(readers), _Server, handler_class=_Quiet)
+            server = _Server6 if ":" in host else _Server  # "::1", "::"
+            self._httpd = make_server(host, port, _wsgi(readers), server, handler_class=_Quiet)
         except OSError as exc:
             raise RelayError(
                 ErrorCode.INVALID_ARGUMENT,
