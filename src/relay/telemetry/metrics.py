@@ -145,7 +145,8 @@ QueueFn = Callable[[], Iterable[tuple[str, str | None, int, float]]]
 
 class Watch(Collector):
     """The gauges read when scraped: relay_queue_depth and relay_queue_oldest_seconds from the store (the newest
-    engine's, cached QUEUE_READ_TTL_S or longer: QUEUE_READ_BUDGET), relay_worker_slots and relay_worker_slots_in_use of this process."""
+    engine's, kept QUEUE_READ_TTL_S or longer: QUEUE_READ_BUDGET), and this process's relay_worker_slots and
+    relay_worker_slots_in_use."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
