@@ -134,6 +134,9 @@ class Dialect:
 
     name: str  # "sqlite" or "postgresql": the store_call metric's backend label
     json_field: Callable[[str, str], str]  # (column, key) -> the text of that key of a JSON text column
+    # (column, path "a.b") -> the number at that path of a JSON text column, NULL when missing or not a number
+    json_number: Callable[[str, str], str]
+    int_floor: Callable[[str], str]  # a number rounded down to a whole one
     for_update: str  # after a SELECT that locks its rows until the commit ("" where the transaction locks all)
     for_key_share: str  # after a SELECT that keeps its row's key (an epoch) from changing until the commit
     for_share: str  # after a SELECT whose row may not change until the commit (others may read-lock it too)

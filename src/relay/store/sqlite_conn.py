@@ -31,9 +31,19 @@ def _json_field(column: str, key: str) -> str:
     return f"json_extract({column}, '$.{key}')"
 
 
+def _json_number(column: str, path: str) -> str:
+    return f"CASE WHEN json_type({column}, '$.{path}') IN ('integer', 'real') THEN json_extract({column}, '$.{path}') END"
+
+
+def _int_floor(value: str) -> str:
+    return f"CAST({value} AS INTEGER)"  # floored values are times since 1970, never negative: the cast is the floor
+
+
 SQLITE = Dialect(
     name="sqlite",
     json_field=_json_field,
+    json_number=_json_number,
+    int_floor=_int_floor,
     for_update="",  # the transaction holds the database's write lock (BEGIN IMMEDIATE)
     for_key_share="",
     for_share="",

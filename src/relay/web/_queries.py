@@ -4,17 +4,23 @@ The store's `list_jobs` decodes every row it returns, which is right for a page 
 finding page 50 of a filtered list or summing the costs of 100,000 jobs. These queries let the
 database do that work (ids only, or sums) on a connection that can only read; the rows a page shows
 are then read through the engine, like everywhere else. `JobQueries` reads relay.db (SQLite);
-`relay.web._pg_queries.PgJobQueries` answers the same questions on a PostgreSQL store.
+`relay.web._pg_queries.PgJobQueries` answers the same questions on a PostgreSQL store, with the same
+body (`QueriesBody`) over that store's Conn (relay.store.dialect).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, LiteralString, Protocol
+from typing import Any, Protocol
+
+from relay.store.dialect import Conn, Dialect, marks, pg_sql
+from relay.store.sqlite_conn import SQLITE, SqliteConn
+
+__all__ = ["SQLITE", "CostRow", "JobQueries", "Queries", "QueriesBody", "WorkerName", "add_usd", "job_ids_sql"]
 
 # How long a read waits for a writer holding the database (ms).
 BUSY_TIMEOUT_MS = 5000
@@ -74,17 +80,13 @@ class Queries(Protocol):
     def costliest(self, since: float, limit: int) -> list[tuple[str, str, float]]: ...
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """How one backend spells the jobs list's query: its parameter mark, a request's fields, a text match."""
-
-    mark: LiteralString  # "?" (sqlite3) or "%s" (psycopg)
-    prompt: LiteralString  # the request's prompt, as text
-    via: LiteralString  # the request's via, as text
-    like: LiteralString  # the operator of the text search: SQLite's LIKE ignores ASCII case, PostgreSQL's ILIKE
+# The span the database sums costs over before the day is told: a quarter hour divides every UTC offset in use.
+SLOT_S = 900
 
 
-SQLITE: Dialect = Dialect("?", "json_extract(request, '$.prompt')", "json_extract(request, '$.via')", "LIKE")
+def _day(slot: int) -> str:
+    """The local day (this process's time zone, with its daylight-saving rules) of a quarter hour of UTC."""
+    return time.strftime("%Y-%m-%d", time.localtime(slot * SLOT_S))
 
 
 def job_ids_sql(
@@ -97,48 +99,45 @@ def job_ids_sql(
     limit: int,
     principal: str | None,
     worker: str | None,
-) -> tuple[LiteralString, list[Any]]:
-    """The query of `Queries.job_ids` in dialect `d`, and its parameters."""
-    where: list[LiteralString] = []
+) -> tuple[str, list[Any]]:
+    """The query of `Queries.job_ids` on the backend of dialect `d` (its own parameter marks), and its parameters."""
+    sql, params = _job_ids(d, statuses, agent, text, principal, worker)
+    sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+    return (pg_sql(sql) if d.name == "postgresql" else sql), [*params, limit, offset]
+
+
+def _job_ids(
+    d: Dialect, statuses: Sequence[str], agent: str | None, text: str | None, principal: str | None, worker: str | None
+) -> tuple[str, list[Any]]:
+    where: list[str] = []
     params: list[Any] = []
     if principal:
-        where.append(f"principal = {d.mark}")
+        where.append("principal = ?")
         params.append(principal)
     if worker:
-        where.append(f"worker = {d.mark}")
+        where.append("worker = ?")
         params.append(worker)
     if statuses:
-        marks: list[LiteralString] = [d.mark] * len(statuses)
-        where.append(f"status IN ({','.join(marks)})")
+        where.append(f"status IN ({marks(len(statuses))})")
         params += list(statuses)
     if agent:
-        where.append(f"agent = {d.mark}")
+        where.append("agent = ?")
         params.append(agent)
     if text:
         escaped = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        columns: tuple[LiteralString, ...] = ("id", d.prompt, "cwd", "model", d.via)
-        where.append("(" + " OR ".join([f"{c} {d.like} {d.mark} ESCAPE '\\'" for c in columns]) + ")")
+        columns = ("id", d.json_field("request", "prompt"), "cwd", "model", d.json_field("request", "via"))
+        where.append("(" + " OR ".join([f"{c} {d.like} ? ESCAPE '\\'" for c in columns]) + ")")
         params += [escaped] * len(columns)
-    sql: LiteralString = "SELECT id FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
-    sql += f" ORDER BY created_at DESC, id DESC LIMIT {d.mark} OFFSET {d.mark}"
-    return sql, [*params, limit, offset]
+    return "SELECT id FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else ""), params
 
 
-class JobQueries:
-    """A query-only connection to relay.db, safe to share between worker threads."""
+class QueriesBody:
+    """The dashboard's queries over a backend's Conn (relay.store.dialect), written once for both stores."""
 
-    def __init__(self, db_path: Path) -> None:
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-        self._db.execute("PRAGMA query_only = ON")
+    _db: Conn
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, params).fetchall()
+        self._db.close()
 
     def job_ids(
         self,
@@ -153,43 +152,59 @@ class JobQueries:
     ) -> list[str]:
         """Ids of the jobs matching the filters (`principal`: the jobs it started; `worker`: the jobs whose claim
         that worker holds or held last), newest first, one page of them."""
-        sql, params = job_ids_sql(
-            SQLITE,
-            statuses=statuses,
-            agent=agent,
-            text=text,
-            offset=offset,
-            limit=limit,
-            principal=principal,
-            worker=worker,
-        )
-        return [str(r[0]) for r in self._rows(sql, params)]
+        sql, params = _job_ids(self._db.dialect, statuses, agent, text, principal, worker)
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        return [str(r[0]) for r in self._db.exec(sql, [*params, limit, offset])]
 
     def worker(self, worker_id: str) -> WorkerName | None:
-        rows = self._rows("SELECT id, name, host, pid, state FROM workers WHERE id = ?", (worker_id,))
-        return WorkerName(*rows[0]) if rows else None
+        row = self._db.exec("SELECT id, name, host, pid, state FROM workers WHERE id = ?", (worker_id,)).fetchone()
+        return WorkerName(*row) if row is not None else None
 
     def costs(self, since: float) -> list[CostRow]:
-        """Jobs, spend and tokens per local day, agent and model, for jobs created since `since`."""
-        rows = self._rows(
-            "SELECT date(created_at, 'unixepoch', 'localtime') AS day, agent, model, COUNT(*),"
-            " SUM(CASE WHEN json_type(result, '$.cost_usd') IN ('integer', 'real')"
-            " THEN json_extract(result, '$.cost_usd') END), TOTAL(json_extract(result, '$.usage.input')),"
-            " TOTAL(json_extract(result, '$.usage.output')), TOTAL(json_extract(result, '$.usage.cached'))"
-            " FROM jobs WHERE created_at >= ? GROUP BY day, agent, model",
-            (since,),
+        """Jobs, spend and tokens per local day, agent and model, for jobs created since `since`.
+
+        Days are this process's local days: the database sums per quarter hour of UTC (every local midnight of
+        every time zone in use falls on one), and each quarter hour is given its local day here, with this
+        process's time zone and its daylight-saving rules."""
+        d = self._db.dialect
+        # A cost no job of the slot reported stays NULL (unknown, not free); token counts sum from 0.
+        usage = [f"COALESCE(SUM({d.json_number('result', f'usage.{k}')}), 0)" for k in ("input", "output", "cached")]
+        rows = self._db.exec(
+            f"SELECT {d.int_floor('created_at / ?')} AS slot, agent, model, COUNT(*),"
+            f" SUM({d.json_number('result', 'cost_usd')}), {', '.join(usage)}"
+            " FROM jobs WHERE created_at >= ? GROUP BY slot, agent, model",
+            (SLOT_S, since),
         )
+        sums: dict[tuple[str, str, str | None], list[float]] = {}
+        costs: dict[tuple[str, str, str | None], float | None] = {}
+        for slot, agent, model, jobs, cost, *tokens in rows:
+            key = (_day(int(slot)), str(agent), model)
+            found = sums.setdefault(key, [0.0] * 4)
+            for i, value in enumerate((jobs, *tokens)):
+                found[i] += float(value)
+            costs[key] = add_usd(costs.get(key), cost)
+        # Day, agent, then model (no model first).
+        keys = sorted(sums, key=lambda k: (k[0], k[1], k[2] is not None, k[2] or ""))
         return [
-            CostRow(str(r[0]), str(r[1]), r[2], int(r[3]), add_usd(None, r[4]), int(r[5]), int(r[6]), int(r[7]))
-            for r in rows
+            CostRow(day, agent, model, int(s[0]), costs[(day, agent, model)], int(s[1]), int(s[2]), int(s[3]))
+            for (day, agent, model), s in ((k, sums[k]) for k in keys)
         ]
 
     def costliest(self, since: float, limit: int) -> list[tuple[str, str, float]]:
         """(id, agent, cost) of the costliest jobs created since `since` (a cost that is not a number is none)."""
-        rows = self._rows(
-            "SELECT id, agent, json_extract(result, '$.cost_usd') AS cost FROM jobs"
-            " WHERE created_at >= ? AND json_type(result, '$.cost_usd') IN ('integer', 'real') AND cost > 0"
-            " ORDER BY cost DESC LIMIT ?",
+        cost = self._db.dialect.json_number("result", "cost_usd")
+        rows = self._db.exec(
+            f"SELECT id, agent, cost FROM (SELECT id, agent, {cost} AS cost FROM jobs WHERE created_at >= ?) AS c"
+            " WHERE cost > 0 ORDER BY cost DESC LIMIT ?",
             (since, limit),
         )
         return [(str(r[0]), str(r[1]), float(r[2])) for r in rows]
+
+
+class JobQueries(QueriesBody):
+    """A query-only connection to relay.db, safe to share between worker threads."""
+
+    def __init__(self, db_path: Path) -> None:
+        db = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA query_only = ON")
+        self._db = SqliteConn(db, db_path, BUSY_TIMEOUT_MS / 1000, release=False)

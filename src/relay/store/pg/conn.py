@@ -13,20 +13,25 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
+from asyncio import events as asyncio_events
 from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
+from relay.errors import ErrorCode, RelayError
 from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, pg_sql
 from relay.store.pg.connect import conninfo, needs_check
-from relay.store.pg.errors import relay_errors
+from relay.store.pg.errors import redact, relay_errors
 from relay.store.pg.schema import MIGRATION_LOCK, migrate
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+T = TypeVar("T")
 
 
 # The server's clock, however far a process's own runs ahead or behind.
@@ -37,9 +42,20 @@ def _json_field(column: str, key: str) -> str:
     return f"({column}::json ->> '{key}')"
 
 
+def _json_number(column: str, path: str) -> str:
+    at = f"({column}::json #> '{{{path.replace('.', ',')}}}')"
+    return f"CASE WHEN json_typeof({at}) = 'number' THEN {at}::text::double precision END"
+
+
+def _int_floor(value: str) -> str:
+    return f"floor({value})::bigint"
+
+
 PG = Dialect(
     name="postgresql",
     json_field=_json_field,
+    json_number=_json_number,
+    int_floor=_int_floor,
     for_update=" FOR UPDATE",
     for_key_share=" FOR NO KEY UPDATE",
     for_share=" FOR SHARE",
@@ -55,6 +71,80 @@ PG = Dialect(
     greatest="greatest",
     least="least",
 )
+
+
+# The longest an event loop waits for one store call (a front's loop answers every client: a store that went
+# away must not hold it): a call on a loop runs on one of LOOP_THREADS threads of the store's own.
+LOOP_CALL_S = 2.0
+LOOP_THREADS = 8
+# How often a store found away is looked at again (a new connection and an empty query), in a thread of its own.
+AWAY_LOOK_S = 0.5
+
+
+def _running_loop() -> object | None:
+    return asyncio_events._get_running_loop()  # pyright: ignore[reportPrivateUsage]
+
+
+class Away:
+    """Whether the server was found away, and the look that finds it back: while away, a call on an event loop
+    fails at once with STORE_UNAVAILABLE instead of waiting for the pool (a thread's calls still wait their turn)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._since: float | None = None
+        self._lock = threading.Lock()
+        self.checks = 0  # how many looks found it still away (tests)
+
+    @property
+    def is_away(self) -> bool:
+        return self._since is not None
+
+    def check(self) -> None:
+        if self._since is not None:
+            raise self._error(f"away since {time.monotonic() - self._since:.1f} s ago")
+
+    def _error(self, why: str) -> RelayError:
+        return RelayError(
+            ErrorCode.STORE_UNAVAILABLE,
+            f"PostgreSQL at {redact(self._url)} cannot be reached now ({why})",
+            "try again in a few seconds; relay looks for the store every "
+            f"{AWAY_LOOK_S} s, and jobs keep running meanwhile",
+        )
+
+    def found(self, why: str) -> RelayError:
+        """The server did not answer: calls on a loop fail at once from now until a look finds it back."""
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+                threading.Thread(target=self._look, name="relay-store-away", daemon=True).start()
+        return self._error(why)
+
+    def watching(self, call: Callable[[], T]) -> T:
+        with self.noting():
+            return call()
+
+    @contextmanager
+    def noting(self) -> Generator[None]:
+        """A STORE_UNAVAILABLE inside the block marks the server away."""
+        try:
+            yield
+        except RelayError as err:
+            if err.code is ErrorCode.STORE_UNAVAILABLE:
+                self.found(err.message)
+            raise
+
+    def _look(self) -> None:
+        while True:
+            try:
+                with psycopg.connect(conninfo(self._url), autocommit=True, connect_timeout=2) as conn:
+                    conn.execute("SELECT 1")
+            except psycopg.Error:
+                self.checks += 1
+                time.sleep(AWAY_LOOK_S)
+                continue
+            with self._lock:
+                self._since = None
+            return
 
 
 class _Later(Rows):
@@ -104,12 +194,19 @@ class _Tx:
 
 
 class PgConn(ABC):
-    """Statements on a PostgreSQL connection that `_borrow` lends."""
+    """Statements on a PostgreSQL connection that `_borrow` lends.
+
+    A call made on an event loop's thread never holds that loop longer than LOOP_CALL_S: it runs on a thread
+    of this store's own and is waited for that long at most (then STORE_UNAVAILABLE; the thread finishes on
+    its own). Once a call found the server away, calls on a loop fail at once (`Away`) until a look of its
+    own finds it back: a front cut from its store keeps answering what needs no store."""
 
     dialect = PG
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.away = Away(url)
+        self._calls = ThreadPoolExecutor(max_workers=LOOP_THREADS, thread_name_prefix="relay-store-call")
 
     @abstractmethod
     def _borrow(self) -> AbstractContextManager[Conn]: ...
@@ -123,7 +220,21 @@ class PgConn(ABC):
         with relay_errors(self.url), self._borrow() as conn:
             yield conn
 
+    def _off_loop(self, call: Callable[[], T]) -> T:
+        """`call()` here, or, on an event loop's thread, on a thread of this store's, waited for LOOP_CALL_S at most."""
+        if _running_loop() is None:
+            return self.away.watching(call)
+        self.away.check()
+        done = self._calls.submit(self.away.watching, call)
+        try:
+            return done.result(timeout=LOOP_CALL_S)
+        except FutureTimeout:
+            raise self.away.found(f"no answer within {LOOP_CALL_S} s") from None
+
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        return self._off_loop(lambda: self._exec(sql, params))
+
+    def _exec(self, sql: str, params: Sequence[Any]) -> Rows:
         with self._conn() as conn, _unique():
             cur = conn.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType, reportCallIssue]
             return Rows(cur.fetchall() if cur.description else [], cur.rowcount)
@@ -132,6 +243,9 @@ class PgConn(ABC):
         """The statements, BEGIN and COMMIT pipelined: one round trip. (`lock`: PostgreSQL locks rows, not the
         database: a statement that must hold a row says so itself.)"""
         del lock
+        return self._off_loop(lambda: self._batch(steps))
+
+    def _batch(self, steps: Sequence[Step]) -> list[Rows]:
         with self._conn() as conn, _unique():
             cursors: list[psycopg.Cursor[tuple[Any, ...]]] = []
             with conn.pipeline(), conn.transaction():
@@ -147,9 +261,11 @@ class PgConn(ABC):
     @contextmanager
     def tx(self, *, lock: bool = False, snapshot: bool = False) -> Generator[_Tx]:
         """A pipelined transaction: BEGIN goes with the first statements, and what is sent before a read goes in
-        that read's round trip."""
+        that read's round trip. (On an event loop's thread it fails at once while the server is known away.)"""
         del lock
-        with self._conn() as conn, _unique(), conn.pipeline(), conn.transaction():
+        if _running_loop() is not None:
+            self.away.check()
+        with self.away.noting(), self._conn() as conn, _unique(), conn.pipeline(), conn.transaction():
             if snapshot:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             yield _Tx(conn)
@@ -194,6 +310,7 @@ class PoolConn(PgConn):
             )
 
     def close(self) -> None:
+        self._calls.shutdown(wait=False)
         self.pool.close()
 
     def _configure(self, conn: Conn) -> None:
@@ -271,6 +388,7 @@ class OneConn(PgConn):
             pass  # a wrong URL or a server that is down fails here, at opening
 
     def close(self) -> None:
+        self._calls.shutdown(wait=False)
         with self._lock:
             if self._db is not None:
                 _keep_idle(self.url, self._db)
