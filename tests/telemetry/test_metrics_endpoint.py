@@ -184,6 +184,7 @@ async def test_a_workers_metrics_port_serves_what_it_ran_and_wants_the_metrics_t
     seen = samples(text)
     assert seen[("relay_jobs_ended_total", (("agent", "claude"), ("status", "completed")))] == 3.0
     assert seen[("relay_claim_latency_seconds_count", (("agent", "claude"),))] == 3.0
+    assert seen[("relay_job_first_output_seconds_count", (("agent", "claude"),))] == 3.0
     assert seen[("relay_worker_slots", ())] == 2.0
     assert ("relay_jobs_submitted_total", (("agent", "claude"),)) not in seen  # the front queued them, not the worker
 

@@ -48,6 +48,13 @@ CLAIM_LATENCY_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=QUEUE_BUCKETS,
 )
+FIRST_OUTPUT_SECONDS = Histogram(
+    "relay_job_first_output_seconds",
+    "Time from a job's process starting to the agent's first output (the agent CLI's start-up), by agent.",
+    ("agent",),
+    registry=REGISTRY,
+    buckets=QUEUE_BUCKETS,
+)
 JOBS_ENDED = Counter(
     "relay_jobs_ended",
     "Jobs whose end this process recorded, by agent and final status (completed, failed, cancelled, timed_out,"
@@ -93,6 +100,10 @@ def job_submitted(agent: str) -> None:
 def job_claimed(agent: str, waited_s: float) -> None:
     """A claim this process won on a job queued `waited_s` ago (clamped at 0: another host's clock may be ahead)."""
     CLAIM_LATENCY_SECONDS.labels(agent).observe(max(waited_s, 0.0))
+
+
+def job_first_output(agent: str, waited_s: float) -> None:
+    FIRST_OUTPUT_SECONDS.labels(agent).observe(max(waited_s, 0.0))
 
 
 def job_ended(agent: str, status: str, ran_s: float | None) -> None:
