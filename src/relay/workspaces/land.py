@@ -120,16 +120,28 @@ def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, 
     """Run the test command in the worktree, its output (both streams) kept in `log`; bounded by `timeout_s`."""
     started = time.monotonic()
     timed_out = False
+    # The command starts only once its process is on record: it waits for a line on its stdin, which a relay killed
+    # before then closes unwritten (EOF: it never starts); then it runs with stdin from /dev/null, as ever.
+    go, go_write = os.pipe()
+    wait_for_go = 'read -r _ || exit 125; exec /bin/sh -c "$1" </dev/null'
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", wait_for_go, "relay-test", command],
+                cwd=cwd,
+                stdin=go,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(go_write)
+            raise
+        finally:
+            os.close(go)
         with procs.kept(proc.pid, "test"):  # on record while it runs: a relay killed meanwhile, the next one kills it
+            os.write(go_write, b"go\n")
+            os.close(go_write)
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
