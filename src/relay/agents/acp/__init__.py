@@ -9,6 +9,7 @@ Chosen per agent by `protocol = "acp"` in `[agents.NAME]` (docs/acp.md); print m
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from relay.agents import gemini, values
 from relay.agents.acp.inbox import JOB_DIR_ENV
 from relay.agents.acp.parser import AcpParser
-from relay.agents.base import AgentRequest, HostContext, Invocation, Parser, child_env
+from relay.agents.base import AgentRequest, HostContext, Invocation, Parser, as_dict, child_env
 from relay.agents.values import option
 from relay.config import AgentConfig
 from relay.errors import ErrorCode, RelayError, invalid
@@ -63,7 +64,18 @@ def _gemini_error(message: str, exit_code: int | None, stderr_tail: str) -> Rela
             message,
             "gemini 0.61.0 over ACP cannot load a session: start a new one, or resume it with gemini on print mode",
         )
-    return gemini.error_for(message, None, exit_code, stderr_tail)
+    # gemini answers a failed API call with the HTTP status as the JSON-RPC code and the API's error as JSON.
+    status, vendor = None, message
+    start = message.find("{")
+    try:
+        body = json.JSONDecoder().raw_decode(message[start:])[0] if start >= 0 else None
+    except ValueError:
+        body = None
+    error = as_dict(as_dict(body).get("error"))
+    if isinstance(error.get("code"), int):
+        status = int(error["code"])
+        vendor = str(error.get("message") or message) + (f" ({error['status']})" if error.get("status") else "")
+    return gemini.error_for(vendor, status, exit_code, stderr_tail)
 
 
 SPECS: dict[str, AcpSpec] = {

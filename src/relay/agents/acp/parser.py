@@ -21,6 +21,7 @@ from relay.agents.base import (
     as_list,
     parse_json_line,
     stderr_last_line,
+    upstream_failed,
 )
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult, Event, Usage
@@ -49,6 +50,23 @@ def _content_text(content: Any) -> str:
     if block.get("type") == "text":
         return str(block.get("text", ""))
     return ""
+
+
+# What an agent's ACP error says about its model API, by the words the adapters pass on (codex-acp:
+# `codex_error_info`; claude-agent-acp: the API's status and error type).
+_UPSTREAM = re.compile(r"internal_server_error|high demand|overloaded|api error|\b50[0-4]\b|server_error", re.I)
+_RATE = re.compile(r"\b429\b|rate.?limit|usage_limit|quota", re.I)
+_AUTH = re.compile(r"\b401\b|\b403\b|unauthori[sz]ed|authentication|invalid.api.key|api key", re.I)
+
+
+def _known_failure(message: str) -> RelayError | None:
+    if _AUTH.search(message):
+        return RelayError(ErrorCode.AUTH_INVALID, message, "check the agent's API key (or its login) and retry")
+    if _RATE.search(message):
+        return RelayError(ErrorCode.RATE_LIMITED, message, "the provider is rate limiting: wait and retry")
+    if _UPSTREAM.search(message):
+        return upstream_failed(message)
+    return None
 
 
 class AcpParser:
@@ -230,5 +248,5 @@ class AcpParser:
                 or f"the ACP driver of {self.agent} ended without a result (exit code {exit_code})"
             )
             error = self.error_for(message, exit_code, stderr_tail) if self.error_for else None
-            error = error or agent_failed(self.agent, message, exit_code)
+            error = error or _known_failure(message) or agent_failed(self.agent, message, exit_code)
         return AgentResult(ok=False, text=text, error=error, **common)
