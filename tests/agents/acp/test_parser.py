@@ -153,3 +153,18 @@ def test_a_driver_that_ends_without_a_result_fails_with_its_stderr() -> None:
     result = parser.finish(137, "codex-acp: killed\n")
     assert not result.ok and result.error is not None
     assert result.error.code == ErrorCode.AGENT_FAILED and "codex-acp: killed" in result.error.message
+
+
+def test_the_adapters_words_for_a_failed_model_api_become_relays_codes() -> None:
+    gemini_500 = 'ACP error 500: {"error":{"code":500,"message":"vendor says no","status":"INTERNAL"}}'
+    codex_500 = (
+        'ACP error -32603: Internal error: {"message": "We\'re currently experiencing high demand, which may cause'
+        ' temporary errors.", "codex_error_info": "internal_server_error"}'
+    )
+    cases = [("gemini", gemini_500, ErrorCode.UPSTREAM_ERROR), ("codex", codex_500, ErrorCode.UPSTREAM_ERROR)]
+    for agent, message, code in cases:
+        parser = AcpAdapter(SPECS[agent]).parser()
+        assert isinstance(parser, AcpParser)
+        feed_all(parser, [line({"type": "error", "message": message})])
+        result = parser.finish(1, "")
+        assert result.error is not None and result.error.code == code, (agent, result.error)
