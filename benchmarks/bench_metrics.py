@@ -62,8 +62,7 @@ def _scrapes(backend: str, target: str | Path, home: Path, count: int) -> list[R
     with metrics.WATCH.watching(lambda: 0, 8, store.queue_depth):
 
         def read() -> None:
-            metrics.WATCH.remove(-1)  # no such engine: only empties the cache, as a change of engines does
-            metrics.WATCH._read = (0.0, None)  # pyright: ignore[reportPrivateUsage]
+            metrics.WATCH._read = (0.0, None)  # pyright: ignore[reportPrivateUsage]  (the cache emptied)
             exposition("")
 
         cold = _timed(read)
