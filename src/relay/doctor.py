@@ -134,7 +134,9 @@ def diagnose(
             continue
         if protocol == "acp" and command != (cfg.command or name):
             # An ACP adapter package (claude-agent-acp, codex-acp): no `--version` to read.
-            note = f"over ACP with {command}"
+            note = "over ACP; the adapter's version is not checked"
+            if creds == "missing":
+                note += f"; no credentials: set {' or '.join(CREDENTIAL_ENV[name][:2])}"
             reports.append(AgentReport(name, True, path, None, "untested", creds, note, None, protocol, acp_path))
             continue
         version = version_of(
@@ -145,6 +147,7 @@ def diagnose(
             note = (
                 note + "; " if note else ""
             ) + f"no credentials: set {' or '.join(CREDENTIAL_ENV[name][:2])}, or log in with `{command}`"
+        note = ("over ACP" + ("; " if note else "") if protocol == "acp" else "") + note
         reports.append(AgentReport(name, True, path, version, status, creds, note, None, protocol, acp_path))
     return reports
 
