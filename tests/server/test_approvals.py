@@ -266,3 +266,33 @@ async def test_a_request_kept_past_its_wait_is_denied_not_asked_by_the_next_call
     assert waited["jobs"][0]["output"] == "execute: cancelled" and person.asked == []
     [answered] = audit(relay_home, "permission.answered")
     assert (answered["data"]["answer"], answered["data"]["by"]) == ("expired", "nobody")
+
+
+async def test_two_calls_waiting_on_one_job_ask_the_person_once(
+    make_settings: SettingsFactory, acp_agent: str, workdir: Path, relay_home: Path
+) -> None:
+    gate = anyio.Event()
+    person = Person("accept")
+
+    async def slow_person(context: Any, params: Any) -> Any:
+        answer = await person(context, params)
+        await gate.wait()  # the person is still reading the form
+        return answer
+
+    waited: list[dict[str, Any]] = []
+    async with Client(build_server(make_settings()), elicitation_callback=slow_person, mode="legacy") as c:
+        _, started = await call(c, "delegate", asking(workdir, acp_agent, "execute", mode="async"))
+        job = {"job_ids": [started["job_id"]], "timeout_s": 30}
+        async with anyio.create_task_group() as tg:
+
+            async def first() -> None:
+                waited.append((await call(c, "job_wait", job))[1])
+
+            tg.start_soon(first)
+            with anyio.fail_after(30):
+                while not person.asked:
+                    await anyio.sleep(0.02)
+            _, second = await call(c, "job_wait", job | {"timeout_s": 0.5})  # waits while the form is open
+            assert not second["done"] and len(person.asked) == 1
+            gate.set()
+    assert waited[0]["jobs"][0]["output"] == "execute: allowed" and len(person.asked) == 1

@@ -104,10 +104,15 @@ def _stale(job_id: str, request: Request, refused: StaleAnswer) -> RelayError:
 class Approver:
     """Asks the person, through one tool call, about the permission requests of the caller's own jobs."""
 
-    def __init__(self, engine: Engine, ctx: Context[Any, Any] | None, seals: Seals) -> None:
+    def __init__(
+        self, engine: Engine, ctx: Context[Any, Any] | None, seals: Seals, asking: set[str] | None = None
+    ) -> None:
         self.engine = engine
         self.ctx = ctx
         self.seals = seals
+        # The requests a call of this server is asking about now (shared by its calls): one form per request, not
+        # one per call waiting on its job.
+        self.asking: set[str] = set() if asking is None else asking
 
     def _session(self) -> Any | None:
         try:
@@ -162,13 +167,18 @@ class Approver:
                 action: approvals.Action = "expired"
             elif grants.rank(request.level) > grants.rank(cap):
                 action = "capped"
+            elif (key := input_key(rec.id, request.id)) in self.asking:
+                continue  # another call of this server is asking the person about it
             else:
+                self.asking.add(key)
                 try:
                     action = await self.ask(rec.id, request)
                 except RelayError as refused:  # an answer relay would not take: on record, and nothing answered
                     entry = request.record() | {"answer": grants.STALE, "why": refused.message}
                     audit("permission.refused", rec.id, entry)
                     raise
+                finally:
+                    self.asking.discard(key)
             by: approvals.By = "person" if action in ("accept", "decline", "cancel") else "nobody"
             approvals.answer(job_dir, request, action, by, audit, principal_of(self.ctx))
 

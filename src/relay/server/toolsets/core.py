@@ -59,7 +59,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
 
     def approver(ctx: Context[Any, Any]) -> Approver:
         """Who asks the person, in this call, about the permission requests of the caller's ACP jobs."""
-        return Approver(deps.engine(), ctx, deps.service("confirmation_seals", Seals))
+        asking = deps.service("approvals_asking", lambda: set[str]())
+        return Approver(deps.engine(), ctx, deps.service("confirmation_seals", Seals), asking)
 
     @reg.tool(
         description=(
