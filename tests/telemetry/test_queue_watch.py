@@ -78,7 +78,10 @@ def _queue_of(store: JobStore, workdir: Path) -> list[tuple[str, str | None, int
     me = WorkerInfo("w/1", "w", "h", 1, None, None, ("codex",), (), 1, 30.0)
     store.register_worker(me)
     assert [j for j, _, _ in store.claim(me, free=1, max_total=10, per_agent=lambda _: 10)] == ["d"]
-    return sorted(store.queue_depth(), key=lambda r: (r[0], r[1] or ""))
+    try:
+        return sorted(store.queue_depth(), key=lambda r: (r[0], r[1] or ""))
+    finally:
+        store.close()  # its background writers stop before the database goes
 
 
 def test_the_sqlite_stores_queue_depth_counts_unclaimed_cli_jobs_by_agent_and_labels(

@@ -84,7 +84,9 @@ async def test_a_jobs_spans_continue_the_callers_trace_through_the_store_to_the_
     assert (spans["relay.job.claim"].attributes or {})["relay.worker"] == "w1"
     assert (spans["relay.job.end"].attributes or {})["relay.job.status"] == "completed"
     # The context the worker continued is the one stored with the job, in its request.
-    stored = open_store(front_settings.store_target, home=front_settings.home).get_job(job_id)
+    store = open_store(front_settings.store_target, home=front_settings.home)
+    stored = store.get_job(job_id)
+    store.close()
     assert stored is not None
     assert stored.request["trace"]["traceparent"] == f"00-{TRACE_ID}-{submit.context.span_id:016x}-01"
 
@@ -162,7 +164,9 @@ async def test_a_malformed_traceparent_is_ignored_and_the_job_stores_only_relays
     job_id = done.structured_content["job_id"]
     submit = by_name(exported.get_finished_spans(), job_id)["relay.job.submit"]
     assert submit.parent is None and submit.context is not None  # a trace of its own
-    stored = open_store(settings.store_target, home=settings.home).get_job(job_id)
+    store = open_store(settings.store_target, home=settings.home)
+    stored = store.get_job(job_id)
+    store.close()
     assert stored is not None
     ours = submit.context
     assert stored.request["trace"] == {
