@@ -100,19 +100,20 @@ async def test_job_cancel_of_an_acp_job_sends_acps_cancel_and_leaves_no_process(
     assert any(n.startswith("cancel (") for n in notices), notices
 
 
+@pytest.mark.parametrize("agent", ACP_AGENTS)
 async def test_an_acp_job_keeps_running_across_a_relay_restart_and_the_next_relay_reads_its_result(
-    world: World,
+    world: World, agent: str
 ) -> None:
     # Pieces that differ (gemini stops a turn that repeats itself), a quarter second apart.
     world.mock.always(Reply(text=SLOW_ANSWER, chunks=16, delay_s=0.25))
-    async with world.relay(**over_acp("gemini")) as relay:
-        handle = await relay.delegate("gemini", "answer slowly", mode="async")
+    async with world.relay(**over_acp(agent)) as relay:
+        handle = await relay.delegate(agent, "answer slowly", mode="async")
         job_id = handle["job_id"]
         assert await wait_thread_event(world.mock.streaming, 30), "the agent never reached the mock"
         pgid = relay.job_pid(job_id)
     # relay is gone; the driver and the agent are not.
     assert procinfo.group_members(pgid), "the job did not outlive the relay that started it"
-    async with world.relay(**over_acp("gemini")) as relay:
+    async with world.relay(**over_acp(agent)) as relay:
         final = await relay.wait_final(job_id, 60)
         transcript = await relay.call("job_result", {"job_id": job_id, "view": "transcript"})
     assert final["status"] == "completed", final["error"]
@@ -139,7 +140,7 @@ async def test_resuming_a_gemini_session_over_acp_fails_with_session_not_found_a
     assert len(world.mock.turns()) == 1
 
 
-@pytest.mark.parametrize("agent", ["claude"])
+@pytest.mark.parametrize("agent", ["claude", "codex"])
 async def test_a_second_acp_delegation_with_the_session_id_continues_the_conversation(world: World, agent: str) -> None:
     world.mock.script(Reply(text="first answer ANS-1a"), Reply(text="second answer ANS-2b"))
     async with world.relay(**over_acp(agent)) as relay:
