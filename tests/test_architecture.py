@@ -28,6 +28,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "relay.osfiles",
         "relay.text",
         "relay.config",
+        "relay.config_tables",
         "relay.errors",
         "relay.events",
         "relay.secrets",

@@ -14,8 +14,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from relay.config_tables import DEFAULT_WORKTREE_PORTS as DEFAULT_WORKTREE_PORTS
+from relay.config_tables import MIN_TOKEN_CHARS as MIN_TOKEN_CHARS
+from relay.config_tables import PERMISSIONS as PERMISSIONS
+from relay.config_tables import NamedToken as NamedToken
+from relay.config_tables import client_timeouts, ports, setup_commands, str_tuple, test_commands, tokens
 from relay.errors import ErrorCode, RelayError
-from relay.principal import LOCAL_NAME, NAME_PATTERN, ROLES, Principal
 from relay.telemetry.settings import telemetry_fields
 
 # The MCP clients relay serves commonly give up on a tool call after 60 s; auto mode answers
@@ -42,16 +46,13 @@ DEFAULT_GIT_CONNECT_TIMEOUT_S = 30.0
 # A land's test command gets ten minutes before it is stopped and the land refused.
 DEFAULT_LAND_TEST_TIMEOUT_S = 600.0
 # A new worktree's setup command gets 10 minutes; its agents a block of 10 ports, below Linux's ephemeral range.
-DEFAULT_SETUP_TIMEOUT_S, DEFAULT_WORKTREE_PORTS = 600.0, (24000, 24999, 10)
+DEFAULT_SETUP_TIMEOUT_S = 600.0
 # A worker's claim on a job lasts this long without a heartbeat (renewed every third of it).
 DEFAULT_LEASE_S = 15.0
 # A worker not heard from for this long (and named by no queued or running job) leaves the workers table.
 DEFAULT_WORKER_RETENTION_S = 7 * 86400.0
 DEFAULT_ANTHROPIC_MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5")
 
-PERMISSIONS = ("read-only", "edit", "full")
-# A bearer token shorter than this is guessable; config with one is refused.
-MIN_TOKEN_CHARS = 16
 # The highest permission a calling model may obtain without a person confirming it (`[security] grant`).
 DEFAULT_GRANT = "edit"
 # ACP agents' permission requests (relay.jobs.approvals): "grant" allows what is within the job's permission and
@@ -126,14 +127,6 @@ class ClientRoots:
             for root in roots:
                 seen.setdefault(root, f"the MCP client's roots ({client})")
         return list(seen.items())
-
-
-@dataclass(frozen=True)
-class NamedToken:
-    """An HTTP bearer token from `[server.tokens.NAME]`: the principal a request carrying it acts as."""
-
-    principal: Principal
-    token: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -304,62 +297,6 @@ def _flag(env_value: str | None, config_value: Any, name: str) -> bool | None:
     raise RelayError(ErrorCode.CONFIG_INVALID, f"{name} in config.toml must be true or false", "fix config.toml")
 
 
-def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
-    if isinstance(value, list):
-        items: list[Any] = value  # pyright: ignore[reportUnknownVariableType]
-        if all(isinstance(v, str) for v in items):
-            return tuple(str(v) for v in items)
-    raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} must be a list of strings", "fix config.toml")
-
-
-def _test_commands(value: Any) -> tuple[str, ...]:
-    """`[workspaces] test_command`: one shell command, or a list of them (kept whole: a command may hold commas)."""
-    if value is None:
-        return ()
-    items: list[Any] = [value] if isinstance(value, str) else value if isinstance(value, list) else [None]  # pyright: ignore[reportUnknownVariableType]
-    if not all(isinstance(v, str) and v.strip() for v in items):
-        raise RelayError(
-            ErrorCode.CONFIG_INVALID,
-            "workspaces.test_command must be a command or a list of commands",
-            'set [workspaces] test_command = "pytest -q" (or a list of such strings) in config.toml',
-        )
-    return tuple(str(v) for v in items)
-
-
-def _setup_commands(spaces: Mapping[str, Any]) -> dict[str, str]:
-    """`[workspaces] setup_command` (key "") and `[workspaces.repos."<checkout folder or remote URL>"] setup_command`."""
-    hint = 'set [workspaces] setup_command = "npm ci", or in [workspaces.repos."/src/app" or "git@host:me/app.git"]'
-    repos: Any = spaces.get("repos", {})
-    tables: list[tuple[str, Mapping[str, Any]]] = [("", spaces)]
-    items: list[tuple[str, Any]] = list(repos.items()) if isinstance(repos, dict) else [("", None)]  # pyright: ignore
-    for key, table in items:
-        key = str(Path(key).expanduser().resolve()) if key.startswith(("/", "~")) else key
-        if not (key.startswith("/") or ":" in key) or not isinstance(table, dict) or set(table) - {"setup_command"}:  # pyright: ignore[reportUnknownArgumentType]
-            why = "must be named by a checkout's absolute folder or a remote's URL, and hold setup_command only"
-            raise RelayError(ErrorCode.CONFIG_INVALID, f"workspaces.repos.{key!r} {why}", hint)
-        tables.append((key, table))  # pyright: ignore[reportUnknownArgumentType]
-    found = {key: table.get("setup_command") for key, table in tables if table.get("setup_command") is not None}
-    if all(isinstance(value, str) for value in found.values()):
-        return {key: str(value).strip() for key, value in found.items()}
-    raise RelayError(ErrorCode.CONFIG_INVALID, "a workspaces setup_command must be a string", hint)
-
-
-def _ports(env: Mapping[str, str], spaces: Mapping[str, Any]) -> tuple[int, int, int]:
-    """`[workspaces] ports = "FIRST-LAST"` (RELAY_WORKTREE_PORTS) and `ports_per_worktree` (0: none)."""
-    raw = str(env.get("RELAY_WORKTREE_PORTS") or spaces.get("ports") or "{}-{}".format(*DEFAULT_WORKTREE_PORTS))
-    per: Any = spaces.get("ports_per_worktree", DEFAULT_WORKTREE_PORTS[2])
-    first, _, last = (part.strip() for part in raw.partition("-"))
-    span = (int(first), int(last)) if first.isdigit() and last.isdigit() else (0, 0)
-    if type(per) is int and 1024 <= span[0] <= span[1] <= 65535 and 0 <= per <= span[1] - span[0] + 1:
-        return span[0], span[1], per
-    what = f"workspaces.ports={raw!r}, ports_per_worktree={per!r}: not a range of ports that holds a block"
-    raise RelayError(ErrorCode.CONFIG_INVALID, what, 'set [workspaces] ports = "24000-24999", ports_per_worktree = 10')
-
-
 def _agent_config(name: str, raw: Any) -> AgentConfig:
     if not isinstance(raw, dict):
         raise RelayError(ErrorCode.CONFIG_INVALID, f"[agents.{name}] must be a table", "fix config.toml")
@@ -376,21 +313,21 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
         raise RelayError(ErrorCode.CONFIG_INVALID, f"agents.{name}.protocol = {protocol!r}", 'use "print" or "acp"')
     return AgentConfig(
         command=str(table["command"]) if "command" in table else None,
-        extra_args=_str_tuple(table.get("extra_args"), f"agents.{name}.extra_args"),
+        extra_args=str_tuple(table.get("extra_args"), f"agents.{name}.extra_args"),
         env={str(k): str(v) for k, v in env.items()},  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
         default_model=str(table["default_model"]) if "default_model" in table else None,
-        models=_str_tuple(table.get("models"), f"agents.{name}.models"),
+        models=str_tuple(table.get("models"), f"agents.{name}.models"),
         aliases={str(k): str(v) for k, v in aliases.items()},  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
         timeout_s=float(timeout) if timeout is not None else None,
         idle_timeout_s=float(idle) if idle is not None else None,
         max_concurrent=int(concurrency) if concurrency is not None else None,
-        args=_str_tuple(table.get("args"), f"agents.{name}.args"),
+        args=str_tuple(table.get("args"), f"agents.{name}.args"),
         output=str(table.get("output", "text")),
-        resume_args=_str_tuple(table.get("resume_args"), f"agents.{name}.resume_args"),
-        model_args=_str_tuple(table.get("model_args"), f"agents.{name}.model_args"),
+        resume_args=str_tuple(table.get("resume_args"), f"agents.{name}.resume_args"),
+        model_args=str_tuple(table.get("model_args"), f"agents.{name}.model_args"),
         protocol=protocol,
         acp_command=str(table["acp_command"]) if "acp_command" in table else None,
-        acp_args=_str_tuple(table.get("acp_args"), f"agents.{name}.acp_args"),
+        acp_args=str_tuple(table.get("acp_args"), f"agents.{name}.acp_args"),
         approvals=_approvals(table.get("approvals"), f"agents.{name}.approvals"),
     )
 
@@ -402,28 +339,6 @@ def _approvals(value: Any, where: str) -> str | None:
     return str(value) if value else None
 
 
-def _client_timeouts(raw: Any) -> dict[str, float]:
-    """`[clients.NAME] tool_timeout_s = S` for each MCP client (NAME: codex, claude-code, ... or a clientInfo name)."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise RelayError(ErrorCode.CONFIG_INVALID, "[clients] must be a table of tables", "fix config.toml")
-    tables: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]
-    found: dict[str, float] = {}
-    for name, table in tables.items():
-        value = table.get("tool_timeout_s") if isinstance(table, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise RelayError(
-                ErrorCode.CONFIG_INVALID,
-                f"clients.{name}.tool_timeout_s must be a positive number of seconds",
-                "fix config.toml",
-            )
-        found[name] = float(value)
-    return found
-
-
 def _workspace_default(value: str) -> str:
     value = value.strip().lower()
     if value not in ("cwd", "worktree"):
@@ -433,63 +348,6 @@ def _workspace_default(value: str) -> str:
             "set [workspaces] default (or RELAY_WORKSPACE) to cwd or worktree",
         )
     return value
-
-
-def _tokens(raw: Any, env: Mapping[str, str]) -> tuple[NamedToken, ...]:
-    """`[server.tokens.NAME]` tables: `token = "..."` or `token_env = "VAR"`, `role = "user" | "admin"`, and the
-    token's own `grant` and `cap` (permission levels; relay.jobs.grants)."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, dict):
-        raise RelayError(ErrorCode.CONFIG_INVALID, "[server.tokens] must be a table of tables", "fix config.toml")
-    tables: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]
-    found: list[NamedToken] = []
-    for name, table in tables.items():
-        where = f"server.tokens.{name}"
-        if not isinstance(table, dict):
-            raise RelayError(ErrorCode.CONFIG_INVALID, f"[{where}] must be a table", "fix config.toml")
-        entry: dict[str, Any] = table  # pyright: ignore[reportUnknownVariableType]
-        if not NAME_PATTERN.match(name) or name == LOCAL_NAME:
-            raise RelayError(
-                ErrorCode.CONFIG_INVALID,
-                f"[{where}]: {name!r} cannot name a principal",
-                f"use letters, digits, '_', '.', '@' or '-' (up to 64), not {LOCAL_NAME!r}",
-            )
-        role = entry.get("role", "user")
-        if role not in ROLES:
-            raise RelayError(ErrorCode.CONFIG_INVALID, f"{where}.role = {role!r}", 'use role = "user" or "admin"')
-        var = entry.get("token_env")
-        token = env.get(str(var), "") if var else entry.get("token", "")
-        if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
-            source = f"${var}" if var else f"{where}.token"
-            raise RelayError(
-                ErrorCode.CONFIG_INVALID,
-                f"{source} must be a token of at least {MIN_TOKEN_CHARS} characters",
-                f"set {where}.token_env to a variable holding one (e.g. `openssl rand -hex 24`)",
-            )
-        if any(t.token == token for t in found):
-            raise RelayError(ErrorCode.CONFIG_INVALID, f"[{where}] reuses another name's token", "give each its own")
-        grant, cap = (_token_level(entry, where, key) for key in ("grant", "cap"))
-        if grant is not None and cap is not None and PERMISSIONS.index(grant) > PERMISSIONS.index(cap):
-            raise RelayError(
-                ErrorCode.CONFIG_INVALID,
-                f"[{where}] grant = {grant!r} is above its cap = {cap!r}",
-                "a token's cap is the most its calls can reach: set cap at or above grant",
-            )
-        found.append(NamedToken(Principal(name, role, grant, cap), token))
-    return tuple(found)
-
-
-def _token_level(entry: Mapping[str, Any], where: str, key: str) -> str | None:
-    """A token's `grant` or `cap`: a permission level, or None when not set."""
-    value = entry.get(key)
-    if value is None:
-        return None
-    if value not in PERMISSIONS:
-        raise RelayError(
-            ErrorCode.CONFIG_INVALID, f"{where}.{key} = {value!r} is not a permission", "use read-only, edit or full"
-        )
-    return str(value)
 
 
 def _grant(env: Mapping[str, str], security: Any, config_path: Path) -> tuple[str, str]:
@@ -549,13 +407,13 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     agents = {name: _agent_config(name, table) for name, table in agents_raw.items()}
 
     claude = agents.get("claude", AgentConfig())
-    models = _str_tuple(env.get("ANTHROPIC_MODELS"), "ANTHROPIC_MODELS") or claude.models or DEFAULT_ANTHROPIC_MODELS
+    models = str_tuple(env.get("ANTHROPIC_MODELS"), "ANTHROPIC_MODELS") or claude.models or DEFAULT_ANTHROPIC_MODELS
     default_model = env.get("ANTHROPIC_MODEL") or claude.default_model
     agents["claude"] = replace(claude, models=models, default_model=default_model)
 
     security: dict[str, Any] = raw.get("security", {}) if isinstance(raw.get("security"), dict) else {}
     roots_raw = security.get("allowed_roots")
-    roots = _str_tuple(env.get("RELAY_ALLOWED_ROOTS") or roots_raw, "allowed_roots")
+    roots = str_tuple(env.get("RELAY_ALLOWED_ROOTS") or roots_raw, "allowed_roots")
     allowed = tuple(Path(r).expanduser().resolve() for r in roots) or ((cwd or Path.cwd()).resolve(),)
     if env.get("RELAY_ALLOWED_ROOTS") == "/" or roots == ("/",):
         allowed = (Path("/"),)
@@ -613,11 +471,11 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,
         environ=env,
-        client_timeouts=_client_timeouts(raw.get("clients")),
-        toolsets=_str_tuple(env.get("RELAY_TOOLSETS") or server.get("toolsets"), "server.toolsets"),
+        client_timeouts=client_timeouts(raw.get("clients")),
+        toolsets=str_tuple(env.get("RELAY_TOOLSETS") or server.get("toolsets"), "server.toolsets"),
         profile=(env.get("RELAY_PROFILE") or str(server.get("profile") or "")).strip() or None,
         runtime=runtime,
-        allowed_hosts=_str_tuple(env.get("RELAY_ALLOWED_HOSTS") or server.get("allowed_hosts"), "server.allowed_hosts"),
+        allowed_hosts=str_tuple(env.get("RELAY_ALLOWED_HOSTS") or server.get("allowed_hosts"), "server.allowed_hosts"),
         default_workspace=_workspace_default(env.get("RELAY_WORKSPACE") or str(spaces.get("default") or "cwd")),
         worktree_keep_s=86400
         * _float(env, "RELAY_WORKTREE_KEEP_DAYS", float(spaces.get("keep_days", DEFAULT_WORKTREE_KEEP_S / 86400))),
@@ -631,11 +489,11 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         land_test_timeout_s=_float(
             env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
         ),
-        test_commands=_test_commands(spaces.get("test_command")),
-        setup_commands=_setup_commands(spaces),
+        test_commands=test_commands(spaces.get("test_command")),
+        setup_commands=setup_commands(spaces),
         setup_timeout_s=_float(env, "RELAY_SETUP_TIMEOUT_S", float(spaces.get("setup_timeout_s", 600.0))),
-        worktree_ports=_ports(env, spaces),
-        tokens=_tokens(server.get("tokens"), env),
+        worktree_ports=ports(env, spaces),
+        tokens=tokens(server.get("tokens"), env),
         lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,
         worker_retention_s=86400
