@@ -42,7 +42,7 @@ from relay.jobs.door import Admitted, Door
 from relay.jobs.envelope import envelope
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page
-from relay.jobs.paging import read_page
+from relay.jobs.paging import job_cursor, parse_cursor, read_page
 from relay.jobs.recovery import Recovery
 from relay.jobs.request import SUBMITTED_VIA, JobRequest
 from relay.jobs.state import JobState, new_job_id
@@ -60,21 +60,6 @@ from relay.telemetry import job as telemetry
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
 
 Mode = Literal["sync", "async", "auto"]
-
-
-def job_cursor(rec: JobRecord) -> str:
-    """The cursor that continues a job list after `rec`: its creation time and id."""
-    return f"{rec.created_at!r}_{rec.id}"
-
-
-def _parse_cursor(cursor: str) -> tuple[float, str]:
-    created, _, job_id = cursor.partition("_")
-    try:
-        return float(created), job_id
-    except ValueError:
-        raise invalid(
-            f"cursor {cursor[:80]!r} is not one job_list gave", "pass next_cursor from the last page"
-        ) from None
 
 
 class Engine:
@@ -286,7 +271,7 @@ class Engine:
         via: str | None = None,
     ) -> list[JobRecord]:
         """Jobs newest first; `cursor` (from `job_cursor` of the last job of a page) continues after it."""
-        before = _parse_cursor(cursor) if cursor else None
+        before = parse_cursor(cursor) if cursor else None
         return self.store.list_jobs(
             statuses=statuses,
             agent=agent,

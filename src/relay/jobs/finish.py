@@ -116,6 +116,17 @@ class Finisher:
         err = RelayError(ErrorCode.CANCELLED, "the job was cancelled before it started", "submit it again if needed")
         self.store_result(rec, "cancelled", AgentResult(ok=False, error=err), err, None)
 
+    def end_task(self, rec: JobRecord, stop: str | None, outcome: AgentResult | None) -> None:
+        """Record an in-process job's end: cancelled or timed out by `stop`, else what its task returned."""
+        if stop == "cancelled":
+            err = RelayError(ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result")
+            self.store_result(rec, "cancelled", outcome or AgentResult(ok=False, error=err), err, None)
+        elif stop:
+            err = RelayError(ErrorCode.TIMEOUT, "the job ran past its timeout and was stopped", "raise timeout_s")
+            self.store_result(rec, "timed_out", outcome or AgentResult(ok=False, error=err), err, None)
+        elif outcome is not None:
+            self.store_result(rec, "completed" if outcome.ok else "failed", outcome, outcome.error, None)
+
     def store_result(
         self,
         rec: JobRecord,

@@ -396,17 +396,5 @@ class Lifecycle:
                 stop = live.stop_reason or "cancelled"
             rec = state.store.get_job(job_id)
             if rec is not None and not rec.is_final:
-                finisher = self.finisher
-                if stop == "cancelled":
-                    err = RelayError(
-                        ErrorCode.CANCELLED, "the job was cancelled", "its output so far is kept: job_result"
-                    )
-                    finisher.store_result(rec, "cancelled", outcome or AgentResult(ok=False, error=err), err, None)
-                elif stop:
-                    err = RelayError(
-                        ErrorCode.TIMEOUT, "the job ran past its timeout and was stopped", "raise timeout_s"
-                    )
-                    finisher.store_result(rec, "timed_out", outcome or AgentResult(ok=False, error=err), err, None)
-                elif outcome is not None:
-                    finisher.store_result(rec, "completed" if outcome.ok else "failed", outcome, outcome.error, None)
+                self.finisher.end_task(rec, stop, outcome)
             self.job_ended(job_id)

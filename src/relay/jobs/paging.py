@@ -13,6 +13,22 @@ from relay.store import JobRecord
 from relay.workspaces.ready import SETUP_LOG
 
 
+def job_cursor(rec: JobRecord) -> str:
+    """The cursor that continues a job list after `rec`: its creation time and id."""
+    return f"{rec.created_at!r}_{rec.id}"
+
+
+def parse_cursor(cursor: str) -> tuple[float, str]:
+    """A job list's cursor (job_cursor) back into its creation time and id; INVALID_ARGUMENT for anything else."""
+    created, _, job_id = cursor.partition("_")
+    try:
+        return float(created), job_id
+    except ValueError:
+        raise invalid(
+            f"cursor {cursor[:80]!r} is not one job_list gave", "pass next_cursor from the last page"
+        ) from None
+
+
 def read_page(
     state: JobState, spaces: JobWorkspaces, rec: JobRecord, view: str, offset: int, limit: int
 ) -> dict[str, Any]:
