@@ -181,8 +181,14 @@ class ClaimsBody(OverConn):
 
         On PostgreSQL the lock, the count and the first window go in one round trip, the take and the commit
         in one more each: the lock is held for as short a time as the network allows."""
+        return self._claim(worker, free, max_total, per_agent, only)[0]
+
+    def _claim(
+        self, worker: WorkerInfo, free: int, max_total: int, per_agent: Callable[[str], int], only: Sequence[str]
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        """`claim`'s work, and whether a queued job this worker could run may be left (False: it took them all)."""
         if free <= 0:
-            return []
+            return [], True
         d = self._db.dialect
         # Each candidate read is locked on PostgreSQL: a window just larger than the slots to fill.
         window = min(CLAIM_WINDOW, 2 * free + WINDOW_SPARE)
@@ -193,12 +199,14 @@ class ClaimsBody(OverConn):
             first = _candidates(tx, d, worker, only, (), window)
             held = {str(a): int(n) for a, n in counts}
             room = min(free, max_total - sum(held.values()))
+            rows = first.fetchall()
             if room <= 0:
-                return []
-            won = _take(tx, d, worker, room, held, per_agent, only, window, first.fetchall())
-            if won:
-                tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (len(won), worker.id))
-            return won
+                return [], bool(rows)
+            taken = _take(tx, d, worker, room, held, per_agent, only, window, rows)
+            count = sum(len(picked) for picked, _ in taken)
+            if count:
+                tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (count, worker.id))
+        return _won(taken), not (count == len(rows) < window)
 
     @timed
     def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:
@@ -300,12 +308,16 @@ def _take(
     only: Sequence[str],
     window: int,
     rows: list[Any],
-) -> list[tuple[str, str, int]]:
+) -> list[tuple[list[tuple[str, str]], Rows]]:
     """Pick and claim up to `room` candidates oldest first from `rows` (the first window), counting each agent's
-    slots in `held` as it goes; a window whose jobs were all of agents at their limit is followed by the next."""
+    slots in `held` as it goes; a window whose jobs were all of agents at their limit is followed by the next.
+
+    Each take's rows (id, epoch) are read only when asked: the candidates are locked (SQLite's write lock,
+    PostgreSQL's FOR UPDATE), so every job picked is taken, and on PostgreSQL the last take goes to the server
+    with the commit."""
     full = {agent for agent, n in held.items() if n >= per_agent(agent)}
     passed_over: set[str] = set()  # the agents the query of `rows` left out
-    won: list[tuple[str, str, int]] = []
+    taken: list[tuple[list[tuple[str, str]], Rows]] = []
     while True:
         picked: list[tuple[str, str]] = []
         for job_id, agent in rows:
@@ -320,11 +332,19 @@ def _take(
         if picked:
             ids = [j for j, _ in picked]
             taking = (worker.id, worker.lease_s, worker.pid, worker.start_ticks, *ids)
-            sql = f"{_CLAIM.format(now=d.now)} WHERE id IN ({marks(len(ids))}) AND status = 'queued' AND worker IS NULL RETURNING id, epoch"
-            epochs = {str(j): int(e) for j, e in tx.exec(sql, taking)}
-            won += [(job_id, agent, epochs[job_id]) for job_id, agent in picked if job_id in epochs]
+            where = f"WHERE id IN ({marks(len(ids))}) AND status = 'queued' AND worker IS NULL RETURNING id, epoch"
+            taken.append((picked, tx.exec(f"{_CLAIM.format(now=d.now)} {where}", taking)))
             room -= len(picked)
         if room <= 0 or len(rows) < window or (not picked and full == passed_over):
-            return won  # full, or the window held every candidate, or nothing new could start
+            return taken  # full, or the window held every candidate, or nothing new could start
         passed_over = set(full)
         rows = _candidates(tx, d, worker, only, sorted(full), window).fetchall()
+
+
+def _won(taken: list[tuple[list[tuple[str, str]], Rows]]) -> list[tuple[str, str, int]]:
+    """(job id, agent, epoch) of each job taken."""
+    won: list[tuple[str, str, int]] = []
+    for picked, rows in taken:
+        epochs = {str(j): int(e) for j, e in rows}
+        won += [(job_id, agent, epochs[job_id]) for job_id, agent in picked if job_id in epochs]
+    return won

@@ -73,12 +73,23 @@ PG = Dialect(
 )
 
 
+# The statements that may change a job's row (job_writes counts them).
+JOB_WRITES = ("UPDATE jobs", "INSERT INTO jobs", "DELETE FROM jobs")
 # The longest an event loop waits for one store call (a front's loop answers every client: a store that went
 # away must not hold it): a call on a loop runs on one of LOOP_THREADS threads of the store's own.
 LOOP_CALL_S = 2.0
 LOOP_THREADS = 8
 # How often a store found away is looked at again (a new connection and an empty query), in a thread of its own.
-AWAY_LOOK_S = 0.5
+AWAY_LOOK_S = 0.25
+# How long a call on an event loop waits for a server known to be away (it may be back before the look saw it).
+AWAY_WAIT_S = 0.5
+
+
+class _Budget(threading.local):
+    wait: float | None = None  # how long a call thread waits for a pooled connection (None: the pool's own wait)
+
+
+_budget = _Budget()
 
 
 def _running_loop() -> object | None:
@@ -182,8 +193,10 @@ class _Tx:
 
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
+        self.sent: list[str] = []
 
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        self.sent.append(sql)
         cur = self._conn.cursor()
         cur.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType]
         return _Later(cur)
@@ -206,6 +219,11 @@ class PgConn(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self.away = Away(url)
+        # Statements of this process that may have changed a job's row (a copy of a row is good while it stays),
+        # and of them those that may have queued a job (a new job, a claim handed back).
+        self.job_writes = 0
+        self.queued_writes = 0
+        self._count = threading.Lock()
         self._calls = ThreadPoolExecutor(max_workers=LOOP_THREADS, thread_name_prefix="relay-store-call")
 
     @abstractmethod
@@ -221,23 +239,43 @@ class PgConn(ABC):
             yield conn
 
     def _off_loop(self, call: Callable[[], T]) -> T:
-        """`call()` here, or, on an event loop's thread, on a thread of this store's, waited for LOOP_CALL_S at most."""
+        """`call()` here, or, on an event loop's thread, on a thread of this store's, waited for LOOP_CALL_S at most
+        (AWAY_WAIT_S while the server is known away: a loop is held that long at most, and a server back from a
+        restart answers before the look finds it)."""
         if _running_loop() is None:
             return self.away.watching(call)
-        self.away.check()
-        done = self._calls.submit(self.away.watching, call)
+        budget = AWAY_WAIT_S if self.away.is_away else LOOP_CALL_S
+        done = self._calls.submit(self._within, call, budget)
         try:
-            return done.result(timeout=LOOP_CALL_S)
+            return done.result(timeout=budget)
         except FutureTimeout:
-            raise self.away.found(f"no answer within {LOOP_CALL_S} s") from None
+            raise self.away.found(f"no answer within {budget} s") from None
+
+    def _within(self, call: Callable[[], T], budget: float) -> T:
+        """`call()` on a call thread, which waits for a pooled connection `budget` seconds at most."""
+        _budget.wait = budget
+        try:
+            return self.away.watching(call)
+        finally:
+            _budget.wait = None
 
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         return self._off_loop(lambda: self._exec(sql, params))
 
     def _exec(self, sql: str, params: Sequence[Any]) -> Rows:
-        with self._conn() as conn, _unique():
-            cur = conn.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType, reportCallIssue]
-            return Rows(cur.fetchall() if cur.description else [], cur.rowcount)
+        try:
+            with self._conn() as conn, _unique():
+                cur = conn.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType, reportCallIssue]
+                return Rows(cur.fetchall() if cur.description else [], cur.rowcount)
+        finally:
+            self.wrote(sql)
+
+    def wrote(self, sql: str) -> None:
+        """Count a statement that may have changed a job's row, once it ran (or failed): `job_writes`."""
+        if sql.startswith(JOB_WRITES):
+            with self._count:
+                self.job_writes += 1
+                self.queued_writes += int(sql.startswith("INSERT INTO jobs") or "status='queued'," in sql)
 
     def batch(self, steps: Sequence[Step], *, lock: bool = False) -> list[Rows]:
         """The statements, BEGIN and COMMIT pipelined: one round trip. (`lock`: PostgreSQL locks rows, not the
@@ -246,6 +284,13 @@ class PgConn(ABC):
         return self._off_loop(lambda: self._batch(steps))
 
     def _batch(self, steps: Sequence[Step]) -> list[Rows]:
+        try:
+            return self._batch_once(steps)
+        finally:
+            for step in steps:
+                self.wrote(step.sql)
+
+    def _batch_once(self, steps: Sequence[Step]) -> list[Rows]:
         with self._conn() as conn, _unique():
             cursors: list[psycopg.Cursor[tuple[Any, ...]]] = []
             with conn.pipeline(), conn.transaction():
@@ -265,10 +310,16 @@ class PgConn(ABC):
         del lock
         if _running_loop() is not None:
             self.away.check()
-        with self.away.noting(), self._conn() as conn, _unique(), conn.pipeline(), conn.transaction():
-            if snapshot:
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            yield _Tx(conn)
+        tx: _Tx | None = None
+        try:
+            with self.away.noting(), self._conn() as conn, _unique(), conn.pipeline(), conn.transaction():
+                if snapshot:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                tx = _Tx(conn)
+                yield tx
+        finally:
+            for sql in tx.sent if tx is not None else ():
+                self.wrote(sql)
 
 
 @contextmanager
@@ -330,7 +381,7 @@ class PoolConn(PgConn):
 
     @contextmanager
     def _borrow(self) -> Generator[Conn]:
-        with self.pool.connection() as conn:
+        with self.pool.connection(timeout=_budget.wait) as conn:
             try:
                 yield conn
             finally:

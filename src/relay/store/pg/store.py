@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -27,13 +29,16 @@ from relay.store.pg.marks import LatestMark
 from relay.store.pg.schema import migrate
 from relay.store.pg.watch import ChangeCount
 from relay.store.pg.witness import INSERT_ROWS, WitnessWriter, witness_status
-from relay.store.queue import ClaimsBody
-from relay.store.records import AuditExpectation
+from relay.store.queue import ClaimsBody, WorkerInfo
+from relay.store.records import JOB_COLUMNS, AuditExpectation, JobRecord, job_of
 
 # Connections one process keeps to the server: the event loop and a few worker threads at once.
 POOL_SIZE = 4
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
+
+# How many jobs' last reads are kept (the jobs a process waits on or runs at once, with room).
+KEPT_JOBS = 256
 
 logger = logging.getLogger("relay.store")
 
@@ -69,8 +74,14 @@ class PgStore(JobBody, ClaimsBody):
             self.witness = witness_status(conn)
         if self.witness.present and not self.witness.holds:
             logger.warning("audit witness: %s", self.witness.describe())
-        self._db = PoolConn(url, size=pool_size, wait_s=wait_s, name="relay-store")
-        self._notices = ChangeCount(url, self._db.is_own)
+        self._pool = PoolConn(url, size=pool_size, wait_s=wait_s, name="relay-store")
+        self._db = self._pool
+        self._notices = ChangeCount(url, self._pool.is_own)
+        # Jobs as last read (get_job), with what had been heard and written then: (notices, job writes).
+        self._kept: dict[str, tuple[tuple[int, int], JobRecord]] = {}
+        self._kept_lock = threading.Lock()
+        # (worker, queue notices, jobs queued by this process) when that worker's claim last left nothing to run.
+        self._nothing_queued: tuple[str, int, int] | None = None
         self._marks = LatestMark(self._mark_audit)
         self.audit.marks.append(self._marks.put)
         self._witness: WitnessWriter | None = None
@@ -113,6 +124,49 @@ class PgStore(JobBody, ClaimsBody):
     def wait_change(self, version: int, timeout: float) -> bool:
         """Block this thread until `change_version()` passes `version` (True) or `timeout` seconds (False)."""
         return self._notices.wait_past(version, timeout)
+
+    @timed
+    def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None:
+        """The job `job_id`; with `principal`, only if that principal started it (else None, as for no job).
+
+        A job read again while no notice of another process's change and no write of this process to a job came
+        since is answered from the copy read then (a waiter woken by new output reads its job without a round
+        trip); another process's change is seen once its notice is heard (a fraction of a millisecond)."""
+        seen = (self._notices.version(others=True), self._pool.job_writes)
+        with self._kept_lock:
+            kept = self._kept.get(job_id)
+        if kept is not None and kept[0] == seen:
+            rec = kept[1]
+        else:
+            found = self._db.exec(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
+            rec = job_of(found) if found is not None else None
+            if rec is not None:
+                with self._kept_lock:
+                    self._kept[job_id] = (seen, rec)
+                    if len(self._kept) > KEPT_JOBS:
+                        del self._kept[next(iter(self._kept))]
+        return rec if rec is not None and (principal is None or rec.principal == principal) else None
+
+    @timed
+    def claim(
+        self,
+        worker: WorkerInfo,
+        *,
+        free: int,
+        max_total: int,
+        per_agent: Callable[[str], int],
+        only: Sequence[str] = (),
+    ) -> list[tuple[str, str, int]]:
+        """ClaimsBody.claim, without a round trip when this worker's last claim left no job it could run and no
+        job was queued since (no notice of another process on the queue's channel, no job queued by this one): a
+        job's end claims for the slot it frees, and most often nothing waits."""
+        seen = (worker.id, self._notices.queued(), self._pool.queued_writes)
+        if not only and free > 0 and self._nothing_queued == seen:
+            return []
+        won, any_left = self._claim(worker, free, max_total, per_agent, only)
+        if not only and not any_left:
+            self._nothing_queued = seen
+        return won
 
     @timed
     def clock(self) -> float:

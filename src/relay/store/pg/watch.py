@@ -36,6 +36,7 @@ class ChangeCount:
         self._own = own
         self._count = 0
         self._others = 0
+        self._queued = 0  # notices on the queue's channel (a job became claimable) of other processes
         self._mu = threading.Condition()
         self._up = threading.Event()
         self._stop = threading.Event()
@@ -53,6 +54,13 @@ class ChangeCount:
         with self._mu:
             return self._others if others else self._count
 
+    def queued(self) -> int:
+        """The count of notices that another process queued a job (this one's own are known to it), and of
+        reconnections."""
+        self.version()
+        with self._mu:
+            return self._queued
+
     def wait_past(self, version: int, timeout: float, *, others: bool = False) -> bool:
         """Block until the count passes `version` (True) or `timeout` seconds went by (False)."""
         self.version()  # listening from now on
@@ -64,12 +72,14 @@ class ChangeCount:
         if self._thread is not None:
             self._thread.join(STOP_CHECK_S + CONNECT_TIMEOUT_S)
 
-    def _bump(self, sender: int | None = None) -> None:
-        """One more notice (sent by the server process `sender`; None: a (re)connection, which counts for all)."""
+    def _bump(self, sender: int | None = None, queued: bool = True) -> None:
+        """One more notice (sent by the server process `sender`; None: a (re)connection, which counts for all;
+        `queued`: on the queue's channel)."""
         other = sender is None or not self._own(sender)
         with self._mu:
             self._count += 1
             self._others += int(other)
+            self._queued += int(queued and other)
             self._mu.notify_all()
 
     def _run(self) -> None:
@@ -84,7 +94,7 @@ class ChangeCount:
                     delay = RECONNECT_FIRST_S
                     while not self._stop.is_set():
                         for notice in conn.notifies(timeout=STOP_CHECK_S):
-                            self._bump(notice.pid)
+                            self._bump(notice.pid, notice.channel == QUEUE_CHANNEL)
             except psycopg.Error:
                 pass
             self._up.clear()
