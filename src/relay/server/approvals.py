@@ -18,6 +18,7 @@ elicitation), a headless run that cancels unasked, or an action above the owner'
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -54,18 +55,31 @@ def input_key(job_id: str, request_id: int) -> str:
     return f"{KEY_PREFIX}{job_id}-{request_id}"
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def shown(text: str) -> str:
+    """What the agent wrote, on one line: a newline, a control or format character (bidi overrides, zero widths,
+    line separators) is shown escaped (`\\n`, `\\u202e`), so it cannot add a line that looks like relay's own."""
+    return "".join(
+        _ESCAPES.get(ch) or (f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch)
+        for ch in text
+    )
+
+
 def message_of(job_id: str, request: Request) -> str:
-    """The form's text: which agent of which job wants to do what, where, on which files, above which level."""
+    """The form's text: which agent of which job wants to do what, where, on which files, above which level.
+    Each line is relay's; what the agent wrote (title, kind, files, input) stays within its line (`shown`)."""
     lines = [
-        f"The agent {request.agent} (relay job {job_id}) asks to: {request.title}",
-        f"Kind: {request.kind} (needs '{request.level}': {MEANINGS.get(request.level, request.level)}; "
+        f"The agent {request.agent} (relay job {job_id}) asks to: {shown(request.title)}",
+        f"Kind: {shown(request.kind)} (needs '{request.level}': {MEANINGS.get(request.level, request.level)}; "
         f"the job runs with '{request.permission}')",
-        f"Folder: {request.cwd}",
+        f"Folder: {shown(request.cwd)}",
     ]
     if request.paths:
-        lines.append("Files: " + ", ".join(request.paths))
+        lines.append("Files: " + ", ".join(shown(path) for path in request.paths))
     if request.input:
-        lines.append(f"Input: {request.input}")
+        lines.append(f"Input: {shown(request.input)}")
     lines.append("Accept to allow this once; decline to tell the agent no (the job goes on).")
     return "\n".join(lines)
 
