@@ -2,8 +2,8 @@
 
 The ACP driver reports each `session/request_permission` as a `permission_request` event (data: the request's
 `id`, its `toolCall` with `kind`, `title`, `locations`, `rawInput`, and its `options`). What the action needs is
-its kind's level: read/search/think/fetch are `read-only`, edit/delete/move are `edit`, execute and anything else
-`full`. Within the job's own permission and with the policy `grant` (`[security] approvals`, `[agents.NAME]
+its kind's level: read/search/think/fetch are `read-only`, edit/delete/move are `edit` (`full` when a file it names
+is outside the job's folder), execute and anything else `full`. Within the job's own permission and with the policy `grant` (`[security] approvals`, `[agents.NAME]
 approvals`), relay allows it at once (publish.py hands it each `permission_request` event it stores); otherwise the request is kept in the job's folder (`approvals/ID.json`) for
 the next call of the job's owner that waits on it to ask the person (relay.server.approvals). A request nobody
 answers within `approval_wait_s` is denied (`cancelled`): never allowed by default.
@@ -57,6 +57,23 @@ By = Literal["grant", "person", "nobody"]
 
 def level_of(kind: str) -> str:
     return KIND_LEVELS.get(kind, "full")
+
+
+def _outside(paths: list[str], cwd: str) -> bool:
+    """Whether a path (relative ones from `cwd`) leads out of `cwd`, symlinks followed: `edit` is within the folder."""
+    top = os.path.realpath(cwd) if cwd else ""
+    return not top or any(
+        (found := os.path.realpath(os.path.join(top, path))) != top
+        and not found.startswith(top.rstrip(os.sep) + os.sep)
+        for path in paths
+    )
+
+
+def level_for(kind: str, paths: list[str], cwd: str) -> str:
+    """What an action needs: its kind's level, and `full` for an edit, delete or move of a file outside the job's
+    folder (the permission `edit` lets an agent edit files in its folder only)."""
+    level = level_of(kind)
+    return "full" if level == "edit" and paths and _outside(paths, cwd) else level
 
 
 def policy_of(settings: Settings, agent: str) -> str:
@@ -116,17 +133,18 @@ def request_from(rec: JobRecord, data: dict[str, Any]) -> Request | None:
     text = raw if isinstance(raw, str) else json.dumps(raw, default=str) if raw is not None else ""
     kind = str(call.get("kind") or "other")
     permission = str(rec.request.get("permission") or "read-only")
+    cwd = str(rec.request.get("cwd") or rec.cwd or "")
     return Request(
         id=rid,
         title=str(call.get("title") or kind)[:INPUT_CHARS],
         kind=kind,
-        level=level_of(kind),
+        level=level_for(kind, paths, cwd),
         paths=tuple(paths[:MAX_PATHS]),
         input=text[:INPUT_CHARS],
         allow=_option(options, "allow_once", "allow_always"),
         reject=_option(options, "reject_once", "reject_always"),
         agent=rec.agent,
-        cwd=str(rec.request.get("cwd") or rec.cwd or ""),
+        cwd=cwd,
         permission=permission if permission in PERMISSIONS else "read-only",
         principal=rec.principal,
         asked_at=time.time(),

@@ -82,7 +82,7 @@ def main() -> int:
     for number, kind in enumerate(kinds, start=1):
         title, raw = TITLES.get(kind, (f"Do something ({kind})", {"what": kind}))
         call = {"toolCallId": f"call-{number}", "title": title, "kind": kind, "rawInput": raw}
-        call["locations"] = [{"path": str(folder / "notes.txt")}] if kind in ("edit", "read") else []
+        call["locations"] = [{"path": str(Path.cwd() / "notes.txt")}] if kind in ("edit", "read") else []  # its folder
         say({"type": "permission_request", "id": number, "toolCall": call, "options": OPTIONS})
         got = inbox.next(lambda m, n=number: m.get("type") == "permission_answer" and m.get("id") == n)
         if got is None:
