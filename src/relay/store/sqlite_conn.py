@@ -15,6 +15,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from relay.errors import RelayError
 from relay.store.dialect import SQLITE_MARK_AUDIT, SQLITE_REGISTER_WORKER, Conflict, Dialect, Rows, Step
 from relay.store.health import sqlite_error
 from relay.store.release import large, unbind
@@ -32,7 +33,9 @@ def _json_field(column: str, key: str) -> str:
 
 
 def _json_number(column: str, path: str) -> str:
-    return f"CASE WHEN json_type({column}, '$.{path}') IN ('integer', 'real') THEN json_extract({column}, '$.{path}') END"
+    return (
+        f"CASE WHEN json_type({column}, '$.{path}') IN ('integer', 'real') THEN json_extract({column}, '$.{path}') END"
+    )
 
 
 def _int_floor(value: str) -> str:
@@ -97,37 +100,61 @@ class SqliteConn:
         with self.lock:
             self.db.close()
 
+    def _error(self, exc: sqlite3.Error) -> RelayError:
+        """A SQLite failure as a RelayError (a unique-key one, Conflict)."""
+        if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc):
+            return Conflict(str(exc))
+        return sqlite_error(exc, self.path, self._busy_s)
+
     @contextmanager
     def _held(self) -> Generator[sqlite3.Connection]:
-        """The connection under the lock; a SQLite failure becomes a RelayError (a unique-key one, Conflict)."""
+        """The connection under the lock; a SQLite failure becomes a RelayError."""
         with self.lock:
             try:
                 yield self.db
-            except sqlite3.IntegrityError as exc:
-                if "UNIQUE" in str(exc):
-                    raise Conflict(str(exc)) from None
-                raise sqlite_error(exc, self.path, self._busy_s) from None
             except sqlite3.Error as exc:
-                raise sqlite_error(exc, self.path, self._busy_s) from None
+                raise self._error(exc) from None
+
+    # exec and batch are the hot path (every job's calls): written out, without a generator's context manager.
 
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        with self._held() as db:
+        with self.lock:
             try:
-                cur = db.execute(sql, params)
+                cur = self.db.execute(sql, params)
                 return Rows(cur.fetchall(), cur.rowcount)
+            except sqlite3.Error as exc:
+                raise self._error(exc) from None
             finally:
                 if self._release and params and large(params):
-                    unbind(db, sql, len(params))
+                    unbind(self.db, sql, len(params))
 
     def batch(self, steps: Sequence[Step], *, lock: bool = False) -> list[Rows]:
-        with self.tx(lock=lock) as tx:
+        db = self.db
+        with self.lock:
             done: list[Rows] = []
-            for step in steps:
-                if step.many:
-                    tx.many(step.sql, step.params)
-                    done.append(Rows([], -1))
-                else:
-                    done.append(tx.exec(step.sql, step.params))
+            try:
+                db.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
+                for step in steps:
+                    if step.many:
+                        db.executemany(step.sql, step.params)
+                        done.append(Rows([], -1))
+                    else:
+                        cur = db.execute(step.sql, step.params)
+                        done.append(Rows(cur.fetchall(), cur.rowcount))
+                db.execute("COMMIT")
+            except BaseException as exc:
+                if db.in_transaction:  # a failed statement or commit (disk full, busy) leaves nothing half-done
+                    with suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._error(exc) from None
+                raise
+            finally:
+                if self._release:
+                    for step in steps:
+                        rows = step.params if step.many else [step.params]
+                        if rows and any(large(r) for r in rows):
+                            unbind(db, step.sql, len(rows[0]))
             return done
 
     @contextmanager
