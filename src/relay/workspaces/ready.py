@@ -7,7 +7,9 @@ Before a new worktree's agent starts (docs/workspaces.md, "A worktree ready to w
   file, never through a symlink out of the checkout, never a pattern that reaches outside the repository;
 - the person's setup command for the repository (`[workspaces] setup_command`, or `[workspaces.repos."<folder or
   URL>"]`: config.toml only, never a caller's or the repository's) runs at the worktree's top, bounded, its output
-  kept in the job's `setup.log` (job_result view="setup"); a failure ends the job before its agent starts;
+  kept in the job's `setup.log` (job_result view="setup"); a failure ends the job before its agent starts; never on
+  a branch whose commits only relay's job branches hold (an agent's unlanded work: what the command runs, a
+  package.json or a Makefile, would be the agent's, outside its sandbox);
 - the worktree holds a block of ports of its own (RELAY_PORT, RELAY_PORTS, PORT in its agents' environment),
   recorded with its workspace row and held until the worktree is removed, so two agents never share one.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +34,7 @@ from typing import Any
 from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.workspaces import _git, procs
+from relay.workspaces.make import CARRY_MESSAGE
 from relay.workspaces.records import WorkspaceRecord, WorkspaceStore
 
 # The repository's list of ignored files a new worktree gets from the checkout (Claude Code's name and syntax).
@@ -240,6 +244,42 @@ def setup_command_for(settings: Settings, rec: WorkspaceRecord, url: str | None)
     return commands.get("", "")
 
 
+# Refs that hold the person's commits: branches, tags, remote branches (a worker's cache keeps a URL's under
+# refs/relay-cache/), all but relay's job branches (relay/<job-id>: an agent's work until it is landed).
+_PERSONS_REFS = ("refs/heads", "refs/tags", "refs/remotes", "refs/relay-cache")
+_JOB_BRANCH = re.compile(r"^refs/(heads|remotes/[^/]+|relay-cache/heads)/relay/")
+
+
+def _persons(common_dir: str, sha: str) -> bool:
+    """Whether a ref of the person's (not a job branch) holds commit `sha`."""
+    found = _git.run(
+        ["for-each-ref", f"--contains={sha}", "--format=%(refname)", *_PERSONS_REFS], common_dir, check=False
+    )
+    return found.returncode == 0 and any(not _JOB_BRANCH.match(ref) for ref in found.stdout.split())
+
+
+def not_the_persons(rec: WorkspaceRecord) -> str | None:
+    """Why the worktree's branch holds content that is not the person's (commits only relay's job branches hold:
+    an agent's work nobody landed, a `base` that names such a branch), or None: its head is on a branch, tag or
+    remote branch of theirs, or is the caller's uncommitted changes relay carried onto such a commit."""
+    head = _git.run(
+        ["rev-parse", "--verify", "--quiet", f"refs/heads/{rec.branch}^{{commit}}"], rec.common_dir, check=False
+    )
+    sha = head.stdout.strip()
+    if head.returncode != 0 or not sha:
+        return f"its branch {rec.branch} could not be read"
+    if _persons(rec.common_dir, sha):
+        return None
+    shown = _git.run(["log", "-1", "--format=%P%n%B", sha], rec.common_dir, check=False).stdout
+    parents, _, body = shown.partition("\n")
+    if body.strip() == CARRY_MESSAGE and parents.split() == [rec.base_sha] and _persons(rec.common_dir, rec.base_sha):
+        return None
+    return (
+        f"its branch {rec.branch} holds commits that no branch or tag of yours does (an agent's work nobody "
+        "landed), and the setup command would run what they hold outside any agent's sandbox"
+    )
+
+
 def run_setup(
     command: str, cwd: Path, env: Mapping[str, str], log: Path, timeout_s: float, stop: Stop | None = None
 ) -> dict[str, Any]:
@@ -403,6 +443,10 @@ def make_ready(
         copied = Copied(skipped=[(INCLUDE_FILE, f"the checkout could not be listed: {err.message}")])
     command = setup_command_for(settings, rec, url)
     said = copied.lines()
+    refused = not_the_persons(rec) if command else None
+    if refused:
+        said.append(f"relay: the setup command was not run: {refused}; land the work first, or run it yourself")
+        command = ""
     if rec.ports:
         said.append(f"relay: ports {rec.ports} for this worktree's agents (RELAY_PORT, RELAY_PORTS, PORT)")
     elif settings.worktree_ports[2]:
