@@ -47,3 +47,15 @@ def test_an_edit_inside_the_jobs_folder_stays_within_an_edit_jobs_grant(tmp_path
     for paths in ((str(work / "src" / "a.py"),), ("src/b.py",), ()):
         request = request_from(_job(work), _asks("edit", *paths))
         assert request is not None and request.level == "edit" and within_grant(request), paths
+
+
+def test_a_read_outside_the_jobs_folder_needs_full_so_a_read_only_job_cannot_read_relays_database_unasked(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    relay_db = str(tmp_path / "home" / "relay.db")
+    request = request_from(_job(work, "read-only"), _asks("read", relay_db))
+    assert request is not None and request.level == "full" and not within_grant(request)
+    inside = request_from(_job(work, "read-only"), _asks("read", str(work / "README.md")))
+    assert inside is not None and inside.level == "read-only" and within_grant(inside)

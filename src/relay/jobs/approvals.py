@@ -2,8 +2,8 @@
 
 The ACP driver reports each `session/request_permission` as a `permission_request` event (data: the request's
 `id`, its `toolCall` with `kind`, `title`, `locations`, `rawInput`, and its `options`). What the action needs is
-its kind's level: read/search/think/fetch are `read-only`, edit/delete/move are `edit` (`full` when a file it names
-is outside the job's folder), execute and anything else `full`. Within the job's own permission and with the policy `grant` (`[security] approvals`, `[agents.NAME]
+its kind's level: read/search/think/fetch are `read-only`, edit/delete/move are `edit`, execute and anything else
+`full`; any of them on a file outside the job's folder needs `full`. Within the job's own permission and with the policy `grant` (`[security] approvals`, `[agents.NAME]
 approvals`), relay allows it at once (publish.py hands it each `permission_request` event it stores); otherwise the request is kept in the job's folder (`approvals/ID.json`) for
 the next call of the job's owner that waits on it to ask the person (relay.server.approvals). A request nobody
 answers within `approval_wait_s` is denied (`cancelled`): never allowed by default.
@@ -70,10 +70,10 @@ def _outside(paths: list[str], cwd: str) -> bool:
 
 
 def level_for(kind: str, paths: list[str], cwd: str) -> str:
-    """What an action needs: its kind's level, and `full` for an edit, delete or move of a file outside the job's
-    folder (the permission `edit` lets an agent edit files in its folder only)."""
-    level = level_of(kind)
-    return "full" if level == "edit" and paths and _outside(paths, cwd) else level
+    """What an action needs: its kind's level within the job's folder, and `full` for a file outside it (`edit`
+    edits files in the folder only; a read out of it reaches relay's own files, another principal's prompts in
+    relay.db, the person's keys: what no permission below `full` gives)."""
+    return "full" if paths and _outside(paths, cwd) else level_of(kind)
 
 
 def policy_of(settings: Settings, agent: str) -> str:
