@@ -297,6 +297,25 @@ async def confirm(settings: Settings, exceeded: GrantExceeded, audit: Audit) -> 
     return Consent(exceeded.ask.permission, "session" if answer.remembered else "confirmation", answer.for_session)
 
 
+async def permit_message(
+    settings: Settings, permission: str, *, agent: str, cwd: str, message: str, via: str | None, audit: Audit
+) -> Permit:
+    """May a message go into the live session of a job that runs at `permission` (`job_send`)? Within the caller's
+    grant, yes. Above it the person's yes to the job was for the job's own task, so the message is a new task for
+    an agent they let run at that level: they are asked again, the message as the task (`confirm`: the same form,
+    cap and session grants). Without their yes: `GrantExceeded` (on record as `permission.refused`)."""
+
+    def check() -> Permit:
+        return permit(settings, permission, agent=agent, cwd=cwd, prompt=message, via=via)
+
+    try:
+        return check()
+    except GrantExceeded as exceeded:
+        consent = await confirm(settings, exceeded, audit)
+    with consented(consent):
+        return check()
+
+
 async def consent_for(settings: Settings, check: Callable[[], Any], agents: str | None, audit: Audit) -> Consent | None:
     """For jobs a task will submit later (best_of's candidates): ask the person now, while the call that starts
     the task can still ask. None when `check` (validating one such job) passes within the grant; raises the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from relay.errors import ErrorCode, RelayError
-from relay.jobs import steer
+from relay.jobs import grants, steer
 from relay.jobs.engine import Engine
 from relay.principal import current
 
@@ -21,8 +21,9 @@ class SentMessage(BaseModel):
     next_step: str
 
 
-def send_message(engine: Engine, job_id: str, message: str, who: str) -> SentMessage:
-    """Check the job can take a message, post it, and say what happens next."""
+async def send_message(engine: Engine, job_id: str, message: str, who: str) -> SentMessage:
+    """Check the job can take a message, post it, and say what happens next. Into a job running above the caller's
+    grant (the person said yes to its own task), the person is asked about the message first."""
     rec = engine.get(job_id)  # another principal's job answers JOB_NOT_FOUND, as if there were none
     if rec.principal != current().name:  # an admin sees every job, but speaks only into its own
         raise RelayError(
@@ -34,6 +35,16 @@ def send_message(engine: Engine, job_id: str, message: str, who: str) -> SentMes
     store = engine.store
     worker = store.get_worker(rec.worker) if store.spans_hosts and rec.worker else None
     steer.check(engine.settings, rec, job_dir, steer.elsewhere(store.spans_hosts, rec, engine.worker, worker))
+    via = rec.request.get("via")
+    await grants.permit_message(
+        engine.settings,
+        str(rec.request.get("permission") or "read-only"),
+        agent=rec.agent,
+        cwd=str(rec.request.get("cwd") or rec.cwd or ""),
+        message=message,
+        via=via if isinstance(via, str) else None,
+        audit=store.audit.record,
+    )
     sent = steer.send(engine.settings, rec, job_dir, message, store.audit.record, who=who)
     return SentMessage(
         job_id=sent.job_id,

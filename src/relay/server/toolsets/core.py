@@ -195,7 +195,7 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
         message: Annotated[str, Field(min_length=1)],
     ) -> Annotated[CallToolResult, SentMessage]:
         async def go() -> CallToolResult:
-            return model_result(send_message(deps.engine(), job_id, message, principal_of(ctx)))
+            return model_result(await send_message(deps.engine(), job_id, message, principal_of(ctx)))
 
         return await run_guarded(go)
 
