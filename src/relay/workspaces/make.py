@@ -47,7 +47,37 @@ def locate(cwd: str) -> Origin:
         )
     top, _, prefix = _git.out(["rev-parse", "--show-toplevel", "--show-prefix"], cwd).partition("\n")
     common_dir = Path(common) if Path(common).is_absolute() else Path(cwd, common)
-    return Origin(repo=top, common_dir=str(common_dir.resolve()), subdir=prefix.strip().rstrip("/"))
+    origin = Origin(repo=top, common_dir=str(common_dir.resolve()), subdir=prefix.strip().rstrip("/"))
+    _not_written_in_a_work_tree(origin)
+    return origin
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _not_written_in_a_work_tree(origin: Origin) -> None:
+    """Refuse a repository whose git folder lies as plain files in a work tree: its own (a `.git` file pointing into
+    it) or another's (a nested repository, not a submodule, whose git folder is in the outer one's). Such a folder is
+    text an agent at `edit` can write, config and filters included, that `git worktree add` would obey."""
+    top, common = Path(origin.repo).resolve(), Path(origin.common_dir)
+    why = None
+    if _within(common, top) and common != top / ".git":
+        why = f"its git folder {common} lies inside its own work tree (its .git file points there)"
+    else:
+        outer = _git.run(["rev-parse", "--show-toplevel", "--git-common-dir"], top.parent, check=False)
+        found = outer.stdout.split("\n")
+        if outer.returncode == 0 and len(found) >= 2 and found[0]:
+            outer_top = Path(found[0]).resolve()
+            outer_git = (Path(found[1]) if Path(found[1]).is_absolute() else top.parent / found[1]).resolve()
+            if _within(common, outer_top) and not _within(common, outer_git):
+                why = f"its git folder {common} lies inside the work tree of the repository at {outer_top}"
+    if why is not None:
+        raise invalid(
+            f"relay makes no worktree of the repository at {origin.repo}: {why}, as files anyone who may edit that "
+            "work tree (an agent at 'edit') could have written, and git would obey its configuration",
+            "pass the folder of your checkout (or a submodule of it) as cwd, or omit workspace to run in the folder",
+        )
 
 
 def resolve_base(origin: Origin, base: str | None) -> tuple[str | None, str]:
@@ -162,6 +192,12 @@ def create(
 ) -> WorkspaceRecord:
     """Add a worktree on branch relay/<job-id> for a job; the caller's checkout, index and HEAD stay as they are."""
     origin = locate(cwd)
+    if _within(Path(origin.repo).resolve(), worktrees_dir.resolve()):  # a job's worktree: its agent wrote its .git
+        raise invalid(
+            f"cwd {cwd} is in a job's worktree ({origin.repo}): relay makes no worktree of one, whose git folder or "
+            ".git file its agent could have rewritten",
+            "follow that job up with workspace='job:<its id>', or pass the folder of your own checkout as cwd",
+        )
     base_ref, base_sha = resolve_base(origin, base)
     if carry_changes and base is not None:
         head = _git.out(["rev-parse", "HEAD"], origin.repo)
