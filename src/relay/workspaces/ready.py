@@ -206,14 +206,33 @@ def _copy_one(top: str, src: str, dst: str, rel: str, copied: Copied) -> str | N
             os.symlink(target, dst)
             copied.add(rel, 0)
         elif stat.S_ISREG(st.st_mode):
-            shutil.copyfile(src, dst, follow_symlinks=False)
-            shutil.copymode(src, dst, follow_symlinks=False)
+            if not _copy_file(src, dst, st):
+                return "it changed while it was copied"
             copied.add(rel, st.st_size)
         else:
             return "not a regular file"
     except OSError as exc:
         return f"could not copy: {exc.strerror or exc}"
     return None
+
+
+def _copy_file(src: str, dst: str, st: os.stat_result) -> bool:
+    """Copy the regular file `st` describes: read through a descriptor that is that very file (never a symlink put
+    in its place since), written to a new file (never through a link at `dst`). False when `src` is another file now."""
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        out = os.open(
+            dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, stat.S_IMODE(now.st_mode)
+        )
+        with open(fd, "rb", closefd=False) as reader, open(out, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+            os.fchmod(writer.fileno(), stat.S_IMODE(now.st_mode))  # the mode as it is, whatever the umask took
+    finally:
+        os.close(fd)
+    return True
 
 
 # the setup command ------------------------------------------------------------------------------------------
