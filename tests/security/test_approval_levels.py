@@ -59,3 +59,11 @@ def test_a_read_outside_the_jobs_folder_needs_full_so_a_read_only_job_cannot_rea
     assert request is not None and request.level == "full" and not within_grant(request)
     inside = request_from(_job(work, "read-only"), _asks("read", str(work / "README.md")))
     assert inside is not None and inside.level == "read-only" and within_grant(inside)
+
+
+def test_an_accept_allows_once_only_so_an_agent_offering_only_allow_always_is_not_allowed_for_good(
+    tmp_path: Path,
+) -> None:
+    always = _asks("execute") | {"options": [{"kind": "allow_always", "optionId": "always"}]}
+    request = request_from(_job(tmp_path), always)
+    assert request is not None and request.allow is None  # the person's accept, "allow this once", cannot be given

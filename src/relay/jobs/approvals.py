@@ -141,7 +141,7 @@ def request_from(rec: JobRecord, data: dict[str, Any]) -> Request | None:
         level=level_for(kind, paths, cwd),
         paths=tuple(paths[:MAX_PATHS]),
         input=text[:INPUT_CHARS],
-        allow=_option(options, "allow_once", "allow_always"),
+        allow=_option(options, "allow_once"),  # "allow this once": never an allow_always
         reject=_option(options, "reject_once", "reject_always"),
         agent=rec.agent,
         cwd=cwd,
