@@ -38,8 +38,9 @@ SRC = Path(relay.__file__).resolve().parents[1]
 TICK_S = 0.1
 
 
-def ticking_agent(folder: Path, log: Path, work_s: float) -> Path:
-    """A claude that ticks (`tick JOB PID NS`, to `log` and its stdout) every TICK_S for `work_s`, then answers."""
+def ticking_agent(folder: Path, log: Path, work_s: float, *, short_s: float | None = None) -> Path:
+    """A claude that ticks (`tick JOB PID NS`, to `log` and its stdout) every TICK_S for `work_s`, then answers.
+    `short_s`: a job whose prompt ends in `-short`, and a job's second run, tick that long only."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "ticking-claude"
     sid = "c0c0c0c0-0000-4000-8000-000000000040"
@@ -48,11 +49,18 @@ def ticking_agent(folder: Path, log: Path, work_s: float) -> Path:
         f'"session_id":"{sid}","total_cost_usd":0,"usage":{{"input_tokens":1,"output_tokens":1}}}}'
     )
     ticks = max(int(work_s / TICK_S), 1)
+    short = max(int((short_s or 0) / TICK_S), 1)
     path.write_text(
         "#!/bin/sh\n"
         'for a; do case "$a" in job-*) J="$a";; esac; done\n'
         f'printf \'%s\\n\' \'{{"type":"system","subtype":"init","session_id":"{sid}","model":"m"}}\'\n'
-        f"n=0; while [ $n -lt {ticks} ]; do\n"
+        f"k={ticks}\n"
+        + (
+            f'case "$J" in *-short) k={short};; esac\ngrep -q "^tick $J " {log} 2>/dev/null && k={short}\n'
+            if short_s is not None
+            else ""
+        )
+        + "n=0; while [ $n -lt $k ]; do\n"
         f'  l="tick $J $$ $(date +%s%N)"; echo "$l" >> {log}; echo "$l"; n=$((n+1)); sleep {TICK_S}\n'
         "done\n"
         f"printf '%s\\n' '{result}'\n"
@@ -130,7 +138,9 @@ class Hosts:
         there = env | {"RELAY_STORE": env["RELAY_STORE"].replace("127.0.0.1", host.root_addr)}
         relay = [sys.executable, "-m", "tests.cluster.skewed", str(clock_s)] if clock_s else [RELAY]
         argv = ["unshare", "--pid", "--fork", "--mount", "--mount-proc", *relay, "worker", "--name", name, *args]
-        proc = self.cluster.popen(host, argv, env=there, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # What it says (a failure's one line, its warnings) is kept in its home: `worker.log`.
+        with (Path(env["RELAY_HOME"]) / "worker.log").open("ab") as said:
+            proc = self.cluster.popen(host, argv, env=there, cwd=work, stdout=subprocess.DEVNULL, stderr=said.fileno())
         self.workers[name] = proc
         return proc
 
@@ -161,11 +171,15 @@ def fleet(cluster: Cluster, pg_cluster: PgCluster) -> Iterator[Hosts]:
 
 
 class OwnPg(PgCluster):
-    """A PostgreSQL of one test: `away()` stops it, `back()` starts it again on the same port."""
+    """A PostgreSQL of one test: `away()` stops it, `back()` starts it again on the same port.
+
+    The stop is PostgreSQL's `fast` shutdown (every connection cut at once, what was committed kept): the test
+    clusters run with synchronous_commit off, so a crash would also lose the last commits, which a production
+    server does not."""
 
     def away(self) -> None:
         pg_ctl = [str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w"]
-        self._run([*pg_ctl, "-t", str(START_TIMEOUT_S), "stop", "-m", "immediate"])
+        self._run([*pg_ctl, "-t", str(START_TIMEOUT_S), "stop", "-m", "fast"])
 
     def back(self) -> None:
         self._pg_ctl("start")
@@ -179,5 +193,6 @@ def own_pg() -> Iterator[OwnPg]:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    with OwnPg(bin_dir) as made:
+    made = OwnPg(bin_dir)
+    with made:
         yield made

@@ -17,6 +17,13 @@ them is recorded by this worker (their end is the store's to judge: `interrupted
 A process that was away from the store (its renewals or reads failed) does not judge other workers'
 leases until it has heard from the store steadily for a third of a lease: they get their turn to renew.
 
+A store that is down for everyone is not a reason to fence: when a renewal fails, the heart asks the store's
+address whether anything serves it (`store_down`). Refused, or closed without a word (the server stopped, a
+proxy in front of a stopped one), no process can judge a lease meanwhile, and none will until a third of a
+lease after the store is back: the deadline is held that far past the last answer "down", so an outage of any
+length ends no job whose worker renews once the store is back. No answer at all (a cut link, a host that
+vanished) or a server that answers (it serves others, just not this worker): the fence runs its course.
+
 On one machine's SQLite store a worker of the same host is judged by its pid, never by its lease: there
 nothing is fenced by time (a lock held a moment would otherwise kill healthy jobs).
 """
@@ -27,20 +34,33 @@ import contextlib
 import logging
 import os
 import secrets
+import socket
+import struct
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from relay.errors import RelayError
 from relay.runtime import fencing, procinfo
 
 logger = logging.getLogger(__name__)
 
-# The part of a lease kept as margin: a worker whose renewal failed kills its jobs this long before the
-# lease it last renewed could run out in the store's view (3 s of the default 15 s: ample for a SIGKILL).
+# The margin kept before the lease it last renewed could run out in the store's view: a worker whose renewal
+# failed kills its jobs this long before (a SIGKILL, seen by the keeper within a tenth of a second).
+MARGIN_S = 1.0
+# ... and at most this part of a short lease.
 MARGIN = 0.2
+# How long the heart waits for one renewal before it looks at the store's address meanwhile.
+RENEW_WAIT_S = 1.0
+# How long the probe of a store's address waits for an answer.
+PROBE_S = 1.0
+# PostgreSQL's SSLRequest: any server answers it with one byte, before any login.
+_SSL_REQUEST = struct.pack("!ii", 8, 80877103)
 # How soon the heart tries again after a renewal that failed (the store away, a link cut): well below a
 # lease, so a store back within the lease finds every worker renewed at once.
 RETRY_S = 0.5
@@ -59,6 +79,9 @@ class Fence:
         self.deadline = time.monotonic() + self.window
         self.steady_since: float | None = None  # time.monotonic() of the first contact after the last failure
         self._jobs: dict[str, Path] = {}
+        # The claims of the jobs it fenced, by job: their end (interrupted, or queued again) is written by the first
+        # process that can, this one included once it hears from the store again.
+        self.lost_claims: dict[str, int] = {}
         self.path: Path | None = None
         if home is not None and timed:
             folder = home / FENCE_DIR
@@ -69,7 +92,7 @@ class Fence:
     @property
     def window(self) -> float:
         """How long after a renewal was sent the worker may go on without a newer one."""
-        return self.lease_s * (1 - MARGIN)
+        return self.lease_s - min(MARGIN_S, self.lease_s * MARGIN)
 
     # contact with the store ----------------------------------------------------------------
 
@@ -78,6 +101,12 @@ class Fence:
         with self._lock:
             self.deadline = max(self.deadline, sent_at + self.window)
             self._heard()
+        self.write()
+
+    def hold(self, until: float) -> None:
+        """The store is down for every process (jobs/fence.py, store_down): none can judge a lease before `until`."""
+        with self._lock:
+            self.deadline = max(self.deadline, until)
         self.write()
 
     def heard(self) -> None:
@@ -185,15 +214,44 @@ def sweep(home: Path, mine: Path | None, keep: Callable[[Path], bool]) -> list[P
     return killed
 
 
+def store_down(url: str, timeout: float = PROBE_S) -> bool:
+    """Whether the PostgreSQL server at `url` is down for everyone: its address refuses connections, or takes one
+    and closes it without a word (a proxy whose server is gone). False when the server answers (it serves others),
+    when nothing answers at all (this process may be cut off from it), or when the URL names no host and port."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or 5432
+    except ValueError:
+        return False
+    if not host or host.startswith("/") or "," in parts.netloc:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(_SSL_REQUEST)
+            return sock.recv(1) == b""
+    except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
+        return True  # refused, or taken and dropped without a word
+    except OSError:
+        return False
+
+
 class Heart:
     """The thread that renews this worker's leases (or, for a front, checks that the store answers)."""
 
-    def __init__(self, fence: Fence, renew: Callable[[], bool], beat_s: float) -> None:
+    def __init__(
+        self, fence: Fence, renew: Callable[[], bool], beat_s: float, down: Callable[[], bool] | None = None
+    ) -> None:
         self._fence = fence
         self._renew = renew  # True: the store took the renewal
+        self._down = down  # True: the store is down for every process (store_down)
         self._beat_s = beat_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="relay-heart", daemon=True)
+        # A renewal runs on a thread of its own, waited for RENEW_WAIT_S at most: a store call that hangs (a pool
+        # waiting for a server that went away) must not keep the heart from looking at the store's address.
+        self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-renew")
+        self._pending: tuple[float, Future[bool]] | None = None
         self.beats = 0
 
     def start(self) -> None:
@@ -201,24 +259,38 @@ class Heart:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self._beat_s + 1)
+        self._thread.join(timeout=self._beat_s + RENEW_WAIT_S + 1)
+        self._calls.shutdown(wait=False, cancel_futures=True)
+
+    def _attempt(self) -> tuple[float, bool]:
+        """Renew (or wait on the renewal still under way): when it was sent, and whether the store took it."""
+        if self._pending is None:
+            self._pending = (time.monotonic(), self._calls.submit(self._renew))
+        sent, call = self._pending
+        try:
+            ok = call.result(timeout=RENEW_WAIT_S)
+        except FutureTimeout:
+            return sent, False  # still under way: looked at again next turn
+        except RelayError as err:
+            ok = False
+            logger.info("lease renewal failed: %s", err.message)
+        except Exception:  # a bug must not stop the heart: the fence would then kill every job
+            logger.exception("lease renewal failed")
+            ok = False
+        self._pending = None
+        return sent, ok
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            sent = time.monotonic()
-            try:
-                ok = self._renew()
-            except RelayError as err:
-                ok = False
-                logger.info("lease renewal failed: %s", err.message)
-            except Exception:  # a bug must not stop the heart: the fence would then kill every job
-                logger.exception("lease renewal failed")
-                ok = False
+            sent, ok = self._attempt()
             if ok:
                 self._fence.renewed(sent)
                 self.beats += 1
                 wait = max(self._beat_s - (time.monotonic() - sent), 0.0)
             else:
                 self._fence.lost()
+                if self._down is not None and self._down():
+                    # No one judges a lease before a beat after the store is back: the fence holds till then.
+                    self._fence.hold(time.monotonic() + self._beat_s - min(MARGIN_S, self._beat_s * MARGIN))
                 wait = RETRY_S
             self._stop.wait(wait)

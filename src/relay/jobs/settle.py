@@ -4,7 +4,7 @@
   exit status are in its folder (the shim wrote them), so its end waits for the store, at most FINISH_WAIT_S and
   never past this worker's fence (jobs/fence.py), and is then written from those files as if read back after a
   restart. The job is not failed `STORE_UNAVAILABLE` because the store was away while its agent succeeded. An
-  agent still running whose start could not be recorded is killed first: nothing runs unwatched.
+  agent still running is watched here to its end first (killed if the job is stopped): nothing runs unwatched.
 - A write that can never succeed (a job folder that is not there, a file the home refuses for a reason that is
   not a full disk or a read-only mount): the job's row is ended `failed` with that error, once, not retried.
 """
@@ -24,6 +24,7 @@ from relay.jobs.finish import Finisher
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.state import JobState, Live
+from relay.runtime import procinfo
 
 # How long a job's end waits for a store that is away (a worker's fence may end the wait sooner).
 FINISH_WAIT_S = 60.0
@@ -50,8 +51,7 @@ async def end_when_store_back(state: JobState, publisher: Publisher, finisher: F
             continue
         if rec is None or rec.is_final:
             return True
-        if files.read_exit_code() is None:
-            _kill_unwatched(files.read_pid())
+        await _until_ended(state, job_id, rec.deadline_at)
         try:
             parser = get_adapter(rec.agent, state.settings).parser()
             stored = state.store.max_event_seq(job_id)
@@ -66,12 +66,20 @@ async def end_when_store_back(state: JobState, publisher: Publisher, finisher: F
     return False
 
 
-def _kill_unwatched(pid: int | None) -> None:
-    """An agent whose start could not be recorded runs unwatched: its process group goes."""
-    if pid is not None:
-        with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)
+async def _until_ended(state: JobState, job_id: str, deadline_at: float | None) -> None:
+    """An agent still running when its monitor gave up: watched here until it ends (its output stays in its files,
+    read at its end); killed when the job is stopped (a cancel, its fence) or runs past its deadline."""
+    files = state.files(job_id)
+    pid = files.read_pid()
+    while pid is not None and files.read_exit_code() is None and procinfo.is_alive(pid, None):
+        live = state.live.get(job_id)
+        stopped = live is not None and live.stop.is_set()
+        if stopped or state.fence.cut(job_id, files.dir) or (deadline_at is not None and time.time() > deadline_at):
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+            return
+        await anyio.sleep(STORE_RETRY_S)
 
 
 def fail_row(state: JobState, job_id: str, err: RelayError) -> None:

@@ -25,6 +25,7 @@ from relay.jobs.mirror import store_text_page
 from relay.jobs.output import read_text_page
 from relay.principal import current
 from relay.runtime import procinfo
+from relay.runtime.fencing import FENCED_MARK
 from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
@@ -65,10 +66,16 @@ class Epochs(dict[str, int]):
 
     def __setitem__(self, job_id: str, epoch: int) -> None:
         super().__setitem__(job_id, epoch)
-        self._state.fence.guard(job_id, self._state.files(job_id).dir)
+        folder = self._state.files(job_id).dir
+        (folder / FENCED_MARK).unlink(missing_ok=True)
+        self._state.fence.guard(job_id, folder)
 
     def pop(self, job_id: str, default: int | None = None, /) -> int | None:  # pyright: ignore[reportIncompatibleMethodOverride]
-        self._state.fence.release(job_id)
+        fence = self._state.fence
+        epoch = self.get(job_id)
+        if epoch is not None and fence.cut(job_id, self._state.files(job_id).dir):
+            fence.lost_claims[job_id] = epoch
+        fence.release(job_id)
         return super().pop(job_id, default)
 
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import anyio
 
 from relay.errors import ErrorCode, RelayError
-from relay.jobs.fence import Heart, sweep
-from relay.jobs.lifecycle import Lifecycle
+from relay.jobs.fence import Heart, store_down, sweep
+from relay.jobs.lifecycle import SPAWN_MARKER, Lifecycle
 from relay.jobs.recovery import Recovery
 from relay.jobs.state import LEASE_LOST, JobState
 from relay.jobs.waiting import Waiting
@@ -39,6 +39,12 @@ NOTICE_WAIT_S = 1.0
 PRUNE_WORKERS_S = 3600.0
 
 logger = logging.getLogger(__name__)
+
+# What to do about a job whose worker was lost.
+LOST_HINT = (
+    "the job was not run again (an agent's work has side effects): run it again, or submit it with "
+    "retry='on_lost_worker' to have another worker run it"
+)
 
 
 class Tending:
@@ -60,7 +66,9 @@ class Tending:
         state = self._state
         beat = self.beat_s
         next_beat = time.monotonic() + beat
-        heart = Heart(state.fence, self.renew, beat)
+        target = state.settings.store_target
+        down = (lambda: store_down(str(target))) if state.store.spans_hosts else None
+        heart = Heart(state.fence, self.renew, beat, down)
         heart.start()
         if state.fence.timed:
             state.fence.start_keeper()
@@ -134,6 +142,7 @@ class Tending:
         # the workers that were away with it get their turn to renew first.
         if state.fence.steady(self.beat_s):
             self.judge_lost()
+            self.end_fenced()
         if state.settings.runs_jobs:  # a front that runs no jobs has no claims to renew, none to adopt
             self._recovery.recover()
         self.mark_dead_workers()
@@ -201,6 +210,52 @@ class Tending:
             self._lifecycle.pump()
         state.notify()  # waiters on jobs of other processes look again
 
+    def end_fenced(self) -> list[str]:
+        """The jobs this worker fenced (it could not renew their lease in time) and no one has ended yet: ended now
+        as a lost worker's are (`interrupted`, or queued again when they asked for a retry), under their claim.
+        Without this a worker back from a long outage would renew the leases of its dead jobs for good."""
+        state = self._state
+        ended: list[str] = []
+        for job_id, epoch in list(state.fence.lost_claims.items()):
+            rec = state.store.get_job(job_id)
+            state.fence.lost_claims.pop(job_id, None)
+            if rec is None or rec.is_final or rec.epoch != epoch:
+                continue  # ended, or taken over, by another process first
+            folder = state.files(job_id).dir
+            # Spawned, though its start may not have reached the store: its end, not a second run.
+            spawned = (folder / "pid").exists() or (folder / SPAWN_MARKER).exists()
+            err = RelayError(
+                ErrorCode.INTERRUPTED,
+                f"worker {state.worker.name} (host {state.worker.host}, pid {state.worker.pid}) could not renew its"
+                f" lease of {state.settings.lease_s:g} s while it ran this job (the store was out of its reach), so"
+                " it stopped the job before the lease ran out",
+                LOST_HINT,
+            )
+            self._end_claim(job_id, epoch, "running" if spawned else rec.status, rec.request.get("retry"), err)
+            ended.append(job_id)
+        if ended:
+            state.notify()
+        return ended
+
+    def _end_claim(self, job_id: str, epoch: int, status: str, retry: object, err: RelayError) -> tuple[str, bool]:
+        """End a lost claim: a job never started, or one that asked for it, is queued again; else `interrupted`.
+        What became of it, and whether this write took effect."""
+        state = self._state
+        if status == "queued" or retry == "on_lost_worker":
+            return "requeued", state.store.unclaim(job_id, epoch, requeue_running=True)
+        took = state.store.finish_job(
+            job_id,
+            "interrupted",
+            exit_code=None,
+            result=None,
+            error=err.to_dict(),
+            session_id=None,
+            model=None,
+            epoch=epoch,
+            fence=True,
+        )
+        return "interrupted", took
+
     def judge_lost(self) -> None:
         """End the claims of workers of other hosts whose lease ran out (this host's dead ones: recover())."""
         state = self._state
@@ -212,22 +267,7 @@ class Tending:
             worker = workers.get(worker_id)
             if worker is not None and worker.boot_id == state.worker.boot_id:
                 continue  # this host's: alive (only late), or adopted by recover() once its pid is gone
-            if status == "queued" or retry == "on_lost_worker":
-                outcome, took = "requeued", state.store.unclaim(job_id, epoch, requeue_running=True)
-            else:
-                err = lost_worker_error(worker, worker_id)
-                outcome = "interrupted"
-                took = state.store.finish_job(
-                    job_id,
-                    "interrupted",
-                    exit_code=None,
-                    result=None,
-                    error=err.to_dict(),
-                    session_id=None,
-                    model=None,
-                    epoch=epoch,
-                    fence=True,
-                )
+            outcome, took = self._end_claim(job_id, epoch, str(status), retry, lost_worker_error(worker, worker_id))
             metrics.lease_expired(outcome, took)  # counted by the process whose write took effect
             if worker is not None and worker.state == "running":
                 state.store.stop_worker(worker_id, "lost")
@@ -267,9 +307,4 @@ def lost_worker_error(worker: WorkerRecord | None, worker_id: str) -> RelayError
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(worker.heartbeat_at))
         who = f"worker {worker.name} (host {worker.host}, pid {worker.pid})"
         since = f"its last heartbeat was at {when} and its lease of {worker.lease_s:g} s ran out"
-    return RelayError(
-        ErrorCode.INTERRUPTED,
-        f"{who} was lost while it ran this job: {since}",
-        "the job was not run again (an agent's work has side effects): run it again, or submit it with "
-        "retry='on_lost_worker' to have another worker run it",
-    )
+    return RelayError(ErrorCode.INTERRUPTED, f"{who} was lost while it ran this job: {since}", LOST_HINT)
