@@ -18,7 +18,15 @@ from relay.config_tables import DEFAULT_WORKTREE_PORTS as DEFAULT_WORKTREE_PORTS
 from relay.config_tables import MIN_TOKEN_CHARS as MIN_TOKEN_CHARS
 from relay.config_tables import PERMISSIONS as PERMISSIONS
 from relay.config_tables import NamedToken as NamedToken
-from relay.config_tables import client_timeouts, ports, setup_commands, str_tuple, test_commands, tokens
+from relay.config_tables import (
+    client_timeouts,
+    ports,
+    setup_commands,
+    str_table,
+    str_tuple,
+    test_commands,
+    tokens,
+)
 from relay.errors import ErrorCode, RelayError
 from relay.telemetry.settings import telemetry_fields
 
@@ -197,6 +205,10 @@ class Settings:
     setup_commands: Mapping[str, str] = field(default_factory=lambda: {})
     setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
     worktree_ports: tuple[int, int, int] = DEFAULT_WORKTREE_PORTS
+    # What a setup command and a land gate see besides the allowlisted environment (relay.workspaces.procs
+    # command_env): `[workspaces] env` (name = value) and `[workspaces] pass_env` (names passed from relay's own).
+    command_env: Mapping[str, str] = field(default_factory=lambda: {})
+    command_pass_env: tuple[str, ...] = ()
     # HTTP bearer tokens, each a principal with a role (`[server.tokens.NAME]`); empty: the one local user.
     tokens: tuple[NamedToken, ...] = ()
     # The queue (store/claims.py): how long a worker's claim on a job lasts without a heartbeat
@@ -493,6 +505,8 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         setup_commands=setup_commands(spaces),
         setup_timeout_s=_float(env, "RELAY_SETUP_TIMEOUT_S", float(spaces.get("setup_timeout_s", 600.0))),
         worktree_ports=ports(env, spaces),
+        command_env=str_table(spaces.get("env"), "workspaces.env"),
+        command_pass_env=str_tuple(spaces.get("pass_env"), "workspaces.pass_env"),
         tokens=tokens(server.get("tokens"), env),
         lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,

@@ -40,6 +40,19 @@ def str_tuple(value: Any, where: str) -> tuple[str, ...]:
     raise RelayError(ErrorCode.CONFIG_INVALID, f"{where} must be a list of strings", "fix config.toml")
 
 
+def str_table(value: Any, where: str) -> dict[str, str]:
+    """A table of strings (`env = { NAME = "value" }`); {} when absent."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        table: dict[Any, Any] = value  # pyright: ignore[reportUnknownVariableType]
+        if all(isinstance(k, str) and isinstance(v, str) for k, v in table.items()):
+            return {str(k): str(v) for k, v in table.items()}
+    raise RelayError(
+        ErrorCode.CONFIG_INVALID, f"{where} must be a table of strings", f'set {where} = {{ NAME = "value" }}'
+    )
+
+
 def test_commands(value: Any) -> tuple[str, ...]:
     """`[workspaces] test_command`: one shell command, or a list of them (kept whole: a command may hold commas)."""
     if value is None:

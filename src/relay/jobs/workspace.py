@@ -20,7 +20,7 @@ from relay.jobs.request import JobRequest, request_from
 from relay.jobs.state import JobState
 from relay.principal import visible_to
 from relay.store import JobRecord
-from relay.workspaces import WorkspaceRecord, check_remote, commit_message, ready, shown_url
+from relay.workspaces import WorkspaceRecord, check_remote, commit_message, procs, ready, shown_url
 from relay.workspaces.land import gated_test
 
 JOB_PREFIX = "job:"
@@ -310,7 +310,9 @@ class JobWorkspaces:
         undone, so no seal or land takes it."""
         ws = self.spaces.reopen(self.record_for(job_id))
         log = self._state.files(job_id).dir / "land-test.log"
-        return gated_test(ws, command, log, self._state.settings.land_test_timeout_s)
+        settings = self._state.settings
+        env = procs.command_env(settings.environ, settings.command_pass_env, settings.command_env)
+        return gated_test(ws, command, log, settings.land_test_timeout_s, env)
 
     def discard(self, job_id: str) -> dict[str, Any]:
         ws = self.record_for(job_id)

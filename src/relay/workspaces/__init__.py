@@ -227,6 +227,9 @@ class Workspaces:
                     test_timeout_s=self.settings.land_test_timeout_s,
                     test_log=test_log,
                     message=message,
+                    test_env=procs.command_env(
+                        self.settings.environ, self.settings.command_pass_env, self.settings.command_env
+                    ),
                 )
         except LandError:
             raise

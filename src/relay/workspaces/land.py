@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +117,12 @@ def _back_to_branch(rec: WorkspaceRecord, wt: Path, head: str) -> None:
     _git.run(["reset", "--quiet", "--hard", head], wt, check=False, git_dir=gd)
 
 
-def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, Any]:
-    """Run the test command in the worktree, its output (both streams) kept in `log`; bounded by `timeout_s`."""
+def run_test(
+    command: str, cwd: Path, log: Path, timeout_s: float, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Run the test command in the worktree, its output (both streams) kept in `log`; bounded by `timeout_s`.
+    Its environment is `env` (procs.command_env: the allowlist and what the person set), never relay's whole one;
+    without `env`, the allowlisted part of relay's."""
     started = time.monotonic()
     timed_out = False
     # The command starts only once its process is on record: it waits for a line on its stdin, which a relay killed
@@ -129,6 +134,7 @@ def run_test(command: str, cwd: Path, log: Path, timeout_s: float) -> dict[str, 
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", wait_for_go, "relay-test", command],
                 cwd=cwd,
+                env=dict(env) if env is not None else procs.command_env(os.environ),
                 stdin=go,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -212,7 +218,9 @@ def _undo(wt: Path, gd: Path, index: Path, before: str) -> list[str]:
     return sorted(added + back)
 
 
-def gated_test(rec: WorkspaceRecord, command: str, log: Path, timeout_s: float) -> dict[str, Any]:
+def gated_test(
+    rec: WorkspaceRecord, command: str, log: Path, timeout_s: float, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """`run_test` in the job's worktree (in its sub-folder), which it leaves as it found it: files the command wrote
     (a report not in .gitignore) are deleted, files it changed or deleted written back, before anything can seal or
     land them; files git ignores stay. The result's `undone`: the paths put back."""
@@ -223,7 +231,7 @@ def gated_test(rec: WorkspaceRecord, command: str, log: Path, timeout_s: float) 
         before = _worktree_tree(wt, gd, index)
         try:
             with procs.recorded_in(wt.parent):  # the test's processes on record (relay.workspaces.procs)
-                test = run_test(command, Path(rec.cwd), log, timeout_s)
+                test = run_test(command, Path(rec.cwd), log, timeout_s, env)
         finally:
             undone = _undo(wt, gd, index, before)
     finally:
@@ -282,6 +290,7 @@ def land(
     test_timeout_s: float,
     test_log: Path,
     message: str,
+    test_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Land the job's branch into `into` (default: the branch it was made from); changes nothing unless it lands."""
     if strategy not in STRATEGIES:
@@ -317,7 +326,7 @@ def land(
         test: dict[str, Any] | None = None
         if test_command:
             try:
-                test = gated_test(rec, test_command, test_log, test_timeout_s)
+                test = gated_test(rec, test_command, test_log, test_timeout_s, test_env)
             except RelayError:  # git could not picture or put back the worktree: the branch goes back as it was
                 _back_to_branch(rec, wt, head)
                 raise

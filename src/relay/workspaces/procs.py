@@ -16,11 +16,12 @@ import json
 import os
 import signal
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from relay.agents.base import BASE_ENV_ALLOWLIST, BASE_ENV_PREFIXES
 from relay.runtime import procinfo
 
 PROCS = ".procs"
@@ -143,3 +144,15 @@ def being_made(worktrees_dir: Path, job_id: str) -> bool:
 def forget_creating(worktrees_dir: Path, job_id: str) -> None:
     """The mark of a creation whose relay is gone (its sweep took the worktree back)."""
     (worktrees_dir / CREATING / job_id).unlink(missing_ok=True)
+
+
+def command_env(
+    environ: Mapping[str, str], pass_env: tuple[str, ...] = (), extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a setup command or a land gate (code an agent may have written): the allowlist agents get
+    (BASE_ENV_ALLOWLIST, LC_*), the names the person passes (`[workspaces] pass_env`) and the values the person sets
+    (`[workspaces] env`); never the rest of relay's own: principals' bearer tokens, vendor keys, RELAY_* settings."""
+    names = set(BASE_ENV_ALLOWLIST) | set(pass_env)
+    env = {key: value for key, value in environ.items() if key in names or key.startswith(BASE_ENV_PREFIXES)}
+    env.update(extra or {})
+    return env

@@ -477,7 +477,9 @@ def make_ready(
     ready: dict[str, Any] = {"copied": copied.summary(), "ports": rec.ports, "setup": None}
     if not command:
         return _marked(mark, ready)
-    setup_env = {**settings.environ, **(env or {}), **port_env(rec.ports), "RELAY_WORKTREE": rec.path}
+    # Never relay's own environment (tokens, keys): the allowlist and what the person set for commands (procs.command_env).
+    base = procs.command_env(settings.environ, settings.command_pass_env, settings.command_env)
+    setup_env = {**base, **(env or {}), **port_env(rec.ports), "RELAY_WORKTREE": rec.path}
     if url is None:
         setup_env["RELAY_CHECKOUT"] = rec.repo
     with procs.recorded_in(Path(rec.path).parent):  # the setup's processes on record (relay.workspaces.procs)
