@@ -21,7 +21,7 @@ from relay.config import DEFAULT_LEASE_S, load_settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine
 from relay.jobs.request import JobRequest
-from relay.store import JobRecord
+from relay.store import JobRecord, open_store
 from tests.cluster.faults import Hosts, OwnPg, base_env, home_for, own_pg, ticking_agent, ticks
 from tests.cluster.netns import Cluster
 
@@ -40,6 +40,24 @@ async def ended_once_back(front: Engine, job: str, timeout: float) -> JobRecord:
                 if err.code is not ErrorCode.STORE_UNAVAILABLE:
                     raise
             await anyio.sleep(0.2)
+
+
+# How soon after the store is back every worker has renewed its lease (it looks for the store every 0.5 s).
+RENEWED_WITHIN_S = 3.0
+
+
+async def renewed_after(url: str, home: Path, since: float, within: float) -> dict[str, bool]:
+    """Whether each worker's heartbeat (the store's time) is later than `since`, looked at for `within` seconds."""
+    store = open_store(url, home=home)
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            beats = {w.name: w.heartbeat_at > since for w in store.list_workers()}
+            if all(beats.values()) or time.monotonic() > deadline:
+                return beats
+            await anyio.sleep(0.1)
+    finally:
+        store.close()
 
 
 async def all_ticking(log: Path, markers: list[str]) -> None:
@@ -82,10 +100,13 @@ async def test_an_8_s_store_outage_under_the_default_lease_ends_no_job_and_a_job
             await anyio.sleep(8)
             own_pg.back()
             back = time.time()
+            renewed = await renewed_after(url, tmp_path, back, RENEWED_WITHIN_S)
             ended = {m: await ended_once_back(front, job, 60) for m, job in jobs.items()}
         assert {m: rec.status for m, rec in ended.items()} == dict.fromkeys(markers, "completed"), {
             m: rec.error for m, rec in ended.items()
         }
+        # Every worker renewed within a few seconds of the store's return, not after a backoff grown past a beat.
+        assert renewed == {"host-a": True, "host-b": True}
         short = ended[markers[3]]
         assert short.finished_at is not None and short.finished_at >= back  # it waited for the store
         said = {n: (tmp_path / f"home-{n}" / "worker.log").read_text() for n in fleet.workers}
