@@ -110,14 +110,8 @@ class Permit:
 
     def record(self) -> dict[str, Any]:
         """What the job's request and its `queued` audit entry keep: the level, the grant, who allowed it."""
-        return {
-            "permission": self.permission,
-            "grant": self.grant,
-            "grant_source": self.grant_source,
-            "by": self.by,
-            "for_session": self.for_session,
-            "principal": self.principal,
-        }
+        names = ("permission", "grant", "grant_source", "by", "for_session", "principal")
+        return {name: getattr(self, name) for name in names}
 
 
 PRINCIPAL: ContextVar[str | None] = ContextVar("relay_principal", default=None)
@@ -301,9 +295,7 @@ async def permit_message(
     settings: Settings, permission: str, *, agent: str, cwd: str, message: str, via: str | None, audit: Audit
 ) -> Permit:
     """May a message go into the live session of a job that runs at `permission` (`job_send`)? Within the caller's
-    grant, yes. Above it the person's yes to the job was for the job's own task, so the message is a new task for
-    an agent they let run at that level: they are asked again, the message as the task (`confirm`: the same form,
-    cap and session grants). Without their yes: `GrantExceeded` (on record as `permission.refused`)."""
+    grant, yes; above it the message is a new task: the person is asked again (`confirm`), else `GrantExceeded`."""
 
     def check() -> Permit:
         return permit(settings, permission, agent=agent, cwd=cwd, prompt=message, via=via)
@@ -330,11 +322,9 @@ async def consent_for(settings: Settings, check: Callable[[], Any], agents: str 
 
 # A caller's string that becomes a process ---------------------------------------------------------------------
 
+# A command a caller names may do anything relay's user can: it is permitted exactly like delegate(permission="full").
 COMMAND_PERMISSION = "full"
-"""A command a caller names may do anything relay's user can (read relay.db, the keys, every other principal's
-work): it is permitted exactly like `delegate(permission="full")`."""
-# What a `command.permitted` audit entry keeps of the command (the whole of any command a person could be asked
-# about: a longer one is never asked about, see `permit_command`).
+# What a `command.permitted` audit entry keeps of the command (more than any command a person could be asked about).
 COMMAND_RECORD_CHARS = 4000
 
 
@@ -369,15 +359,11 @@ async def permit_command(
     instead: str = "leave the command out",
     job_id: str | None = None,
 ) -> Permit:
-    """May a caller's string become a process (a land's test, a stdio MCP server)? A `full` action.
-
-    It runs when the person chose it (`configured`: named in config.toml; or a command they typed at a terminal,
-    `chosen_by_the_person`) or when `full` is within the grant; otherwise the person is asked through the
-    current call, as for `delegate(permission="full")` (`permit`, `confirm`: the same grant, the same cap, the
-    same form, naming `what` and showing the command). Without their yes it is refused (`permission.refused`)
-    with `CommandRefused`. A permitted command is on record as `command.permitted`. A command too long for the
-    form to show whole is never asked about: it is refused, as if nobody could be asked.
-    """
+    """May a caller's string become a process (a land's test, a stdio MCP server)? A `full` action: it runs when the
+    person chose it (`configured` in config.toml, or typed at a terminal) or `full` is within the grant; else the
+    person is asked as for `delegate(permission="full")` (`confirm`, naming `what`, showing the command), and
+    without their yes it is `CommandRefused`. A command too long to show whole is never asked about: refused.
+    A permitted command is on record as `command.permitted`."""
     principal = PRINCIPAL.get()
 
     def check() -> Permit:
