@@ -8,7 +8,9 @@ approvals`), relay allows it at once (publish.py hands it each `permission_reque
 the next call of the job's owner that waits on it to ask the person (relay.server.approvals). A request nobody
 answers within `approval_wait_s` is denied (`cancelled`): never allowed by default.
 
-Whoever answers first (the grant, the person, the wait running out) creates `approvals/ID.answer.json` exclusively;
+A request is named by the driver run that asked and its id (`approvals/RUN.ID.json`): a retried or restarted run
+in the same job folder numbers its requests from 1 again, and an earlier run's request or answer is never its own.
+Whoever answers first (the grant, the person, the wait running out) creates `approvals/RUN.ID.answer.json` exclusively;
 only that one posts the answer to the driver's inbox, so a request is answered once, across processes too. Every
 request and every answer is on the audit record (`permission.requested`, `permission.answered`).
 """
@@ -97,6 +99,14 @@ class Request:
     permission: str  # the job's own permission
     principal: str  # the job's owner: the only one who may answer
     asked_at: float
+    # The driver run that asked (relay.agents.acp.inbox): a retry in the same job folder numbers its requests from 1
+    # again, so a request is its run and its id, and an earlier run's answer never answers it.
+    run: str = ""
+
+    @property
+    def key(self) -> str:
+        """The request's name in the job's folder (and in its form's key): its run and its id."""
+        return f"{self.run}.{self.id}" if self.run else str(self.id)
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k not in ("allow", "reject")} | {"paths": list(self.paths)}
@@ -104,7 +114,14 @@ class Request:
     def describe(self) -> str:
         """The action in one text: what the person is shown and what an answer is sealed to."""
         return json.dumps(
-            {"id": self.id, "title": self.title, "kind": self.kind, "paths": self.paths, "input": self.input}
+            {
+                "id": self.id,
+                "run": self.run,
+                "title": self.title,
+                "kind": self.kind,
+                "paths": self.paths,
+                "input": self.input,
+            }
         )
 
 
@@ -132,6 +149,7 @@ def request_from(rec: JobRecord, data: dict[str, Any]) -> Request | None:
     raw = call.get("rawInput")
     text = raw if isinstance(raw, str) else json.dumps(raw, default=str) if raw is not None else ""
     kind = str(call.get("kind") or "other")
+    run = data.get("run")
     permission = str(rec.request.get("permission") or "read-only")
     cwd = str(rec.request.get("cwd") or rec.cwd or "")
     return Request(
@@ -148,6 +166,7 @@ def request_from(rec: JobRecord, data: dict[str, Any]) -> Request | None:
         permission=permission if permission in PERMISSIONS else "read-only",
         principal=rec.principal,
         asked_at=time.time(),
+        run=run if isinstance(run, str) and run.isalnum() else "",
     )
 
 
@@ -184,7 +203,7 @@ def _keep(job_dir: Path, request: Request) -> bool:
     """Write the request into the job's folder; False when it is there already (a replay after a restart)."""
     folder = _folder(job_dir)
     folder.mkdir(exist_ok=True)
-    path = folder / f"{request.id}.json"
+    path = folder / f"{request.key}.json"
     if path.exists():
         return False
     tmp = path.with_name(path.name + ".tmp")
@@ -203,9 +222,10 @@ def answer(job_dir: Path, request: Request, action: Action, by: By, audit: Any, 
         message = {"outcome": "selected", "optionId": request.reject}
     else:
         message = {"outcome": "cancelled"}
-    path = _folder(job_dir) / f"{request.id}{ANSWER_SUFFIX}"
+    path = _folder(job_dir) / f"{request.key}{ANSWER_SUFFIX}"
     entry = {
         "id": request.id,
+        "run": request.run,
         "answer": action,
         "by": by,
         "who": who,
@@ -220,7 +240,8 @@ def answer(job_dir: Path, request: Request, action: Action, by: By, audit: Any, 
     finally:
         os.close(fd)
     with contextlib.suppress(OSError, ValueError):  # a job that ended meanwhile has nobody reading its inbox
-        post(job_dir, {"type": PERMISSION_ANSWER, "id": request.id, **message})
+        run = {"run": request.run} if request.run else {}  # for the run that asked, never a later one
+        post(job_dir, {"type": PERMISSION_ANSWER, "id": request.id, **run, **message})
     audit("permission.answered", job_dir.name, entry | {"title": request.title, "kind": request.kind})
     return True
 

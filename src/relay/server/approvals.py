@@ -50,9 +50,10 @@ class ApprovalForm(BaseModel):
     """No field: accept or decline are the form's own buttons."""
 
 
-def input_key(job_id: str, request_id: int) -> str:
-    """The key of an approval's form in an `InputRequiredResult`: it names the job and the request."""
-    return f"{KEY_PREFIX}{job_id}-{request_id}"
+def input_key(job_id: str, request: Request) -> str:
+    """The key of an approval's form in an `InputRequiredResult`: it names the job and the request (its driver run
+    and id: a retried run's request 1 is not an earlier run's)."""
+    return f"{KEY_PREFIX}{job_id}-{request.key}"
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -143,7 +144,7 @@ class Approver:
 
     async def ask(self, job_id: str, request: Request) -> approvals.Action:
         """The person's answer to one request (raises `NeedsConfirmation` on a call that asks in its result)."""
-        ctx, key, ask = self.ctx, input_key(job_id, request.id), _ask_of(job_id, request)
+        ctx, key, ask = self.ctx, input_key(job_id, request), _ask_of(job_id, request)
         given = (ctx.input_responses or {}).get(key) if ctx is not None else None
         if ctx is not None and isinstance(given, ElicitResult):  # the retry that brings the person's answer
             try:
@@ -181,7 +182,7 @@ class Approver:
                 action: approvals.Action = "expired"
             elif grants.rank(request.level) > grants.rank(cap):
                 action = "capped"
-            elif (key := input_key(rec.id, request.id)) in self.asking:
+            elif (key := input_key(rec.id, request)) in self.asking:
                 continue  # another call of this server is asking the person about it
             else:
                 self.asking.add(key)

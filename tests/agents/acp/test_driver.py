@@ -29,8 +29,8 @@ class Run:
     def __init__(self, tmp: Path, prompt: str, *options: str) -> None:
         self.job_dir = tmp / "job"
         self.cwd = tmp / "work"
-        self.job_dir.mkdir()
-        self.cwd.mkdir()
+        self.job_dir.mkdir(exist_ok=True)  # a second run in the same folder: a retry
+        self.cwd.mkdir(exist_ok=True)
         self.stdout = self.job_dir / "stdout"
         argv = [
             sys.executable,
@@ -131,6 +131,7 @@ def test_a_permission_request_is_answered_from_the_inbox_with_an_offered_option(
     assert answer == {
         "type": "permission_answer",
         "id": request["id"],
+        "run": request["run"],
         "outcome": "selected",
         "optionId": "allow",
         "by": "inbox",
@@ -166,6 +167,7 @@ def test_a_steering_message_is_sent_into_the_same_session_after_the_turn(run: An
     assert not [ln for ln in lines if ln["type"] == "sent"]
 
     r2 = run("first turn")
+    r2.wait_for("session")  # a message is for the run live in the folder when it is posted
     inbox.post(r2.job_dir, {"type": "send", "id": "m-2", "text": "second turn"})
     code, lines, _ = r2.finish()
     assert code == 0

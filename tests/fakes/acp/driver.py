@@ -10,14 +10,20 @@ Directives ride in the prompt as `[[acp:key=value,flag,...]]`:
                       (none within WAIT_S: it denies by itself, as the real driver does)
   steer               wait for one `send` message in the inbox, report it delivered (a `steer` line) and end
                       with "got: TEXT"
-Lines it prints: {"type": "session.started"}, {"type": "permission_request", "id", "toolCall", "options"},
+  again               after the asks, start a second driver run in the same folder (as a retry does) and ask
+                      them again, numbered from 1 again
+Like relay's driver, each run writes a fresh id to the folder's `inbox.run`, reads the inbox from its end and takes
+only the messages for its run (one naming another run is ignored; one naming none is taken, as from an old relay).
+Lines it prints: {"type": "session.started"}, {"type": "permission_request", "id", "run", "toolCall", "options"},
 {"type": "message", "text"}, {"type": "steer", "id", "text"}, then {"type": "result", "text"}.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -45,8 +51,12 @@ def say(line: dict[str, Any]) -> None:
 
 class Inbox:
     def __init__(self, folder: Path) -> None:
+        """A new run in `folder`: its id in `inbox.run`, the inbox read from its end."""
         self.path = folder / "inbox.jsonl"
-        self.offset = 0
+        self.run = secrets.token_hex(4)
+        (folder / "inbox.run").write_text(self.run + "\n")
+        self.path.touch()  # the real driver makes its inbox as it starts
+        self.offset = os.path.getsize(self.path)
         self.partial = b""
 
     def next(self, wanted: Any) -> dict[str, Any] | None:
@@ -63,7 +73,7 @@ class Inbox:
             *lines, self.partial = (self.partial + chunk).split(b"\n")
             for line in lines:
                 message = json.loads(line)
-                if wanted(message):
+                if message.get("run", self.run) == self.run and wanted(message):
                     return message
             time.sleep(POLL_S)
         return None
@@ -75,15 +85,17 @@ def main() -> int:
     parts = [part for part in (found.group(1).split(",") if found else []) if part]
     directives = {part.partition("=")[0]: part.partition("=")[2] for part in parts}
     inbox = Inbox(folder)
-    inbox.path.touch()  # the real driver makes its inbox as it starts
     say({"type": "session.started", "session_id": "fake-acp-session", "model": "fake-acp"})
     said: list[str] = []
     kinds = [k for k in directives.get("ask", "").split("+") if k]
-    for number, kind in enumerate(kinds, start=1):
+    asks = list(enumerate(kinds, start=1))
+    for rerun, (number, kind) in enumerate(asks + (asks if "again" in directives else [])):
+        if rerun == len(asks):
+            inbox = Inbox(folder)  # the second run
         title, raw = TITLES.get(kind, (f"Do something ({kind})", {"what": kind}))
         call = {"toolCallId": f"call-{number}", "title": title, "kind": kind, "rawInput": raw}
         call["locations"] = [{"path": str(Path.cwd() / "notes.txt")}] if kind in ("edit", "read") else []  # its folder
-        say({"type": "permission_request", "id": number, "toolCall": call, "options": OPTIONS})
+        say({"type": "permission_request", "id": number, "run": inbox.run, "toolCall": call, "options": OPTIONS})
         got = inbox.next(lambda m, n=number: m.get("type") == "permission_answer" and m.get("id") == n)
         if got is None:
             outcome = "no answer"

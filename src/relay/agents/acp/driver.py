@@ -7,17 +7,19 @@ The runtime starts it like any print-mode CLI (its process group, shim, timeouts
 agent (AGENT_ARGV) as its own child in the same group, reads the job's prompt from stdin, and prints one
 JSON object per line on stdout, which the runtime keeps as the job's stdout:
 
-    {"type": "session", "sessionId": ..., "modes": [...], "mode": ...}
+    {"type": "session", "sessionId": ..., "run": ..., "modes": [...], "mode": ...}
     {"type": "update", "update": <the session/update params>}
-    {"type": "permission_request", "id": <int>, "toolCall": {...}, "options": [...]}
-    {"type": "permission_answer", "id": <int>, "outcome": ..., "optionId": ..., "by": "inbox"|"timeout"|"cancel"}
+    {"type": "permission_request", "id": <int>, "run": ..., "toolCall": {...}, "options": [...]}
+    {"type": "permission_answer", "id": <int>, "run": ..., "outcome": ..., "optionId": ..., "by": ...}
     {"type": "sent", "id": ..., "text": ...}
     {"type": "notice", "message": ...}
     {"type": "result", "stopReason": ..., "sessionId": ..., "usage": {...} | null}
     {"type": "error", "message": ...}
 
 While it runs it tails `<job folder>/inbox.jsonl` (relay.agents.acp.inbox; the folder from --job-dir or
-RELAY_JOB_DIR): steering messages become new prompts after the current turn, permission answers answer
+RELAY_JOB_DIR) from its end, taking only the messages for this run (`run`: a fresh id per driver run,
+written to the folder's `inbox.run`; a retry in the same folder never sees an earlier run's messages, and
+its permission requests, numbered from 1 again, are told apart by their run): steering messages become new prompts after the current turn, permission answers answer
 the pending session/request_permission, cancel sends session/cancel. A permission request nobody answers
 within --permission-timeout is answered "cancelled" (deny), never allowed. SIGTERM and SIGINT send
 session/cancel, then the driver leaves after a short grace.
@@ -58,7 +60,7 @@ from acp.schema import (
 )
 from pydantic import BaseModel
 
-from relay.agents.acp.inbox import CANCEL, JOB_DIR_ENV, PERMISSION_ANSWER, SEND, Inbox, open_inbox
+from relay.agents.acp.inbox import CANCEL, JOB_DIR_ENV, PERMISSION_ANSWER, SEND, Inbox, start_run
 
 # A permission request nobody answers in this many seconds is denied.
 DEFAULT_PERMISSION_TIMEOUT_S = 120.0
@@ -102,8 +104,9 @@ def inside(root: Path, path: str) -> Path | None:
 class RelayClient:
     """The ACP client side: prints updates, routes permission requests to the inbox, serves files in cwd."""
 
-    def __init__(self, out: Out, cwd: Path, read_only: bool, permission_timeout_s: float) -> None:
+    def __init__(self, out: Out, cwd: Path, read_only: bool, permission_timeout_s: float, run: str = "") -> None:
         self.out = out
+        self.run = run  # this driver run's id: its requests are told apart from an earlier run's of the same folder
         self.cwd = Path(os.path.realpath(cwd))
         self.read_only = read_only
         self.permission_timeout_s = permission_timeout_s
@@ -128,6 +131,7 @@ class RelayClient:
             {
                 "type": "permission_request",
                 "id": rid,
+                "run": self.run,
                 "sessionId": session_id,
                 "toolCall": dump(tool_call),
                 "options": [dump(o) for o in options],
@@ -145,6 +149,7 @@ class RelayClient:
             {
                 "type": "permission_answer",
                 "id": rid,
+                "run": self.run,
                 "outcome": "selected" if selected else "cancelled",
                 **({"optionId": option_id} if selected else {}),
                 "by": answer.get("by", "inbox"),
@@ -223,12 +228,14 @@ class Driver:
     def __init__(self, args: argparse.Namespace, prompt: str, out: Out) -> None:
         self.args = args
         self.out = out
-        self.client = RelayClient(out, Path(args.cwd), args.read_only, args.permission_timeout)
         job_dir = args.job_dir or os.environ.get(JOB_DIR_ENV) or ""
-        self.inbox = Inbox(Path(job_dir)) if job_dir else None
+        self.inbox: Inbox | None = None
+        run = ""
         if job_dir:
             with contextlib.suppress(OSError):
-                open_inbox(Path(job_dir))
+                run, offset = start_run(Path(job_dir))  # what earlier runs in this folder were sent stays theirs
+                self.inbox = Inbox(Path(job_dir), offset, run)
+        self.client = RelayClient(out, Path(args.cwd), args.read_only, args.permission_timeout, run)
         self.prompts: deque[tuple[str | None, str]] = deque([(None, prompt)])
         self.conn: ClientSideConnection | None = None
         self.session_id: str | None = None
@@ -305,6 +312,7 @@ class Driver:
             {
                 "type": "session",
                 "sessionId": self.session_id,
+                "run": self.client.run or None,
                 "agent": dump(init.agent_info) if init.agent_info else None,
                 "modes": [m.id for m in modes.available_modes] if modes else [],
                 "mode": mode,

@@ -10,16 +10,25 @@ Messages (each a JSON object with a string "type"):
 - `{"type": "permission_answer", "id": <int>, "outcome": "selected", "optionId": "..."}`, or
   `{"type": "permission_answer", "id": <int>, "outcome": "cancelled"}`: the answer to a pending request.
 - `{"type": "cancel"}`: send ACP's session/cancel.
+
+Each message carries `"run"`: the id of the driver run it is for. A job folder outlives one driver run (a retry
+after a lost worker, a run started again in the same folder), so each run starts reading at the inbox's end and
+takes only the messages for its own run: an earlier run's `send`, `cancel` or answer never reaches it. The driver
+writes its run's id to `inbox.run` (`start_run`) and prints it in its lines; `post` stamps a message that names no
+run with the run of that file, the run live in the folder when it is posted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 INBOX_NAME = "inbox.jsonl"
+# The id of the driver run that reads the inbox now (written by the driver as it starts).
+RUN_NAME = "inbox.run"
 # Where the driver learns its job's folder when --job-dir is not given.
 JOB_DIR_ENV = "RELAY_JOB_DIR"
 # One message is at most this many bytes once encoded (a steering text is a prompt; prompts are bounded).
@@ -49,11 +58,39 @@ def encode(message: dict[str, Any]) -> bytes:
     return data
 
 
+def current_run(folder: Path) -> str | None:
+    """The id of the driver run live in the folder (its `inbox.run`), or None when no driver wrote one."""
+    try:
+        run = (folder / RUN_NAME).read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return None
+    return run or None
+
+
+def start_run(folder: Path) -> tuple[str, int]:
+    """A new driver run in the folder: its id, written to `inbox.run` (so posts from now on are for it), and the
+    inbox's size, where it starts reading (what earlier runs were sent is theirs). Makes the inbox if absent."""
+    run = secrets.token_hex(8)
+    tmp = folder / f"{RUN_NAME}.{run}.tmp"
+    tmp.write_text(run + "\n", encoding="ascii")
+    os.replace(tmp, folder / RUN_NAME)
+    try:
+        offset = os.stat(inbox_path(folder)).st_size
+    except FileNotFoundError:
+        offset = 0
+    open_inbox(folder)
+    return run, offset
+
+
 def post(folder: Path, message: dict[str, Any]) -> None:
     """Append one message to the job folder's inbox: one O_APPEND write of the whole line, then fsync.
 
+    A message that names no `run` is for the run live in the folder now (`current_run`).
     Raises ValueError for a message `encode` refuses, OSError when the folder is gone or unwritable.
     """
+    if "run" not in message:
+        run = current_run(folder)
+        message = message | ({"run": run} if run else {})
     data = encode(message)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(inbox_path(folder), flags, 0o600)
@@ -95,11 +132,13 @@ def decode(line: bytes) -> dict[str, Any] | None:
 
 
 class Inbox:
-    """Tails a job folder's inbox from an offset: `read()` returns the whole messages appended since."""
+    """Tails a job folder's inbox from an offset: `read()` returns the whole messages appended since (with `run`,
+    only those for that run)."""
 
-    def __init__(self, folder: Path, offset: int = 0) -> None:
+    def __init__(self, folder: Path, offset: int = 0, run: str | None = None) -> None:
         self.path = inbox_path(folder)
         self.offset = offset
+        self.run = run
         self._partial = b""
 
     def read(self) -> list[dict[str, Any]]:
@@ -120,6 +159,6 @@ class Inbox:
         found: list[dict[str, Any]] = []
         for line in lines:
             message = decode(line)
-            if message is not None:
+            if message is not None and (self.run is None or message.get("run") == self.run):
                 found.append(message)
         return found

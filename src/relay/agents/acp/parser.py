@@ -192,6 +192,8 @@ class AcpParser:
         options = [as_dict(o) for o in as_list(obj.get("options"))]
         self.requests[rid] = {"tool_call": tool_call, "options": options}
         data = {"id": rid, "session_id": obj.get("sessionId"), "tool_call": tool_call, "options": options}
+        if isinstance(obj.get("run"), str) and obj["run"]:  # the driver run it came from (relay.agents.acp.inbox)
+            data["run"] = obj["run"]
         return [Event(PERMISSION_REQUEST, data)]
 
     def _permission_answer(self, obj: dict[str, Any]) -> list[Event]:
