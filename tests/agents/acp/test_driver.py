@@ -166,14 +166,15 @@ def test_a_steering_message_is_sent_into_the_same_session_after_the_turn(run: An
     assert lines[-1]["stopReason"] == "cancelled"
     assert not [ln for ln in lines if ln["type"] == "sent"]
 
-    r2 = run("first turn")
-    r2.wait_for("session")  # a message is for the run live in the folder when it is posted
+    r2 = run("first ASK")  # its first turn waits for an answer: the message is posted while it runs
+    asked = r2.wait_for("permission_request")
     inbox.post(r2.job_dir, {"type": "send", "id": "m-2", "text": "second turn"})
+    inbox.post(r2.job_dir, {"type": "permission_answer", "id": asked["id"], "outcome": "selected", "optionId": "allow"})
     code, lines, _ = r2.finish()
     assert code == 0
     sent = [ln for ln in lines if ln["type"] == "sent"]
     assert sent == [{"type": "sent", "id": "m-2", "text": "second turn"}]
-    assert r2.answer(lines) == "echo 1: first turnecho 2: second turn"
+    assert r2.answer(lines) == "echo 1: first ASK permission=selected:allowecho 2: second turn"
     assert lines[-1]["usage"] == {"totalTokens": 30, "inputTokens": 20, "outputTokens": 10}
     sessions = {ln["update"]["sessionId"] for ln in lines if ln["type"] == "update"}
     assert len(sessions) == 1

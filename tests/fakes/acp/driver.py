@@ -55,8 +55,8 @@ class Inbox:
         self.path = folder / "inbox.jsonl"
         self.run = secrets.token_hex(4)
         (folder / "inbox.run").write_text(self.run + "\n")
+        self.offset = os.path.getsize(self.path) if self.path.exists() else 0
         self.path.touch()  # the real driver makes its inbox as it starts
-        self.offset = os.path.getsize(self.path)
         self.partial = b""
 
     def next(self, wanted: Any) -> dict[str, Any] | None:
