@@ -56,3 +56,17 @@ def test_concurrent_posters_never_interleave_lines(tmp_path: Path) -> None:
     while batch := box.read():  # one read takes at most READ_CHUNK bytes
         got += batch
     assert sorted(m["id"] for m in got) == sorted(f"{t}-{i}" for t in range(3) for i in range(200))
+
+
+def test_a_run_reads_from_where_it_started_and_only_the_messages_posted_for_it(tmp_path: Path) -> None:
+    inbox.post(tmp_path, {"type": "cancel"})  # an earlier run's
+    run, offset = inbox.start_run(tmp_path)
+    box = inbox.Inbox(tmp_path, offset, run)
+    assert inbox.current_run(tmp_path) == run and box.read() == []
+    inbox.post(tmp_path, {"type": "permission_answer", "id": 1, "run": "0123abcd", "outcome": "cancelled"})
+    inbox.post(tmp_path, {"type": "send", "id": "s1", "text": "for the run live now"})
+    assert box.read() == [{"type": "send", "id": "s1", "text": "for the run live now", "run": run}]
+    again, _ = inbox.start_run(tmp_path)
+    assert again != run
+    inbox.post(tmp_path, {"type": "cancel"})  # for the new run: the old one's reader never sees it
+    assert box.read() == []
