@@ -70,7 +70,8 @@ class Reply:
     response headers and then nothing until the client goes away; `delay_s` waits between the
     `chunks` pieces the text is streamed in. `echo_tool_result` appends the tool output found in
     the request ("... tool output was: <output>"), so a refusal the CLI only reports to the
-    model becomes visible in the answer.
+    model becomes visible in the answer. `escalate` (Codex only) asks for the write to run outside
+    Codex's sandbox (`sandbox_permissions: "require_escalated"`), which Codex asks approval for.
     """
 
     text: str = "hello from the mock"
@@ -84,6 +85,7 @@ class Reply:
     input_tokens: int = 31
     output_tokens: int = 7
     echo_tool_result: bool = False
+    escalate: bool = False
 
 
 @dataclass
@@ -328,7 +330,8 @@ def responses_stream(reply: Reply, text: str, model: str) -> Iterator[bytes]:
     if reply.write is not None:
         # Codex's shell tool: the command runs in the sandbox the job's permission chose.
         cmd = f"printf '%s' {_shell_quote(reply.write.content)} > {_shell_quote(reply.write.path)}"
-        arguments = json.dumps({"cmd": cmd})
+        escalation = {"sandbox_permissions": "require_escalated", "justification": "write the file"}
+        arguments = json.dumps({"cmd": cmd, **(escalation if reply.escalate else {})})
         item: dict[str, Any] = {
             "id": f"fc_mock_{uuid.uuid4().hex[:16]}",
             "type": "function_call",

@@ -1,6 +1,6 @@
-"""Steering and per-action approval end to end: the real `gemini --acp`, driven by relay's ACP driver against the
-mock model server, steered with job_send and asking the person (the test client's elicitation callback) before
-it writes a file its read-only job may not write (docs/acp.md)."""
+"""Steering and per-action approval end to end: the real `gemini --acp`, claude-agent-acp and codex-acp, driven by
+relay's ACP driver against the mock model servers, steered with job_send and asking the person (the test client's
+elicitation callback) before they write a file their read-only job may not write (docs/acp.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from mcp import Client
 from relay.server.app import build_server
 from tests.e2e.conftest import CALL_TIMEOUT_S, World, wait_thread_event
 from tests.e2e.mocks import Reply
-from tests.e2e.test_acp_agents import over_acp
+from tests.e2e.test_acp_agents import ACP_AGENTS, over_acp
 from tests.server.acp_fixture import audit
 from tests.server.test_grants import Person
 
@@ -30,10 +30,13 @@ async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any
     return result.structured_content
 
 
-async def test_job_send_mid_run_reaches_gemini_as_the_next_message_of_the_same_session(world: World) -> None:
+@pytest.mark.parametrize("agent", ACP_AGENTS)
+async def test_job_send_mid_run_reaches_the_agent_as_the_next_message_of_the_same_session(
+    world: World, agent: str
+) -> None:
     world.mock.script(Reply(text=FIRST, chunks=16, delay_s=0.25), Reply(text="second answer STEERED-ok-3"))
-    async with world.relay(**over_acp("gemini")) as relay:
-        handle = await relay.delegate("gemini", "first task PROMPT-first-1", mode="async")
+    async with world.relay(**over_acp(agent)) as relay:
+        handle = await relay.delegate(agent, "first task PROMPT-first-1", mode="async")
         job_id = handle["job_id"]
         assert await wait_thread_event(world.mock.streaming, 30), "the agent never reached the mock"
         sent = await relay.call("job_send", {"job_id": job_id, "message": "also add tests STEER-msg-9"})
@@ -51,20 +54,32 @@ async def test_job_send_mid_run_reaches_gemini_as_the_next_message_of_the_same_s
     assert entry["job_id"] == job_id and entry["data"]["chars"] == len("also add tests STEER-msg-9")
 
 
-@pytest.mark.parametrize("action", ["accept", "decline"])
-async def test_a_write_above_a_read_only_job_is_asked_of_the_person_and_their_answer_reaches_gemini(
-    world: World, action: str
+@pytest.mark.parametrize(
+    ("agent", "action"),
+    [
+        *((agent, "accept") for agent in ACP_AGENTS),
+        ("gemini", "decline"),
+        ("claude", "decline"),
+        # No codex decline: codex-acp 0.16.0's only "no" is Abort, which ends the turn (docs/acp.md, Limits).
+    ],
+)
+async def test_a_write_above_a_read_only_job_is_asked_of_the_person_and_their_answer_reaches_the_agent(
+    world: World, agent: str, action: str
 ) -> None:
     target = world.target()
-    world.mock.script(Reply(write=target), Reply(text="after the write DONE-perm-2", echo_tool_result=True))
+    # A model asks Codex to run a write outside its read-only sandbox; that is what Codex asks approval for.
+    write = Reply(write=target, escalate=agent == "codex")
+    world.mock.script(write, Reply(text="after the write DONE-perm-2", echo_tool_result=True))
     person = Person(action)
-    settings = world.settings(**over_acp("gemini"))
+    settings = world.settings(**over_acp(agent))
     async with Client(build_server(settings), elicitation_callback=person, mode="legacy") as client:
-        args = {"agent": "gemini", "prompt": "write hello.txt", "cwd": str(world.workdir), "mode": "sync"}
+        args = {"agent": agent, "prompt": "write hello.txt", "cwd": str(world.workdir), "mode": "sync"}
         env = await call(client, "delegate", args)
     assert env["status"] == "completed", env["error"]
     [asked] = person.asked
-    assert "gemini" in asked.message and str(world.workdir) in asked.message and "'edit'" in asked.message
+    # Codex writes with its shell tool (kind `execute`, which needs `full`); the others with their write tool.
+    needs = "'full'" if agent == "codex" else "'edit'"
+    assert agent in asked.message and str(world.workdir) in asked.message and needs in asked.message
     assert Path(target.path).exists() == (action == "accept")
     assert "DONE-perm-2" in env["output"]  # declined or not, the job went on to its answer
     [answered] = audit(world.relay_home, "permission.answered")
