@@ -127,6 +127,17 @@ class ClaimsBody(OverConn):
         """The worker is alive: its row and the lease of every job it holds are renewed by the store's clock (False:
         it has no row). A worker judged lost that is heard from again is running again (its jobs' fate is sealed)."""
         now = self._db.dialect.now
+        if self._db.dialect.name == "postgresql":
+            # One statement, sent whole: a transaction of two pipelined statements could be left open, its COMMIT
+            # unsent, by a worker paused or cut off mid-send, holding its jobs' rows locked so that no other process
+            # could end them (a lost worker's lease judged, its `interrupted` waiting on the lock for good).
+            row = self._db.exec(
+                f"WITH w AS (UPDATE workers SET heartbeat_at={now}, {REVIVE} WHERE id=? RETURNING 1),"
+                f" j AS (UPDATE jobs SET lease_until={now} + ? WHERE worker=? AND status IN ('queued', 'running'))"
+                " SELECT count(*) FROM w",
+                (worker_id, lease_s, worker_id),
+            ).fetchone()
+            return row is not None and int(row[0]) == 1
         done = self._db.batch(
             [
                 Step(f"UPDATE workers SET heartbeat_at={now}, {REVIVE} WHERE id=?", (worker_id,)),
