@@ -95,7 +95,9 @@ async def test_job_cancel_of_an_acp_job_sends_acps_cancel_and_leaves_no_process(
     assert procinfo.group_members(pgid) == []
     assert took < relay.settings.kill_grace_s + 6, f"cancel took {took:.1f} s"
     inbox = (world.relay_home / "jobs" / job_id / "inbox.jsonl").read_text(encoding="utf-8")
-    assert json.loads(inbox.splitlines()[0]) == {"type": "cancel"}
+    first = json.loads(inbox.splitlines()[0])
+    run = (world.relay_home / "jobs" / job_id / "inbox.run").read_text(encoding="utf-8").strip()
+    assert first == {"type": "cancel", "run": run}  # stamped for the driver's own run (a retried run ignores it)
     notices = [ln["message"] for ln in driver_lines(world.relay_home, job_id) if ln["type"] == "notice"]
     assert any(n.startswith("cancel (") for n in notices), notices
 
