@@ -152,15 +152,7 @@ def run_test(
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                for sig, grace in ((signal.SIGTERM, TEST_KILL_GRACE_S), (signal.SIGKILL, None)):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, sig)
-                    try:
-                        proc.wait(timeout=grace)
-                        break
-                    except subprocess.TimeoutExpired:
-                        continue
-                code = proc.returncode
+                code = procs.stop_group(proc, TEST_KILL_GRACE_S)
             with contextlib.suppress(ProcessLookupError, PermissionError):  # what it left running goes with it
                 os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_bytes().decode("utf-8", "replace")

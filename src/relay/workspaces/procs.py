@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Generator, Mapping
 from contextvars import ContextVar
@@ -95,6 +96,19 @@ def kept(pid: int, what: str) -> Generator[None]:
         path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # gone once nothing runs (a refused request leaves no folder)
             folder.rmdir()
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
+    """Stop a process that leads its own group: SIGTERM to the group, `grace_s` to end, then SIGKILL; its code."""
+    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.returncode
 
 
 def kill_left_over(worktrees_dir: Path) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -327,7 +326,7 @@ def run_setup(
                     stopped = stop is not None and stop()
                     timed_out = not stopped and time.monotonic() >= deadline
                     if stopped or timed_out:
-                        code = _kill_group(proc)
+                        code = procs.stop_group(proc, SETUP_KILL_GRACE_S)
                         break
     return {
         "command": command,
@@ -337,18 +336,6 @@ def run_setup(
         "passed": code == 0 and not (timed_out or stopped),
         "duration_ms": int((time.monotonic() - started) * 1000),
     }
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> int | None:
-    for sig, grace in ((signal.SIGTERM, SETUP_KILL_GRACE_S), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    return proc.returncode
 
 
 # ports ---------------------------------------------------------------------------------------------------
