@@ -210,6 +210,21 @@ class Dashboard:
         values = {k: str(v) for k, v in form.items()}
         return values, security.csrf_ok(request, values.get(security.CSRF_FIELD))
 
+    async def _posted(self, request: Request, fn: Callable[[dict[str, str]], Awaitable[Response]]) -> Response:
+        """An action's form: refused (403) without its CSRF token, else `fn(form)` with relay's errors as a page."""
+        form, ok = await self._form_csrf(request)
+        if not ok:
+            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
+        return await self._guarded(request, lambda: fn(form))
+
+    @staticmethod
+    def _to_job(request: Request, done: dict[str, Any], job_id: str) -> Response:
+        """What an action on a job answers: `done` as JSON when asked for, else back to the job's page."""
+        if "application/json" in request.headers.get("accept", ""):
+            return JSONResponse(done)
+        base = request.scope.get("root_path", "")
+        return RedirectResponse(f"{base}/jobs/{job_id}", status_code=303)
+
     # login --------------------------------------------------------------------------------
 
     async def login(self, request: Request) -> Response:
@@ -305,29 +320,20 @@ class Dashboard:
 
     async def cancel(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        _, ok = await self._form_csrf(request)
-        if not ok:
-            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
 
-        async def go() -> Response:
+        async def go(_: dict[str, str]) -> Response:
             engine = self.sources.engine()
             rec = await engine.cancel(job_id)
-            if "application/json" in request.headers.get("accept", ""):
-                return JSONResponse(job_row(engine.get(rec.id)))
-            base = request.scope.get("root_path", "")
-            return RedirectResponse(f"{base}/jobs/{rec.id}", status_code=303)
+            return self._to_job(request, job_row(engine.get(rec.id)), rec.id)
 
-        return await self._guarded(request, go)
+        return await self._posted(request, go)
 
     async def land(self, request: Request) -> Response:
         """Land a worktree job's branch through the gate (a test command the person configured, or none); the job's
         page shows what the land did: the gate's output, or why nothing changed."""
         job_id = request.path_params["job_id"]
-        form, ok = await self._form_csrf(request)
-        if not ok:
-            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
 
-        async def go() -> Response:
+        async def go(form: dict[str, str]) -> Response:
             engine = self.sources.engine()
             rec = await anyio.to_thread.run_sync(engine.get, job_id)
             outcome = await land_from_page(engine, self.settings, rec.id, form)
@@ -336,24 +342,17 @@ class Dashboard:
                 return JSONResponse(outcome, status_code=status)
             return await self._job_page(request, rec.id, {"land": outcome}, status)
 
-        return await self._guarded(request, go)
+        return await self._posted(request, go)
 
     async def discard(self, request: Request) -> Response:
         """Remove a worktree job's worktree and branch; back to its page, which says so."""
         job_id = request.path_params["job_id"]
-        _, ok = await self._form_csrf(request)
-        if not ok:
-            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
 
-        async def go() -> Response:
-            engine = self.sources.engine()
-            done = await engine.discard(job_id)
-            if "application/json" in request.headers.get("accept", ""):
-                return JSONResponse(done)
-            base = request.scope.get("root_path", "")
-            return RedirectResponse(f"{base}/jobs/{done['job_id']}", status_code=303)
+        async def go(_: dict[str, str]) -> Response:
+            done = await self.sources.engine().discard(job_id)
+            return self._to_job(request, done, done["job_id"])
 
-        return await self._guarded(request, go)
+        return await self._posted(request, go)
 
     async def jobs_events(self, request: Request) -> Response:
         since = parse_since(request.headers.get("last-event-id")) or parse_since(request.query_params.get("since"))
@@ -412,19 +411,15 @@ class Dashboard:
 
     async def task_status(self, request: Request) -> Response:
         task_id = request.path_params["task_id"]
-        form, ok = await self._form_csrf(request)
-        if not ok:
-            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
-        project = form.get("project") or None
-        status = form.get("status", "")
 
-        async def go() -> Response:
+        async def go(form: dict[str, str]) -> Response:
+            project, status = form.get("project") or None, form.get("status", "")
             await anyio.to_thread.run_sync(set_task_status, self.tracker(), project, task_id, status)
             base = request.scope.get("root_path", "")
             target = f"{base}/tasks" + (f"?project={quote(project)}" if project else "")
             return RedirectResponse(target, status_code=303)
 
-        return await self._guarded(request, go)
+        return await self._posted(request, go)
 
     async def workers(self, request: Request) -> Response:
         show_all = bool(request.query_params.get("all"))
