@@ -17,7 +17,7 @@ from asyncio import events as asyncio_events
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, TypeVar
 
 import psycopg
@@ -293,7 +293,7 @@ class PgConn(ABC):
     def _batch_once(self, steps: Sequence[Step]) -> list[Rows]:
         with self._conn() as conn, _unique():
             cursors: list[psycopg.Cursor[tuple[Any, ...]]] = []
-            with conn.pipeline(), conn.transaction():
+            with _pipelined_tx(conn):
                 for step in steps:
                     cur = conn.cursor()
                     if step.many:
@@ -312,14 +312,29 @@ class PgConn(ABC):
             self.away.check()
         tx: _Tx | None = None
         try:
-            with self.away.noting(), self._conn() as conn, _unique(), conn.pipeline(), conn.transaction():
-                if snapshot:
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            with self.away.noting(), self._conn() as conn, _unique(), _pipelined_tx(conn, snapshot=snapshot):
                 tx = _Tx(conn)
                 yield tx
         finally:
             for sql in tx.sent if tx is not None else ():
                 self.wrote(sql)
+
+
+@contextmanager
+def _pipelined_tx(conn: Conn, *, snapshot: bool = False) -> Generator[None]:
+    """BEGIN, the block's statements and COMMIT in one pipeline: one round trip when the block reads nothing before
+    its end (psycopg's own `transaction()` in a pipeline waits for the server at BEGIN and at COMMIT: four). A
+    failure rolls the transaction back, so no connection goes back to its pool inside one."""
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
+            yield
+            conn.execute("COMMIT")
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            with suppress(psycopg.Error):
+                conn.rollback()
+        raise
 
 
 @contextmanager

@@ -1,0 +1,69 @@
+"""A PostgreSQL transaction of relay's is one pipeline (BEGIN, its statements, COMMIT): one round trip when nothing
+is read before its end, all or nothing when a statement fails, and no connection left inside it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from relay.store.dialect import Conflict, Step
+from relay.store.pg.conn import OneConn, PgConn, PoolConn
+from tests.store.test_round_trips import TripCounter
+
+
+@pytest.fixture
+def table(pg_url: str) -> Iterator[str]:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)")
+    yield pg_url
+
+
+@pytest.fixture(params=["pool", "one"])
+def conn(request: pytest.FixtureRequest, table: str) -> Iterator[PgConn]:
+    db: PgConn = PoolConn(table, size=2, wait_s=5, name="test") if request.param == "pool" else OneConn(table)
+    yield db
+    db.close()
+
+
+def values(db: PgConn) -> list[tuple[int, int]]:
+    return [(int(r[0]), int(r[1])) for r in db.exec("SELECT id, v FROM t ORDER BY id")]
+
+
+def test_a_batch_with_a_failing_statement_keeps_nothing_and_leaves_the_connection_usable(conn: PgConn) -> None:
+    conn.exec("INSERT INTO t VALUES (1, 0)")
+    with pytest.raises(Conflict):
+        conn.batch([Step("UPDATE t SET v = 5 WHERE id = 1"), Step("INSERT INTO t VALUES (1, 1)")])
+    assert values(conn) == [(1, 0)]
+    conn.batch([Step("UPDATE t SET v = 6 WHERE id = 1"), Step("INSERT INTO t VALUES (2, 2)")])
+    assert values(conn) == [(1, 6), (2, 2)]
+
+
+def test_a_transaction_that_fails_half_way_keeps_nothing_and_the_next_one_commits(conn: PgConn) -> None:
+    with pytest.raises(Conflict), conn.tx() as tx:
+        tx.exec("INSERT INTO t VALUES (1, 1)")
+        tx.exec("INSERT INTO t VALUES (1, 2)")
+        assert tx.exec("SELECT count(*) FROM t").fetchall()  # the read waits on the failure
+    with conn.tx(snapshot=True) as tx:
+        tx.exec("INSERT INTO t VALUES (3, 3)")
+    assert values(conn) == [(3, 3)]
+
+
+def test_a_transaction_that_reads_nothing_before_its_end_is_one_round_trip(table: str) -> None:
+    host_port, dbname = table.removeprefix("postgresql://postgres@").split("/", 1)
+    host, port = host_port.split(":")
+    proxy = TripCounter((host, int(port)))
+    db = OneConn(proxy.url(dbname))
+    try:
+        db.exec("SELECT 1")  # connected and checked
+        before = proxy.trips
+        with db.tx() as tx:
+            tx.exec("INSERT INTO t VALUES (1, 1)")
+            tx.exec("UPDATE t SET v = v + 1 WHERE id = 1")
+        db.batch([Step("INSERT INTO t VALUES (2, 2)"), Step("UPDATE t SET v = v + 1 WHERE id = 2")])
+        assert proxy.trips - before == 2
+        assert values(db) == [(1, 2), (2, 3)]
+    finally:
+        db.close()
+        proxy.close()
