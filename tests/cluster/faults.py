@@ -1,8 +1,9 @@
 """What the fault scenarios of the cluster tier share (issue 40): a ticking agent, worker hosts, a PostgreSQL of
 their own that can be stopped, a clock moved for one process.
 
-- `ticking_agent`: a /bin/sh claude that writes `tick JOB PID NS` to a log and to its stdout every TICK_S for
-  `work_s`, then answers; each run of a job is told apart by its pid, so two copies at once show in the log.
+- `ticking_agent`: a /bin/sh claude that writes `tick JOB RUN NS` to a log and to its stdout every TICK_S for
+  `work_s`, then answers; each run of a job is told apart by its RUN (its pid and its start in ns: two hosts' pid
+  namespaces give the same pids), so two copies at once show in the log.
 - `Hosts`: `relay worker`s, each on a host (a network namespace) as the first process of a pid namespace of its
   own, reaching PostgreSQL at its link's root-side address; `start(..., clock_s=N)` runs the worker with its
   clock N seconds off (tests/cluster/skewed.py).
@@ -39,7 +40,7 @@ TICK_S = 0.1
 
 
 def ticking_agent(folder: Path, log: Path, work_s: float, *, short_s: float | None = None) -> Path:
-    """A claude that ticks (`tick JOB PID NS`, to `log` and its stdout) every TICK_S for `work_s`, then answers.
+    """A claude that ticks (`tick JOB RUN NS`, to `log` and its stdout) every TICK_S for `work_s`, then answers.
     `short_s`: a job whose prompt ends in `-short`, and a job's second run, tick that long only."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "ticking-claude"
@@ -54,14 +55,14 @@ def ticking_agent(folder: Path, log: Path, work_s: float, *, short_s: float | No
         "#!/bin/sh\n"
         'for a; do case "$a" in job-*) J="$a";; esac; done\n'
         f'printf \'%s\\n\' \'{{"type":"system","subtype":"init","session_id":"{sid}","model":"m"}}\'\n'
-        f"k={ticks}\n"
+        f'k={ticks}; R="$$-$(date +%s%N)"\n'
         + (
             f'case "$J" in *-short) k={short};; esac\ngrep -q "^tick $J " {log} 2>/dev/null && k={short}\n'
             if short_s is not None
             else ""
         )
         + "n=0; while [ $n -lt $k ]; do\n"
-        f'  l="tick $J $$ $(date +%s%N)"; echo "$l" >> {log}; echo "$l"; n=$((n+1)); sleep {TICK_S}\n'
+        f'  l="tick $J $R $(date +%s%N)"; echo "$l" >> {log}; echo "$l"; n=$((n+1)); sleep {TICK_S}\n'
         "done\n"
         f"printf '%s\\n' '{result}'\n"
     )
@@ -69,18 +70,18 @@ def ticking_agent(folder: Path, log: Path, work_s: float, *, short_s: float | No
     return path
 
 
-def ticks(log: Path) -> dict[str, dict[int, tuple[int, int]]]:
-    """For each job, each run (the agent's pid) and its first and last tick (ns since the epoch)."""
-    runs: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)
+def ticks(log: Path) -> dict[str, dict[str, tuple[int, int]]]:
+    """For each job, each run (the agent's pid and start) and its first and last tick (ns since the epoch)."""
+    runs: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
     if not log.exists():
         return runs
     for line in log.read_text().splitlines():
         words = line.split()
         if len(words) != 4 or words[0] != "tick":
             continue
-        job, pid, ns = words[1], int(words[2]), int(words[3])
-        first, last = runs[job].get(pid, (ns, ns))
-        runs[job][pid] = (min(first, ns), max(last, ns))
+        job, run, ns = words[1], words[2], int(words[3])
+        first, last = runs[job].get(run, (ns, ns))
+        runs[job][run] = (min(first, ns), max(last, ns))
     return runs
 
 
@@ -89,7 +90,7 @@ def last_tick(log: Path) -> float:
     return max((last for runs in ticks(log).values() for _, last in runs.values()), default=0) / 1e9
 
 
-def overlapping(runs: dict[int, tuple[int, int]]) -> list[tuple[int, int]]:
+def overlapping(runs: dict[str, tuple[int, int]]) -> list[tuple[str, str]]:
     """Pairs of runs of one job that ticked at the same time (two copies at once)."""
     spans = sorted(runs.items(), key=lambda r: r[1][0])
     return [(a, b) for (a, (_, a_end)), (b, (b_start, _)) in itertools.pairwise(spans) if b_start <= a_end]

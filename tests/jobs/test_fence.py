@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,35 @@ def test_a_fence_renewed_holds_for_the_lease_less_its_margin_and_passes_after_it
     untimed = Fence(1.0, tmp_path, timed=False)
     untimed.deadline = time.monotonic() - 1
     assert not untimed.passed() and untimed.path is None
+
+
+def test_the_fence_file_written_from_several_threads_at_once_always_ends_with_the_fences_last_state(
+    tmp_path: Path,
+) -> None:
+    # The heart renews (a thread) while the loop guards and releases jobs: the file the keeper reads must never end
+    # older than the fence, or a job claimed meanwhile is one the keeper does not know to kill.
+    fence = Fence(30.0, tmp_path, timed=True)
+    assert fence.path is not None
+    stop = threading.Event()
+
+    def renewing() -> None:
+        while not stop.is_set():
+            fence.renewed(time.monotonic())
+
+    for turn in range(5):
+        heart = threading.Thread(target=renewing)
+        heart.start()
+        for n in range(40):
+            fence.guard(f"{turn}-{n}", tmp_path / "jobs" / f"{turn}-{n}")
+            if n % 3 == 0:
+                fence.release(f"{turn}-{n}")
+        stop.set()
+        heart.join(BOUND_S)
+        stop.clear()
+        found = fencing.read_fence(fence.path)
+        assert found is not None, "the fence file does not parse"
+        assert sorted(found[1]) == sorted(str(f) for f in fence.guarded().values())
+        assert found[0] == fence.deadline
 
 
 def test_a_worker_past_its_fence_kills_every_guarded_jobs_group_and_marks_it_fenced(

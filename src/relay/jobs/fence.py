@@ -75,6 +75,7 @@ class Fence:
         self.lease_s = lease_s
         self.timed = timed  # False: nothing is fenced by time (a front, a worker of one machine's SQLite store)
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # held across a write of the fence file
         # A worker starting holds nothing yet; what it claims is leased afresh.
         self.deadline = time.monotonic() + self.window
         self.steady_since: float | None = None  # time.monotonic() of the first contact after the last failure
@@ -163,14 +164,18 @@ class Fence:
     # the fence file and its keeper ------------------------------------------------------------
 
     def write(self) -> None:
+        """Write the fence file from the fence as it is now. One writer at a time (the heart's renewals, the loop's
+        claims and releases): two at once would share the file's temporary name, and the one replacing the file
+        last could carry the older state (a job the keeper then never kills)."""
         if self.path is None:
             return
-        with self._lock:
-            deadline, jobs = self.deadline, list(self._jobs.values())
-        try:
-            fencing.write_fence(self.path, deadline, jobs)
-        except OSError as exc:  # the home cannot be written: the in-process fence still holds
-            logger.warning("fence file %s not written: %s", self.path, exc)
+        with self._writing:
+            with self._lock:
+                deadline, jobs = self.deadline, list(self._jobs.values())
+            try:
+                fencing.write_fence(self.path, deadline, jobs)
+            except OSError as exc:  # the home cannot be written: the in-process fence still holds
+                logger.warning("fence file %s not written: %s", self.path, exc)
 
     def start_keeper(self) -> None:
         if self.path is None or self._keeper is not None:

@@ -32,23 +32,39 @@ FENCED_MARK = "fenced"
 
 def kill_jobs(folders: list[str]) -> list[str]:
     """SIGKILL the process group of each job folder whose shim still runs (its pid file names the group's
-    leader; a folder with an exit status has ended); mark each folder `fenced`. The folders acted on."""
+    leader; a folder with an exit status has ended); mark each folder `fenced`. The folders acted on.
+
+    The kill comes first: the mark is a file written on a disk that may be slow (another process's fsync), and a
+    process must not outlive its lease waiting on it. A folder with no pid yet is marked first, and looked at again
+    after: the mark stops a spawn under way from being recorded, and a spawn that recorded its pid meanwhile dies."""
     killed: list[str] = []
     for folder in folders:
         path = Path(folder)
         if (path / FENCED_MARK).exists():
             continue
+        pid = _leader(path)
+        if pid is not None:
+            _kill_group(pid)
         with contextlib.suppress(OSError):
             (path / FENCED_MARK).write_text(f"{time.time()}\n")
+        if pid is None and (pid := _leader(path)) is not None:
+            _kill_group(pid)
         killed.append(folder)
-        try:
-            pid = int((path / "pid").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # not spawned yet: the mark stops its spawn from being recorded
-        with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pid:  # still the leader of the job's group (a reused pid leads none)
-                os.killpg(pid, signal.SIGKILL)
     return killed
+
+
+def _leader(folder: Path) -> int | None:
+    """The pid of the job's shim (its group's leader), from its pid file; None before it is spawned."""
+    try:
+        return int((folder / "pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        if os.getpgid(pid) == pid:  # still the leader of the job's group (a reused pid leads none)
+            os.killpg(pid, signal.SIGKILL)
 
 
 def read_fence(path: Path) -> tuple[float, list[str]] | None:
