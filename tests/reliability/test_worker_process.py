@@ -127,3 +127,25 @@ def test_relay_workers_flags_a_worker_whose_heartbeat_is_older_than_its_lease(re
     table = subprocess.run([RELAY, "workers"], env=relay_env(relay_home), capture_output=True, text=True, check=True)
     [gone_line] = [line for line in table.stdout.splitlines() if line.startswith("gone")]
     assert "STALE" in gone_line and "codex / gpu" in table.stdout
+
+
+def test_a_worker_on_postgresql_names_its_store_without_the_password_in_its_first_line(
+    relay_home: Path, workdir: Path, pg_url: str
+) -> None:
+    url = pg_url.replace("postgres@", "postgres:not-to-be-shown@")  # the test server trusts: any password works
+    worker = subprocess.Popen(
+        [RELAY, "worker", "--name", "w-pg"],
+        env=relay_env(relay_home) | {"RELAY_STORE": url},
+        cwd=str(workdir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stderr is not None
+        first = worker.stderr.readline()
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+    assert first.startswith("relay worker w-pg:"), first
+    assert f"store {pg_url} (" in first and "not-to-be-shown" not in first and "relay.db" not in first

@@ -89,7 +89,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             agents = ",".join(me.agents) if me.agents else "every agent"
             print(
                 f"relay worker {me.name}: {me.slots} slots, {agents}, labels {','.join(me.labels) or '-'};"
-                f" store {settings.db_path} (SIGTERM: finish the jobs it runs, then stop)",
+                f" store {_store_shown(settings)} (SIGTERM: finish the jobs it runs, then stop)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -106,6 +106,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
     return 0
+
+
+def _store_shown(settings: Any) -> str:
+    """The store the worker uses, as its banner names it: the PostgreSQL URL without its password, else relay.db."""
+    if settings.store_url is None:
+        return str(settings.db_path)
+    from relay.store.pg.errors import redact
+
+    return redact(str(settings.store_url))
 
 
 def metrics_server(settings: Any) -> Any:
