@@ -15,11 +15,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from relay.errors import ErrorCode, RelayError
+from relay.jobs.engine import Engine
 from relay.jobs.fence import FENCE_DIR, RETRY_S, Fence, Heart, sweep
 from relay.runtime import fencing
+from tests.conftest import SettingsFactory
 
 # Every wait below is bounded by this.
 BOUND_S = 10.0
@@ -192,3 +195,17 @@ def test_the_heart_tries_again_within_half_a_second_of_a_failed_renewal_and_rene
     assert all(b - a < RETRY_S + 0.3 for a, b in itertools.pairwise(calls))
     assert fence.deadline == pytest.approx(calls[-1] + fence.window, abs=0.1) and fence.deadline > before
     assert fence.steady(0.0)
+
+
+@pytest.mark.anyio
+async def test_a_worker_on_a_shared_store_has_its_keeper_running_before_it_can_claim_a_job(
+    make_settings: SettingsFactory, pg_url: str
+) -> None:
+    def keepers() -> list[psutil.Process]:
+        return [p for p in psutil.Process().children() if "_fence_keeper.py" in " ".join(p.cmdline())]
+
+    settings = make_settings(RELAY_STORE=pg_url)
+    async with Engine(settings).running():
+        # Nothing awaited yet: the tending loop has not run, a job queued before could be claimed at the next turn.
+        assert len(keepers()) == 1
+    assert not [p for p in keepers() if p.status() != psutil.STATUS_ZOMBIE]

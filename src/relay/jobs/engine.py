@@ -96,6 +96,7 @@ class Engine:
         shown = telemetry.watching(self.running_count, slots, self.store.queue_depth)  # on /metrics while it runs
         async with anyio.create_task_group() as tg, shown:
             self._state.open(tg)
+            self._tending.keep_fence()  # before anything is claimed: a worker stopped at once still has its keeper
             if self.settings.runs_jobs:  # a store busy now: registered at the first heartbeat
                 with contextlib.suppress(RelayError):
                     self.store.register_worker(self._state.worker)

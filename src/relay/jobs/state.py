@@ -7,6 +7,7 @@ import os
 import secrets
 import socket
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, JobStore, WorkerInfo
 from relay.store.health import make_reserve
+from relay.store.jobwrite import JobWrite, Running, Written
 from relay.text import is_utf8
 from relay.workspaces import Workspaces
 
@@ -49,6 +51,25 @@ class Live:
     # `git status` of the job's cwd before it ran (None: not a git repository).
     git_before: dict[str, str] | None = None
     listeners: list[MemoryObjectSendStream[tuple[int, Event]]] = field(default_factory=lambda: [])
+    # The running mark of its process, spawned and not yet written: it goes with the next write of the job.
+    running: Running | None = None
+
+
+@dataclass
+class Pending:
+    """What one look at a job found for the store (one transaction: store/jobwrite.py), the transcript lines of its
+    events (the mirror sends them with it; the file gets them once the events are stored) and what runs once it is
+    written, told whether the job's claim still held."""
+
+    write: JobWrite
+    transcript: bytes = b""
+    after: list[Callable[[Written], None]] = field(default_factory=lambda: [])
+
+    def send(self, store: JobStore) -> Written:
+        done = store.write_job(self.write)
+        for then in self.after:
+            then(done)
+        return done
 
 
 # Job states of running engines in this process: a job recorded as owned by this process is only
@@ -121,6 +142,7 @@ class JobState:
 
     def close(self) -> None:
         self.tg = None
+        self.fence.close()  # its keeper too, even when the tending loop never ran
         self.workspaces.close()
         _ACTIVE.discard(self)
 

@@ -70,8 +70,7 @@ class Tending:
         down = (lambda: store_down(str(target))) if state.store.spans_hosts else None
         heart = Heart(state.fence, self.renew, beat, down)
         heart.start()
-        if state.fence.timed:
-            state.fence.start_keeper()
+        self.keep_fence()
         try:
             self.sweep()
             # A store that announces changes (PostgreSQL's NOTIFY) wakes the loop at once; SQLite's is looked at.
@@ -93,6 +92,12 @@ class Tending:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(heart.stop)
             state.fence.close()
+
+    def keep_fence(self) -> None:
+        """Start the fence's keeper (once): the engine does before its first claim, since a worker stopped right after
+        its first spawn (before this loop ran) must still have that job killed at its deadline."""
+        if self._state.fence.timed:
+            self._state.fence.start_keeper()
 
     def renew(self) -> bool:
         """The heart's call (a thread): renew this worker's leases; a front checks that the store answers."""
