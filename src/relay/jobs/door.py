@@ -87,10 +87,23 @@ class Door:
             return await self.admit_off_loop(req, job_id)
 
     async def admit_off_loop(self, req: JobRequest, job_id: str) -> Admitted:
-        """`admit` in a worker thread: making a worktree (git's checkout, submodules, carried changes) may take
-        seconds, and the event loop answers other calls meanwhile. A caller gone meanwhile still gets its job queued
-        (the thread's answer comes back, the cancel is seen after): never a worktree without its job."""
+        """`admit` in a worker thread when it may make a worktree (git's checkout, submodules, carried changes: it may
+        take seconds, and the event loop answers other calls meanwhile). A caller gone meanwhile still gets its job
+        queued (the thread's answer comes back, the cancel is seen after): never a worktree without its job. Any other
+        request is admitted right here: a fraction of a millisecond, where a hop to a thread and back costs more."""
+        if not self.may_place(req):
+            return self.admit(req, job_id)
         return await anyio.to_thread.run_sync(self.admit, req, job_id)  # not abandoned: a cancel waits for it
+
+    def may_place(self, req: JobRequest) -> bool:
+        """Whether admitting `req` may run git: a new worktree (asked for, or `[workspaces] default`), an earlier
+        job's (`job:<id>`, or the one a resumed session started in: made again when it was removed), a repository URL."""
+        return (
+            req.workspace not in (None, "cwd")
+            or req.repo is not None
+            or req.session_id is not None
+            or self._state.settings.default_workspace == "worktree"
+        )
 
     async def judge(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
         """Steps 1 to 3 for jobs like `req` that a task submits later (best_of's candidates), while the call that
