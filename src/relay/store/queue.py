@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relay.store.dialect import Dialect, OverConn, Rows, Step, Tx, marks, timed
+from relay.store.dialect import Dialect, OverConn, Step, marks, timed
 
 # The jobs that hold a slot: claimed and not final. In-process tasks (model calls) take no slot.
 HOLDS_SLOT = "status IN ('queued', 'running') AND worker IS NOT NULL AND kind = 'cli'"
@@ -197,27 +197,66 @@ class ClaimsBody(OverConn):
     def _claim(
         self, worker: WorkerInfo, free: int, max_total: int, per_agent: Callable[[str], int], only: Sequence[str]
     ) -> tuple[list[tuple[str, str, int]], bool]:
-        """`claim`'s work, and whether a queued job this worker could run may be left (False: it took them all)."""
+        """`claim`'s work, and whether a queued job this worker could run may be left (False: it took them all).
+
+        One statement decides (`_claim_sql`: the slots held per agent, the window of candidates, each agent's room
+        and the total's); on PostgreSQL it takes the jobs too, and goes with the lock and the commit: one round trip.
+        A full window that left room because an agent reached its limit is followed by another, which leaves that
+        agent out. The statement is given the limits of the agents the worker names, or of those this store met in
+        the queue: one it does not know (a new agent's job, for a worker of every agent) stops it before it takes
+        anything, and it runs again with that agent's limit."""
         if free <= 0:
             return [], True
         d = self._db.dialect
         # Each candidate read is locked on PostgreSQL: a window just larger than the slots to fill.
         window = min(CLAIM_WINDOW, 2 * free + WINDOW_SPARE)
+        won: list[tuple[str, str, int]] = []
+        while True:
+            known = frozenset(worker.agents) if worker.agents is not None else self._agents_met()
+            limits = json.dumps([{"agent": a, "n": per_agent(a)} for a in sorted(known)])
+            sql, params = _claim_sql(d, worker, only, window, limits, free, max_total)
+            lock = [Step(d.claim_lock)] if d.claim_lock is not None else []
+            if d.claim_takes:
+                rows = self._db.batch([*lock, Step(sql, params)], lock=True)[-1].fetchall()
+            else:
+                rows = self._take_chosen(worker, lock, sql, params)
+            *_, candidates, room, left = next(r for r in rows if r[0] == _SUMMARY)
+            met = {str(r[2]) for r in rows if r[0] == _UNKNOWN}
+            if met - known:  # nothing was taken: again, with their limits
+                self.__dict__[_MET] = self._agents_met() | met
+                continue
+            taken = sorted((r for r in rows if r[0] == _TAKEN), key=lambda r: (r[4], r[1]))
+            won += [(str(r[1]), str(r[2]), int(r[3])) for r in taken]
+            free -= len(taken)
+            if not taken or len(taken) >= int(room) or int(candidates) < window:
+                return won, bool(left)
+
+    def _agents_met(self) -> frozenset[str]:
+        """The agents whose jobs this store's claims met in the queue (their limits go with every claim)."""
+        met: frozenset[str] = self.__dict__.get(_MET, frozenset())
+        return met
+
+    def _take_chosen(self, worker: WorkerInfo, lock: list[Step], sql: str, params: Sequence[Any]) -> list[Any]:
+        """`_claim_sql`'s rows where it only chooses (SQLite): the jobs chosen are taken and counted in the worker's
+        `ran` by two more statements of its transaction, and their rows carry the epochs they were taken under."""
         with self._db.tx(lock=True) as tx:
-            if d.claim_lock is not None:
-                tx.exec(d.claim_lock)
-            counts = tx.exec(f"SELECT agent, count(*) FROM jobs WHERE {HOLDS_SLOT} GROUP BY agent")
-            first = _candidates(tx, d, worker, only, (), window)
-            held = {str(a): int(n) for a, n in counts}
-            room = min(free, max_total - sum(held.values()))
-            rows = first.fetchall()
-            if room <= 0:
-                return [], bool(rows)
-            taken = _take(tx, d, worker, room, held, per_agent, only, window, rows)
-            count = sum(len(picked) for picked, _ in taken)
-            if count:
-                tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (count, worker.id))
-        return _won(taken), not (count == len(rows) < window)
+            for step in lock:
+                tx.exec(step.sql, step.params)
+            rows = tx.exec(sql, params).fetchall()
+            ids = [str(r[1]) for r in rows if r[0] == _TAKEN]
+            if not ids:
+                return rows
+            claim = _CLAIM.format(now=self._db.dialect.now)
+            where = f"WHERE id IN ({marks(len(ids))}) AND status = 'queued' AND worker IS NULL RETURNING id, epoch"
+            taking = (worker.id, worker.lease_s, worker.pid, worker.start_ticks, *ids)
+            epochs = {str(j): int(e) for j, e in tx.exec(f"{claim} {where}", taking)}
+            if epochs:
+                tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (len(epochs), worker.id))
+        return [
+            (*r[:3], epochs[str(r[1])], *r[4:]) if r[0] == _TAKEN else r
+            for r in rows
+            if r[0] != _TAKEN or str(r[1]) in epochs
+        ]
 
     @timed
     def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:
@@ -289,9 +328,9 @@ class ClaimsBody(OverConn):
         return self._db.exec(sql).fetchone() is not None
 
 
-def _candidates(tx: Tx, d: Dialect, worker: WorkerInfo, only: Sequence[str], full: Sequence[str], window: int) -> Rows:
-    """Queued, unclaimed CLI jobs the worker can run, oldest first: of its agents (any when it names none), none
-    of the agents in `full`, every label the job asks for among the worker's; `only` narrows them."""
+def _eligible(d: Dialect, worker: WorkerInfo, only: Sequence[str]) -> tuple[str, list[Any]]:
+    """Which jobs the worker can run (a WHERE over `jobs`, and its values): queued, unclaimed CLI jobs of its agents
+    (any when it names none), every label the job asks for among the worker's; `only` narrows them."""
     where = "status = 'queued' AND worker IS NULL AND kind = 'cli'"
     params: list[Any] = []
     if only:
@@ -300,62 +339,60 @@ def _candidates(tx: Tx, d: Dialect, worker: WorkerInfo, only: Sequence[str], ful
     if worker.agents is not None:
         where += f" AND agent IN ({marks(len(worker.agents))})" if worker.agents else " AND false"
         params += worker.agents
-    if full:
-        where += f" AND agent NOT IN ({marks(len(full))})"
-        params += full
     where += f" AND (labels IS NULL OR {d.labels_within})"
     params.append(json.dumps(sorted(worker.labels)))
-    sql = f"SELECT id, agent FROM jobs WHERE {where} ORDER BY created_at, id LIMIT ?{d.skip_locked}"
-    return tx.exec(sql, (*params, window))
+    return where, params
 
 
-def _take(
-    tx: Tx,
-    d: Dialect,
-    worker: WorkerInfo,
-    room: int,
-    held: dict[str, int],
-    per_agent: Callable[[str], int],
-    only: Sequence[str],
-    window: int,
-    rows: list[Any],
-) -> list[tuple[list[tuple[str, str]], Rows]]:
-    """Pick and claim up to `room` candidates oldest first from `rows` (the first window), counting each agent's
-    slots in `held` as it goes; a window whose jobs were all of agents at their limit is followed by the next.
-
-    Each take's rows (id, epoch) are read only when asked: the candidates are locked (SQLite's write lock,
-    PostgreSQL's FOR UPDATE), so every job picked is taken, and on PostgreSQL the last take goes to the server
-    with the commit."""
-    full = {agent for agent, n in held.items() if n >= per_agent(agent)}
-    passed_over: set[str] = set()  # the agents the query of `rows` left out
-    taken: list[tuple[list[tuple[str, str]], Rows]] = []
-    while True:
-        picked: list[tuple[str, str]] = []
-        for job_id, agent in rows:
-            if len(picked) >= room:
-                break
-            if agent not in full and held.get(agent, 0) >= per_agent(agent):
-                full.add(agent)
-            if agent in full:
-                continue
-            picked.append((str(job_id), str(agent)))
-            held[agent] = held.get(agent, 0) + 1
-        if picked:
-            ids = [j for j, _ in picked]
-            taking = (worker.id, worker.lease_s, worker.pid, worker.start_ticks, *ids)
-            where = f"WHERE id IN ({marks(len(ids))}) AND status = 'queued' AND worker IS NULL RETURNING id, epoch"
-            taken.append((picked, tx.exec(f"{_CLAIM.format(now=d.now)} {where}", taking)))
-            room -= len(picked)
-        if room <= 0 or len(rows) < window or (not picked and full == passed_over):
-            return taken  # full, or the window held every candidate, or nothing new could start
-        passed_over = set(full)
-        rows = _candidates(tx, d, worker, only, sorted(full), window).fetchall()
+# The kinds of `_claim_sql`'s rows: one summary (how many candidates, the room in total, whether a job the worker
+# could run is left), a job taken (or, where the statement only chooses, chosen), an agent of no limit given.
+_SUMMARY, _TAKEN, _UNKNOWN = 0, 1, 2
+_MET = "_claim_agents_met"
 
 
-def _won(taken: list[tuple[list[tuple[str, str]], Rows]]) -> list[tuple[str, str, int]]:
-    """(job id, agent, epoch) of each job taken."""
-    won: list[tuple[str, str, int]] = []
-    for picked, rows in taken:
-        epochs = {str(j): int(e) for j, e in rows}
-        won += [(job_id, agent, epochs[job_id]) for job_id, agent in picked if job_id in epochs]
-    return won
+def _claim_sql(
+    d: Dialect, worker: WorkerInfo, only: Sequence[str], window: int, limits: str, free: int, max_total: int
+) -> tuple[str, list[Any]]:
+    """The claim's one statement and its values: rows (kind, job id, agent, epoch, created_at, candidates, room,
+    left), `kind` one of _SUMMARY, _TAKEN, _UNKNOWN.
+
+    The window holds the oldest jobs the worker can run, none of an agent already at its limit, locked and
+    passing over those another transaction holds (PostgreSQL); of them are chosen, oldest first, those within
+    their agent's room (its limit less the slots it holds on every worker) and the room in total (`free`, and
+    `max_total` less every slot held). An agent of no limit in `limits` stops the choice: nothing is chosen."""
+    where, eligible = _eligible(d, worker, only)
+    sql = (
+        f"WITH lim AS ({d.claim_limits}),"
+        f" held AS (SELECT agent, count(*) AS n FROM jobs WHERE {HOLDS_SLOT} GROUP BY agent),"
+        f" cand AS (SELECT id, agent, created_at FROM jobs WHERE {where} AND NOT EXISTS (SELECT 1 FROM held"
+        " JOIN lim ON lim.agent = held.agent WHERE held.agent = jobs.agent AND held.n >= lim.n)"
+        f" ORDER BY created_at, id LIMIT ?{d.skip_locked}),"
+        " ranked AS (SELECT cand.id, cand.agent, cand.created_at, lim.n - COALESCE(held.n, 0) AS agent_room,"
+        " row_number() OVER (PARTITION BY cand.agent ORDER BY cand.created_at, cand.id) AS nth"
+        " FROM cand LEFT JOIN lim ON lim.agent = cand.agent LEFT JOIN held ON held.agent = cand.agent),"
+        f" total_room AS (SELECT {d.least}(?, ? - (SELECT COALESCE(sum(n), 0) FROM held)) AS n),"
+        " unknown AS (SELECT DISTINCT agent FROM ranked WHERE agent_room IS NULL),"
+        " fits AS (SELECT id, agent, created_at, row_number() OVER (ORDER BY created_at, id) AS k"
+        " FROM ranked WHERE nth <= agent_room),"
+        " chosen AS (SELECT id, agent, created_at FROM fits WHERE k <= (SELECT n FROM total_room)"
+        " AND NOT EXISTS (SELECT 1 FROM unknown))"
+    )
+    params: list[Any] = [limits, *eligible, window, free, max_total]
+    picked, source = "chosen.id, chosen.agent, NULL, chosen.created_at", "chosen"
+    if d.claim_takes:
+        sql += (
+            f", taken AS ({_CLAIM.format(now=d.now)} FROM chosen WHERE jobs.id = chosen.id"
+            " AND jobs.status = 'queued' AND jobs.worker IS NULL RETURNING jobs.id, jobs.agent, jobs.epoch,"
+            " jobs.created_at),"
+            " ran AS (UPDATE workers SET ran = ran + (SELECT count(*) FROM taken) WHERE id = ?"
+            " AND EXISTS (SELECT 1 FROM taken))"
+        )
+        params += [worker.id, worker.lease_s, worker.pid, worker.start_ticks, worker.id]
+        picked, source = "taken.id, taken.agent, taken.epoch, taken.created_at", "taken"
+    sql += (
+        f" SELECT {_SUMMARY}, NULL, NULL, NULL, NULL, (SELECT count(*) FROM cand), (SELECT n FROM total_room),"
+        f" CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {where} AND id NOT IN (SELECT id FROM chosen)) THEN 1 ELSE 0 END"
+        f" UNION ALL SELECT {_TAKEN}, {picked}, NULL, NULL, NULL FROM {source}"
+        f" UNION ALL SELECT {_UNKNOWN}, NULL, agent, NULL, NULL, NULL, NULL, NULL FROM unknown"
+    )
+    return sql, [*params, *eligible]

@@ -25,7 +25,16 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from relay.errors import ErrorCode, RelayError
-from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, pg_sql
+from relay.store.dialect import (
+    PG_CLAIM_LIMITS,
+    PG_MARK_AUDIT,
+    PG_REGISTER_WORKER,
+    Conflict,
+    Dialect,
+    Rows,
+    Step,
+    pg_sql,
+)
 from relay.store.pg.connect import conninfo, needs_check
 from relay.store.pg.errors import redact, relay_errors
 from relay.store.pg.schema import MIGRATION_LOCK, migrate
@@ -70,6 +79,8 @@ PG = Dialect(
     register_worker=PG_REGISTER_WORKER.format(now=_NOW),
     greatest="greatest",
     least="least",
+    claim_limits=PG_CLAIM_LIMITS,
+    claim_takes=True,
 )
 
 
@@ -272,7 +283,7 @@ class PgConn(ABC):
 
     def wrote(self, sql: str) -> None:
         """Count a statement that may have changed a job's row, once it ran (or failed): `job_writes`."""
-        if sql.startswith(JOB_WRITES):
+        if sql.startswith(JOB_WRITES) or (sql.startswith("WITH") and "AS (UPDATE jobs " in sql):  # a claim, a beat
             with self._count:
                 self.job_writes += 1
                 self.queued_writes += int(sql.startswith("INSERT INTO jobs") or "status='queued'," in sql)
