@@ -44,9 +44,14 @@ def stdout_copy(store: JobStore, job: str) -> bytes:
 
 
 async def ticking_on(front: Engine, log: Path, job: str, marker: str, worker: str, runs: int = 1) -> None:
-    """Until the job (its agent named by `marker`, its prompt) runs on `worker` and `runs` runs of it ticked."""
+    """Until the job (its agent named by `marker`, its prompt) runs on `worker`, the store says so (`running`: a
+    claim the worker had not yet marked running would be queued again, not judged), and `runs` runs of it ticked."""
     with anyio.fail_after(60):
-        while (front.get(job).worker or "").split("/")[0] != worker or len(ticks(log).get(marker, {})) < runs:
+        while True:
+            rec = front.get(job)
+            on = (rec.worker or "").split("/")[0] == worker and rec.status == "running"
+            if on and len(ticks(log).get(marker, {})) >= runs:
+                return
             await anyio.sleep(0.05)
 
 
@@ -74,7 +79,10 @@ async def test_a_worker_stopped_past_its_lease_kills_its_agent_before_the_lease_
                 assert heard is not None
                 lease_end = heard.heartbeat_at + LEASE_S  # the lease's end in the store's view
                 assert rec.status == "interrupted" and rec.finished_at is not None, rec
-                assert last_tick(log) < lease_end <= rec.finished_at + 0.5
+                marks = list((tmp_path / "home-a").rglob(f"{job}/fenced"))
+                killed_at = marks[0].read_text().strip() if marks else "no mark"
+                timeline = f"renewed {heard.heartbeat_at}, killed {killed_at}, judged {rec.finished_at}"
+                assert last_tick(log) < lease_end <= rec.finished_at + 0.5, timeline
                 assert agent_processes("job-paused") == []  # dead before it was judged, while its worker sleeps
                 copied = stdout_copy(store, job)
             finally:
@@ -116,7 +124,7 @@ async def test_a_worker_cut_off_past_its_lease_stops_its_agent_before_the_retry_
             await anyio.sleep(LEASE_S * 2)  # host-a hears from the store again and tries its writes
         runs = ticks(log)["job-retried"]
         assert len(runs) == 2 and overlapping(runs) == [], runs
-        first, second = sorted(runs, key=lambda pid: runs[pid][0])
+        first, second = sorted(runs, key=lambda run: runs[run][0])
         assert runs[first][1] / 1e9 < cut_at + LEASE_S  # the first run ended within the lease it last had
         copy = stdout_copy(store, job).decode()
         assert f" {second} " in copy and f" {first} " not in copy  # the lost run's lines are not the re-run's
