@@ -1,8 +1,10 @@
 """Where a job is admitted: on the event loop when it runs in its folder as it is, in a worker thread when its
-admission may run git (a worktree made or made again), so the loop answers other calls meanwhile."""
+admission may run git (a worktree made or made again), so the loop answers other calls meanwhile; and a job
+submitted here is followed and waited on without reading its row to find it visible."""
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,7 +14,10 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from relay.errors import ErrorCode, RelayError
 from relay.jobs.engine import Engine, JobRequest
+from relay.principal import Principal, acting_as
+from relay.store import JobRecord
 from tests.conftest import RECORDINGS, SettingsFactory
 from tests.jobs.fakeproc import Spawner
 
@@ -80,3 +85,50 @@ async def test_a_worktree_job_is_admitted_in_a_worker_thread(make_settings: Sett
         with anyio.fail_after(ADMIT_S):
             rec = await engine.wait_one(admitted[0], ADMIT_S)
     assert rec.request.get("worktree") is not None
+
+
+async def test_following_and_waiting_on_a_job_submitted_here_reads_its_row_only_for_its_end(
+    make_settings: SettingsFactory, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spawner = Spawner()
+    async with Engine(make_settings(), spawn=spawner).running() as engine:
+        with acting_as(Principal("alice", "user")):
+            job_id = await engine.submit_off_loop(JobRequest(agent="claude", prompt="hi", cwd=str(workdir)))
+            (proc,) = await spawner.wait_for(1)
+            reads: list[str] = []
+            get_job = engine.store.get_job
+
+            def counted(job_id: str, *, principal: str | None = None) -> JobRecord | None:
+                reads.append(job_id)
+                return get_job(job_id, principal=principal)
+
+            monkeypatch.setattr(engine.store, "get_job", counted)
+            events = engine.subscribe(job_id)
+            assert reads == []  # its principal is known here: no read to find it visible
+            proc.write(TEXT_RUN)
+            proc.exit(0)
+            with anyio.fail_after(ADMIT_S):
+                rec = await engine.wait_one(job_id, ADMIT_S)
+            events.close()
+    assert rec.status == "completed"
+    assert reads.count(job_id) <= 2  # its end (finish.py) and the record wait_one returns, at most
+
+
+async def test_another_principal_still_finds_no_job_by_an_id_submitted_here(
+    make_settings: SettingsFactory, workdir: Path
+) -> None:
+    spawner = Spawner()
+    async with Engine(make_settings(), spawn=spawner).running() as engine:
+        with acting_as(Principal("alice", "user")):
+            job_id = await engine.submit_off_loop(JobRequest(agent="claude", prompt="hi", cwd=str(workdir)))
+        (proc,) = await spawner.wait_for(1)
+        with acting_as(Principal("bob", "user")):
+            for follow in (engine.subscribe, lambda j: engine.wait_one(j, 0), lambda j: engine.wait([j], "any", 0)):
+                with pytest.raises(RelayError) as refused:
+                    result = follow(job_id)
+                    if inspect.isawaitable(result):
+                        await result
+                assert refused.value.code is ErrorCode.JOB_NOT_FOUND
+        proc.exit(0)
+        with anyio.fail_after(ADMIT_S):
+            await engine.wait_one(job_id, ADMIT_S)

@@ -35,6 +35,7 @@ LAYERS = [
     "fence",
     "output",
     "bounds",
+    "known",
 ]
 MAX_LINES = 400
 

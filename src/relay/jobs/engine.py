@@ -17,6 +17,7 @@ each one responsibility, dependencies pointing down:
     request.py    JobRequest and the steps of its admission (grants.py: the permission decision; sessions.py:
                   which session it resumes; depth.py: how deep); gitprobe.py  files_changed
     state.py      what the rooms share (settings, store, jobs of this process, change notices)
+    known.py      whose each job submitted here is: following or waiting on it reads no row to find it visible
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from relay.jobs.admission import Admission
 from relay.jobs.depth import check_depth, with_inherited_depth
 from relay.jobs.door import Admitted, Door
 from relay.jobs.envelope import envelope
+from relay.jobs.known import Known
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page
 from relay.jobs.paging import job_cursor, parse_cursor, read_page
@@ -49,7 +51,7 @@ from relay.jobs.state import JobState, new_job_id
 from relay.jobs.tending import Tending
 from relay.jobs.waiting import Waiting
 from relay.jobs.workspace import JobWorkspaces, next_for
-from relay.principal import visible_to
+from relay.principal import current, visible_to
 from relay.runtime import choice, supervisor
 from relay.runtime.supervisor import JobFiles
 from relay.store import JobRecord, JobStore, SessionRecord, WorkerInfo
@@ -86,6 +88,7 @@ class Engine:
         self._recovery = Recovery(self._state, self._lifecycle)
         self._tending = Tending(self._state, self._lifecycle, self._recovery)
         self._waiting = Waiting(self._state)
+        self._known = Known(lambda job_id: self.get(job_id).id)  # whose each job submitted here is: no re-reads
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------
@@ -178,20 +181,17 @@ class Engine:
     def submit(self, req: JobRequest) -> str:
         """Admit (relay.jobs.door), record and queue a job; returns its id. Raises RelayError on bad input."""
         self._state.task_group()
-        job_id = new_job_id()
-        return self._queue(self._door.admit(req, job_id))
+        return self._queue(self._door.admit(req, new_job_id()))
 
     async def submit_confirmed(self, req: JobRequest) -> str:
         """`submit`, asking the person first when the job is above its grant; else `PERMISSION_NOT_GRANTED`."""
         self._state.task_group()
-        job_id = new_job_id()
-        return self._queue(await self._door.admit_confirmed(req, job_id))
+        return self._queue(await self._door.admit_confirmed(req, new_job_id()))
 
     async def submit_off_loop(self, req: JobRequest) -> str:
         """`submit` with its admission in a worker thread (a worktree made meanwhile): for a caller on the loop."""
         self._state.task_group()
-        job_id = new_job_id()
-        return self._queue(await self._door.admit_off_loop(req, job_id))
+        return self._queue(await self._door.admit_off_loop(req, new_job_id()))
 
     def _queue(self, admitted: Admitted) -> str:
         """An admitted job recorded (its folder first: a row without a folder could not run) and queued."""
@@ -202,6 +202,7 @@ class Engine:
         stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth) | submit.stored
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
+        self._known.add(job_id, current().name)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id)
         self._lifecycle.pump()
@@ -232,6 +233,7 @@ class Engine:
         self._make_dir(job_id)
         request = {"via": SUBMITTED_VIA.get()} | request
         self._state.insert_job(job_id, agent, "task", request, model, None)
+        self._known.add(job_id, current().name)
         self._lifecycle.start_task(job_id, task, timeout_s or self.settings.job_timeout_s)
         return job_id
 
@@ -357,16 +359,16 @@ class Engine:
     # waiting and cancelling ---------------------------------------------------------------
 
     def subscribe(self, job_id: str) -> MemoryObjectReceiveStream[tuple[int, Event]]:
-        return self._waiting.subscribe(self.get(job_id).id)
+        return self._waiting.subscribe(self._known.id(job_id))
 
     async def wait(
         self, job_ids: list[str], mode: Literal["any", "all"] = "any", timeout: float = 30.0
     ) -> list[JobRecord]:
         """Block until any/all of the jobs are final or `timeout` passes; returns their records."""
-        return await self._waiting.wait([self.get(j).id for j in job_ids], mode, timeout)
+        return await self._waiting.wait([self._known.id(j) for j in job_ids], mode, timeout)
 
     async def wait_one(self, job_id: str, timeout: float) -> JobRecord:
-        return await self._waiting.wait_one(self.get(job_id).id, timeout)
+        return await self._waiting.wait_one(self._known.id(job_id), timeout)
 
     async def cancel(self, job_id: str) -> JobRecord:
         """Stop a job: kill its whole process group (SIGTERM, grace, SIGKILL) and mark it cancelled."""
