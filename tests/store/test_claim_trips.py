@@ -70,3 +70,30 @@ def test_a_job_read_before_its_claim_is_read_claimed_after_it(store: JobStore) -
     assert store.claim(W, free=1, max_total=4, per_agent=lambda _: 4) == [("j", "claude", 1)]
     after = store.get_job("j")
     assert after is not None and (after.worker, after.epoch) == ("w/1", 1)
+
+
+def test_a_full_window_of_an_agent_at_its_limit_is_followed_by_the_jobs_behind_it(store: JobStore) -> None:
+    queue(store, *[(f"c{i:02d}", "claude") for i in range(30)], ("x1", "codex"), ("x2", "codex"))
+    won = store.claim(W, free=4, max_total=10, per_agent=lambda agent: 2 if agent == "claude" else 10)
+    assert [j for j, _, _ in won] == ["c00", "c01", "x1", "x2"]
+
+
+def test_a_claim_says_whether_a_job_its_worker_could_run_may_be_left(store: JobStore) -> None:
+    def claim(free: int, total: int = 10) -> tuple[list[str], bool]:
+        won, left = store._claim(W, free, total, lambda agent: 1 if agent == "claude" else 10, ())  # pyright: ignore[reportPrivateUsage]
+        return [j for j, _, _ in won], left
+
+    queue(store, ("a", "claude"), ("b", "claude"), ("c", "codex"))
+    assert claim(1) == (["a"], True)
+    assert claim(4) == (["c"], True)  # b waits for claude's slot
+    assert claim(4) == ([], True)
+    assert end_of(store, "a")
+    assert claim(4, total=1) == ([], True)  # c holds the one slot in total
+    queue(store, ("d", "gemini"))
+    assert claim(4) == (["b", "d"], False)  # every job it could run taken
+
+
+def end_of(store: JobStore, job_id: str) -> bool:
+    return store.finish_job(
+        job_id, "completed", exit_code=0, result=None, error=None, session_id=None, model=None, epoch=1
+    )

@@ -128,10 +128,7 @@ class Conn(Protocol):
     def close(self) -> None: ...
 
 
-# The rows (agent, n) of the claim's per-agent limits, from one JSON mark.
-SQLITE_CLAIM_LIMITS = (
-    "SELECT json_extract(value, '$.agent') AS agent, json_extract(value, '$.n') AS n FROM json_each(?)"
-)
+# The rows (agent, n) of a claim's per-agent limits, from one JSON mark ([{"agent": ..., "n": ...}, ...]).
 PG_CLAIM_LIMITS = "SELECT agent, n FROM json_to_recordset(?::json) AS l(agent text, n int)"
 
 
@@ -156,12 +153,12 @@ class Dialect:
     register_worker: str  # the upsert of a worker's row: params worker_row(...)
     greatest: str  # the larger of two values
     least: str  # the smaller of two values
-    # The claim's per-agent limits as rows (agent, n) of one JSON mark ([{"agent": ..., "n": ...}, ...]).
-    claim_limits: str = SQLITE_CLAIM_LIMITS
-    # Whether the claim's one statement takes the jobs it chose and counts them in the worker's `ran` too (a
-    # data-modifying WITH: PostgreSQL, where each read is a round trip), or leaves that to two more statements of
-    # its transaction (SQLite, whose UPDATE cannot be in a WITH and whose reads cost no round trip).
-    claim_takes: bool = False
+    # Whether a claim is one statement that decides, takes and counts (a data-modifying WITH, sent with the lock and
+    # the commit: PostgreSQL, where each read is a round trip), or a transaction that reads the slots held and the
+    # candidates and decides between its statements (SQLite: a read costs no round trip, and the one statement's
+    # sorts and joins cost it more than the decision in Python).
+    claim_in_one: bool = False
+    claim_limits: str = ""  # with claim_in_one: the rows (agent, n) of the claim's per-agent limits, from one mark
 
 
 # The audit mark and the worker's row are the two upserts whose keys differ (SQLite keeps one mark, a shared

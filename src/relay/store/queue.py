@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relay.store.dialect import Dialect, OverConn, Step, marks, timed
+from relay.store.dialect import Dialect, OverConn, Rows, Step, Tx, marks, timed
 
 # The jobs that hold a slot: claimed and not final. In-process tasks (model calls) take no slot.
 HOLDS_SLOT = "status IN ('queued', 'running') AND worker IS NOT NULL AND kind = 'cli'"
@@ -190,36 +190,58 @@ class ClaimsBody(OverConn):
         """Claim up to `free` queued jobs this worker can run, oldest first, within the limits counted over
         every worker; returns (job id, agent, epoch) of each. `only`: consider just these jobs.
 
-        On PostgreSQL the lock, the count and the first window go in one round trip, the take and the commit
-        in one more each: the lock is held for as short a time as the network allows."""
+        On PostgreSQL the lock, the one statement that decides and takes, and the commit go to the server together:
+        one round trip, and the lock is held for as short a time as the network allows."""
         return self._claim(worker, free, max_total, per_agent, only)[0]
 
     def _claim(
         self, worker: WorkerInfo, free: int, max_total: int, per_agent: Callable[[str], int], only: Sequence[str]
     ) -> tuple[list[tuple[str, str, int]], bool]:
-        """`claim`'s work, and whether a queued job this worker could run may be left (False: it took them all).
+        """`claim`'s work, and whether a queued job this worker could run may be left (False: it took them all)."""
+        if free <= 0:
+            return [], True
+        # Each candidate read is locked on PostgreSQL: a window just larger than the slots to fill.
+        window = min(CLAIM_WINDOW, 2 * free + WINDOW_SPARE)
+        if self._db.dialect.claim_in_one:
+            return self._claim_in_one(worker, free, max_total, per_agent, only, window)
+        with self._db.tx(lock=True) as tx:
+            counts = tx.exec(f"SELECT agent, count(*) FROM jobs WHERE {HOLDS_SLOT} GROUP BY agent")
+            where, params = _eligible(self._db.dialect, worker, only)
+            rows = _candidates(tx, where, params, (), window).fetchall()
+            held = {str(a): int(n) for a, n in counts}
+            room = min(free, max_total - sum(held.values()))
+            if room <= 0:
+                return [], bool(rows)
+            taken = _take(tx, self._db.dialect, worker, room, held, per_agent, (where, params), window, rows)
+            count = sum(len(picked) for picked, _ in taken)
+            if count:
+                tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (count, worker.id))
+        return _won(taken), not (count == len(rows) < window)
 
-        One statement decides (`_claim_sql`: the slots held per agent, the window of candidates, each agent's room
-        and the total's); on PostgreSQL it takes the jobs too, and goes with the lock and the commit: one round trip.
+    def _claim_in_one(
+        self,
+        worker: WorkerInfo,
+        free: int,
+        max_total: int,
+        per_agent: Callable[[str], int],
+        only: Sequence[str],
+        window: int,
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        """`_claim` in one statement (`_claim_sql`: it decides, takes and counts what the worker ran), sent with the
+        lock and the commit: one round trip (PostgreSQL).
+
         A full window that left room because an agent reached its limit is followed by another, which leaves that
         agent out. The statement is given the limits of the agents the worker names, or of those this store met in
         the queue: one it does not know (a new agent's job, for a worker of every agent) stops it before it takes
         anything, and it runs again with that agent's limit."""
-        if free <= 0:
-            return [], True
         d = self._db.dialect
-        # Each candidate read is locked on PostgreSQL: a window just larger than the slots to fill.
-        window = min(CLAIM_WINDOW, 2 * free + WINDOW_SPARE)
+        lock = [Step(d.claim_lock)] if d.claim_lock is not None else []
         won: list[tuple[str, str, int]] = []
         while True:
             known = frozenset(worker.agents) if worker.agents is not None else self._agents_met()
             limits = json.dumps([{"agent": a, "n": per_agent(a)} for a in sorted(known)])
             sql, params = _claim_sql(d, worker, only, window, limits, free, max_total)
-            lock = [Step(d.claim_lock)] if d.claim_lock is not None else []
-            if d.claim_takes:
-                rows = self._db.batch([*lock, Step(sql, params)], lock=True)[-1].fetchall()
-            else:
-                rows = self._take_chosen(worker, lock, sql, params)
+            rows = self._db.batch([*lock, Step(sql, params)], lock=True)[-1].fetchall()
             *_, candidates, room, left = next(r for r in rows if r[0] == _SUMMARY)
             met = {str(r[2]) for r in rows if r[0] == _UNKNOWN}
             if met - known:  # nothing was taken: again, with their limits
@@ -235,28 +257,6 @@ class ClaimsBody(OverConn):
         """The agents whose jobs this store's claims met in the queue (their limits go with every claim)."""
         met: frozenset[str] = self.__dict__.get(_MET, frozenset())
         return met
-
-    def _take_chosen(self, worker: WorkerInfo, lock: list[Step], sql: str, params: Sequence[Any]) -> list[Any]:
-        """`_claim_sql`'s rows where it only chooses (SQLite): the jobs chosen are taken and counted in the worker's
-        `ran` by two more statements of its transaction, and their rows carry the epochs they were taken under."""
-        with self._db.tx(lock=True) as tx:
-            for step in lock:
-                tx.exec(step.sql, step.params)
-            rows = tx.exec(sql, params).fetchall()
-            ids = [str(r[1]) for r in rows if r[0] == _TAKEN]
-            if not ids:
-                return rows
-            claim = _CLAIM.format(now=self._db.dialect.now)
-            where = f"WHERE id IN ({marks(len(ids))}) AND status = 'queued' AND worker IS NULL RETURNING id, epoch"
-            taking = (worker.id, worker.lease_s, worker.pid, worker.start_ticks, *ids)
-            epochs = {str(j): int(e) for j, e in tx.exec(f"{claim} {where}", taking)}
-            if epochs:
-                tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (len(epochs), worker.id))
-        return [
-            (*r[:3], epochs[str(r[1])], *r[4:]) if r[0] == _TAKEN else r
-            for r in rows
-            if r[0] != _TAKEN or str(r[1]) in epochs
-        ]
 
     @timed
     def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:
@@ -344,6 +344,63 @@ def _eligible(d: Dialect, worker: WorkerInfo, only: Sequence[str]) -> tuple[str,
     return where, params
 
 
+def _candidates(tx: Tx, where: str, params: list[Any], full: Sequence[str], window: int) -> Rows:
+    """The oldest `window` jobs of `where` (`_eligible`), none of the agents in `full`."""
+    if full:
+        where += f" AND agent NOT IN ({marks(len(full))})"
+    sql = f"SELECT id, agent FROM jobs WHERE {where} ORDER BY created_at, id LIMIT ?"
+    return tx.exec(sql, (*params, *full, window))
+
+
+def _take(
+    tx: Tx,
+    d: Dialect,
+    worker: WorkerInfo,
+    room: int,
+    held: dict[str, int],
+    per_agent: Callable[[str], int],
+    eligible: tuple[str, list[Any]],
+    window: int,
+    rows: list[Any],
+) -> list[tuple[list[tuple[str, str]], Rows]]:
+    """Pick and claim up to `room` candidates oldest first from `rows` (the first window), counting each agent's
+    slots in `held` as it goes; a window whose jobs were all of agents at their limit is followed by the next
+    (SQLite: the transaction holds the write lock, so every job picked is taken)."""
+    full = {agent for agent, n in held.items() if n >= per_agent(agent)}
+    passed_over: set[str] = set()  # the agents the query of `rows` left out
+    taken: list[tuple[list[tuple[str, str]], Rows]] = []
+    while True:
+        picked: list[tuple[str, str]] = []
+        for job_id, agent in rows:
+            if len(picked) >= room:
+                break
+            if agent not in full and held.get(agent, 0) >= per_agent(agent):
+                full.add(agent)
+            if agent in full:
+                continue
+            picked.append((str(job_id), str(agent)))
+            held[agent] = held.get(agent, 0) + 1
+        if picked:
+            ids = [j for j, _ in picked]
+            taking = (worker.id, worker.lease_s, worker.pid, worker.start_ticks, *ids)
+            where = f"WHERE id IN ({marks(len(ids))}) AND status = 'queued' AND worker IS NULL RETURNING id, epoch"
+            taken.append((picked, tx.exec(f"{_CLAIM.format(now=d.now)} {where}", taking)))
+            room -= len(picked)
+        if room <= 0 or len(rows) < window or (not picked and full == passed_over):
+            return taken  # full, or the window held every candidate, or nothing new could start
+        passed_over = set(full)
+        rows = _candidates(tx, *eligible, sorted(full), window).fetchall()
+
+
+def _won(taken: list[tuple[list[tuple[str, str]], Rows]]) -> list[tuple[str, str, int]]:
+    """(job id, agent, epoch) of each job taken."""
+    won: list[tuple[str, str, int]] = []
+    for picked, rows in taken:
+        epochs = {str(j): int(e) for j, e in rows}
+        won += [(job_id, agent, epochs[job_id]) for job_id, agent in picked if job_id in epochs]
+    return won
+
+
 # The kinds of `_claim_sql`'s rows: one summary (how many candidates, the room in total, whether a job the worker
 # could run is left), a job taken (or, where the statement only chooses, chosen), an agent of no limit given.
 _SUMMARY, _TAKEN, _UNKNOWN = 0, 1, 2
@@ -353,13 +410,13 @@ _MET = "_claim_agents_met"
 def _claim_sql(
     d: Dialect, worker: WorkerInfo, only: Sequence[str], window: int, limits: str, free: int, max_total: int
 ) -> tuple[str, list[Any]]:
-    """The claim's one statement and its values: rows (kind, job id, agent, epoch, created_at, candidates, room,
-    left), `kind` one of _SUMMARY, _TAKEN, _UNKNOWN.
+    """The claim as one statement (PostgreSQL) and its values: rows (kind, job id, agent, epoch, created_at,
+    candidates, room, left), `kind` one of _SUMMARY, _TAKEN, _UNKNOWN.
 
     The window holds the oldest jobs the worker can run, none of an agent already at its limit, locked and
-    passing over those another transaction holds (PostgreSQL); of them are chosen, oldest first, those within
-    their agent's room (its limit less the slots it holds on every worker) and the room in total (`free`, and
-    `max_total` less every slot held). An agent of no limit in `limits` stops the choice: nothing is chosen."""
+    passing over those another transaction holds; of them are taken, oldest first, those within their agent's room
+    (its limit less the slots it holds on every worker) and the room in total (`free`, and `max_total` less every
+    slot held), and counted in the worker's `ran`. An agent of no limit in `limits` stops it: nothing is taken."""
     where, eligible = _eligible(d, worker, only)
     sql = (
         f"WITH lim AS ({d.claim_limits}),"
@@ -374,25 +431,15 @@ def _claim_sql(
         " unknown AS (SELECT DISTINCT agent FROM ranked WHERE agent_room IS NULL),"
         " fits AS (SELECT id, agent, created_at, row_number() OVER (ORDER BY created_at, id) AS k"
         " FROM ranked WHERE nth <= agent_room),"
-        " chosen AS (SELECT id, agent, created_at FROM fits WHERE k <= (SELECT n FROM total_room)"
-        " AND NOT EXISTS (SELECT 1 FROM unknown))"
-    )
-    params: list[Any] = [limits, *eligible, window, free, max_total]
-    picked, source = "chosen.id, chosen.agent, NULL, chosen.created_at", "chosen"
-    if d.claim_takes:
-        sql += (
-            f", taken AS ({_CLAIM.format(now=d.now)} FROM chosen WHERE jobs.id = chosen.id"
-            " AND jobs.status = 'queued' AND jobs.worker IS NULL RETURNING jobs.id, jobs.agent, jobs.epoch,"
-            " jobs.created_at),"
-            " ran AS (UPDATE workers SET ran = ran + (SELECT count(*) FROM taken) WHERE id = ?"
-            " AND EXISTS (SELECT 1 FROM taken))"
-        )
-        params += [worker.id, worker.lease_s, worker.pid, worker.start_ticks, worker.id]
-        picked, source = "taken.id, taken.agent, taken.epoch, taken.created_at", "taken"
-    sql += (
+        " chosen AS (SELECT id FROM fits WHERE k <= (SELECT n FROM total_room) AND NOT EXISTS (SELECT 1 FROM unknown)),"
+        f" taken AS ({_CLAIM.format(now=d.now)} FROM chosen WHERE jobs.id = chosen.id"
+        " AND jobs.status = 'queued' AND jobs.worker IS NULL RETURNING jobs.id, jobs.agent, jobs.epoch, jobs.created_at),"
+        " ran AS (UPDATE workers SET ran = ran + (SELECT count(*) FROM taken) WHERE id = ?"
+        " AND EXISTS (SELECT 1 FROM taken))"
         f" SELECT {_SUMMARY}, NULL, NULL, NULL, NULL, (SELECT count(*) FROM cand), (SELECT n FROM total_room),"
         f" CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {where} AND id NOT IN (SELECT id FROM chosen)) THEN 1 ELSE 0 END"
-        f" UNION ALL SELECT {_TAKEN}, {picked}, NULL, NULL, NULL FROM {source}"
+        f" UNION ALL SELECT {_TAKEN}, id, agent, epoch, created_at, NULL, NULL, NULL FROM taken"
         f" UNION ALL SELECT {_UNKNOWN}, NULL, agent, NULL, NULL, NULL, NULL, NULL FROM unknown"
     )
-    return sql, [*params, *eligible]
+    taking = [worker.id, worker.lease_s, worker.pid, worker.start_ticks, worker.id]
+    return sql, [limits, *eligible, window, free, max_total, *taking, *eligible]

@@ -79,8 +79,8 @@ PG = Dialect(
     register_worker=PG_REGISTER_WORKER.format(now=_NOW),
     greatest="greatest",
     least="least",
+    claim_in_one=True,
     claim_limits=PG_CLAIM_LIMITS,
-    claim_takes=True,
 )
 
 
