@@ -18,6 +18,7 @@ from relay.jobs.workspace import JobWorkspaces
 from relay.secrets import redact
 from relay.store import JobRecord, SessionTurn
 from relay.store.health import disk_full, low_space, os_error
+from relay.store.jobwrite import End, JobWrite, Pending
 from relay.telemetry import job as telemetry
 
 # A stop reason for a job whose output the store could not keep: `store:<ErrorCode>`.
@@ -57,14 +58,25 @@ class Finisher:
         self._state = state
         self.workspaces = JobWorkspaces(state)
 
-    def finalize(self, job_id: str, parser: Parser, exit_code: int | None, stop_reason: str | None) -> None:
-        """A CLI job's process has ended: ask the parser for the result and record the outcome."""
+    def finalize(
+        self,
+        job_id: str,
+        parser: Parser,
+        exit_code: int | None,
+        stop_reason: str | None,
+        pending: Pending | None = None,
+        mirror: Mirror | None = None,
+    ) -> None:
+        """A CLI job's process has ended: ask the parser for the result and record the outcome (with the job's
+        `pending` writes, in one transaction; `mirror`: the job's, which knows what the store holds of its files)."""
         state = self._state
         files = state.files(job_id)
         if state.fence.cut(job_id, files.dir):
             return  # past the lease this worker last renewed (jobs/fence.py): the job's end is the store's to judge
         rec = state.store.get_job(job_id)
         if rec is None or rec.is_final:
+            if pending is not None:
+                pending.send(state.store)  # what its last look found, as it would have been written then
             return
         stop = stop_reason or rec.stop_reason
         result = parser.finish(exit_code, files.stderr_tail())
@@ -107,7 +119,7 @@ class Finisher:
         if status in ("failed", "interrupted") and low_space(files.dir):
             # The agent's output stopped because the disk filled (its writes failed): say so.
             status, error = "failed", disk_full(state.settings.home)
-        self.store_result(rec, status, result, error, exit_code)
+        self.store_result(rec, status, result, error, exit_code, pending, mirror)
 
     def fail(self, rec: JobRecord, err: RelayError) -> None:
         self.store_result(rec, "failed", AgentResult(ok=False, error=err), err, None)
@@ -134,7 +146,11 @@ class Finisher:
         result: AgentResult,
         error: RelayError | None,
         exit_code: int | None,
+        pending: Pending | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
+        """Record the job's end: its result file, the rest of its outputs (`mirror`, when the store spans hosts), its
+        final state and its session's turn, in one transaction with its `pending` writes (its last events)."""
         state = self._state
         files = state.files(rec.id)
         chars: int | None = None
@@ -175,21 +191,25 @@ class Finisher:
                 cost=result.cost_usd or 0.0,
                 principal=rec.principal,
             )
-        if state.store.spans_hosts:  # the outputs reach the store before the end does (a front then pages them)
-            Mirror(state.store, rec.id, files, epoch=state.epochs.get(rec.id), fence=state.fence).sync_all()
-        # The final state and the session's turn in one transaction (one commit on the way to the reply).
-        recorded = state.store.finish_job(
-            rec.id,
+        epoch = state.epochs.get(rec.id)
+        pending = pending or Pending(JobWrite(rec.id, epoch))
+        if state.store.spans_hosts:  # the outputs reach the store with the end (a front then pages them)
+            mirror = mirror or Mirror(state.store, rec.id, files, epoch=epoch, fence=state.fence)
+            mirror.sync_all(pending)
+        # The final state, the session's turn and what the job's last look found: one transaction, one commit on the
+        # way to the reply.
+        pending.write.end = End(
             status,
-            exit_code=exit_code,
-            result=payload,
-            error=error.to_dict() if error else None,
-            session_id=result.session_id,
-            model=result.model if result.model else None,
+            exit_code,
+            payload,
+            error.to_dict() if error else None,
+            result.session_id,
+            result.model if result.model else None,
             output=text,
             output_chars=chars,
             session=session,
-            epoch=state.epochs.get(rec.id),
         )
-        if recorded:  # (not refused by its fence: then the job is another worker's to end)
-            telemetry.ended(rec.id, rec.agent, status, error.code.value if error else None, rec.started_at, rec.request)
+        running = pending.write.running  # its running mark goes with its end (a job that ended at its first look)
+        started = rec.started_at if running is None else running.at
+        if pending.send(state.store).ended:  # (not refused by its fence: then the job is another worker's to end)
+            telemetry.ended(rec.id, rec.agent, status, error.code.value if error else None, started, rec.request)

@@ -29,6 +29,7 @@ from relay.runtime.folders import MARKER, mark_spawning
 from relay.runtime.supervisor import JobFiles, JobProcess
 from relay.store import JobRecord
 from relay.store.health import release_reserve
+from relay.store.jobwrite import JobWrite, Pending, Running
 from relay.telemetry import job as telemetry
 
 # Starts a job's process; called on the event loop or in a worker thread.
@@ -43,6 +44,7 @@ FINISH_RETRY_S = 1.0
 
 # From this many jobs holding a slot (this one included), a job's end is recorded in a worker thread.
 FINALIZE_IN_THREAD_WHEN_RUNNING = 2
+
 
 # A file written just before a job's process is spawned (see recovery: a restarted relay must not
 # run a job twice whose spawn it did not see recorded).
@@ -214,23 +216,11 @@ class Lifecycle:
             proc = self._spawn(prepared.invocation, files)
         except (OSError, ValueError) as exc:
             raise _SpawnError from exc
-        # Recorded at once (not after a hop back to the event loop), so a relay killed now still
-        # knows the process it started.
+        # Recorded with the job's first look (its events and output, or at once its end: one transaction). A relay
+        # killed before that finds the shim's pid in the job's folder and records it then (recovery.py).
         deadline = time.time() + prepared.timeout_s
-        recorded = state.store.mark_running(
-            job_id,
-            pid=proc.pid,
-            pid_start_ticks=proc.start_ticks,
-            boot_id=procinfo.boot_id(),
-            owner_pid=state.my_pid,
-            owner_start_ticks=state.my_start,
-            deadline_at=deadline,
-            idle_timeout_s=prepared.idle_timeout_s,
-            epoch=state.epochs.get(job_id),
-        )
-        if not recorded:  # its claim was taken over meanwhile: the process is stopped, the job is not ours
-            live.stop_reason = LEASE_LOST
-            live.stop.set()
+        mine = (procinfo.boot_id(), state.my_pid, state.my_start, deadline, prepared.idle_timeout_s)
+        live.running = Running(time.time(), proc.pid, proc.start_ticks, *mine)
         self._starting.discard(job_id)
         return proc, deadline
 
@@ -281,10 +271,18 @@ class Lifecycle:
         try:
             while True:
                 exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
+                # What this look finds goes to the store at once: its running mark (the first look), its events, its
+                # output; at the process's end, with the end itself (finalize).
+                pending = Pending(JobWrite(job_id, epoch, running=live.running))
+                pending.after.append(live.written)
                 try:
-                    seq, active = self.publisher.consume(job_id, live, reader, parser, seq, stored_seq, final=exited)
-                    if mirror is not None:
-                        mirror.sync()
+                    seq, active = self.publisher.consume(
+                        job_id, live, reader, parser, seq, stored_seq, final=exited, pending=pending
+                    )
+                    if not exited:
+                        if mirror is not None:
+                            mirror.sync(into=pending)
+                        pending.send(state.store)
                 except (OSError, RelayError) as exc:
                     # The job's output cannot be kept (disk full, read-only home): stop it, it ends failed.
                     failure = storage_failure(exc, state.settings.home)
@@ -321,7 +319,7 @@ class Lifecycle:
             proc.reap_group()
             if stop_reason == LEASE_LOST:
                 return  # the job is another worker's now: its end is not this one's to record
-            args = (job_id, parser, proc.exit_code(), stop_reason or store_stop)
+            args = (job_id, parser, proc.exit_code(), stop_reason or store_stop, pending, mirror)
             if len(state.running) >= FINALIZE_IN_THREAD_WHEN_RUNNING or job_id in self.pushes:
                 # Other jobs run too, and many may end together: this one's end (the parser's result, a
                 # `git status` in a repository, the result file, the final row) is recorded in a worker

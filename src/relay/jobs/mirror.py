@@ -10,11 +10,13 @@ store of one host (SQLite, the home's files shared), nothing is copied.
 from __future__ import annotations
 
 import codecs
+import functools
 from pathlib import Path
 
 from relay.jobs.fence import Fence
 from relay.runtime.supervisor import JobFiles
 from relay.store.api import JobStore
+from relay.store.jobwrite import Pending, Written
 
 # The most read from a file and appended at once.
 MIRROR_CHUNK = 1 << 20
@@ -56,26 +58,52 @@ class Mirror:
         # of a job `fresh`ly spawned.
         self._copied = dict.fromkeys(self._paths, 0) if fresh else store.output_sizes(job_id)
 
-    def sync(self, streams: tuple[str, ...] = ("stdout", "transcript")) -> None:
-        """Append what `streams` gained (at the job's end: every stream, the final text and stderr too)."""
+    def sync(self, streams: tuple[str, ...] = ("stdout", "transcript"), into: Pending | None = None) -> None:
+        """Append what `streams` gained (at the job's end: every stream, the final text and stderr too).
+
+        With `into` (the job's pending writes), the last piece of each stream goes with them (one transaction with
+        the job's events and state), and so do the transcript lines of its pending events, which its file gets only
+        once they are stored; what comes before goes first, a chunk at a time."""
         for stream in streams:
             if self.refused or (self._fence is not None and self._fence.cut(self._job_id, self._folder)):
                 return
-            path = self._paths[stream]
+            last = b""
             try:
-                fh = path.open("rb")
+                fh = self._paths[stream].open("rb")
             except FileNotFoundError:
-                continue
-            with fh:
-                fh.seek(self._copied[stream])
-                while chunk := fh.read(MIRROR_CHUNK):
-                    if self._store.append_output(self._job_id, stream, chunk, epoch=self._epoch) < 0:
-                        self.refused = True  # the claim is no longer this worker's
-                        return
-                    self._copied[stream] += len(chunk)
+                pass
+            else:
+                with fh:
+                    fh.seek(self._copied[stream])
+                    while chunk := fh.read(MIRROR_CHUNK):
+                        if last and not self._append(stream, last):
+                            return
+                        last = chunk
+            lines = into.transcript if into is not None and stream == "transcript" else b""
+            if into is None or (last and into.write.output_bytes() + len(last) > MIRROR_CHUNK):
+                if last and not self._append(stream, last):
+                    return
+                last = b""
+            if into is not None and last + lines:
+                into.write.outputs.append((stream, last + lines))
+                into.after.append(functools.partial(self._sent, stream, len(last) + len(lines)))
 
-    def sync_all(self) -> None:
-        self.sync(tuple(self._paths))
+    def _append(self, stream: str, data: bytes) -> bool:
+        """Append now; False once the claim is no longer this worker's."""
+        if self._store.append_output(self._job_id, stream, data, epoch=self._epoch) < 0:
+            self.refused = True
+            return False
+        self._copied[stream] += len(data)
+        return True
+
+    def _sent(self, stream: str, size: int, done: Written) -> None:
+        if done.held:
+            self._copied[stream] += size
+        else:
+            self.refused = True  # the claim is no longer this worker's
+
+    def sync_all(self, into: Pending | None = None) -> None:
+        self.sync(tuple(self._paths), into)
 
 
 def store_text_page(store: JobStore, job_id: str, stream: str, offset: int, limit: int) -> tuple[str, int]:

@@ -21,6 +21,7 @@ from relay.jobs.envelope import clip_event, render_event
 from relay.jobs.output import LineReader, write_bytes
 from relay.jobs.state import LEASE_LOST, JobState, Live
 from relay.osfiles import write_all
+from relay.store.jobwrite import Pending
 
 # Events are stored and forwarded in batches bounded in count and in text, so a flood of output
 # never sits in memory at once.
@@ -83,9 +84,19 @@ class Publisher:
         self._state = state
 
     def consume(
-        self, job_id: str, live: Live, reader: LineReader, parser: Parser, seq: int, stored_seq: int, *, final: bool
+        self,
+        job_id: str,
+        live: Live,
+        reader: LineReader,
+        parser: Parser,
+        seq: int,
+        stored_seq: int,
+        *,
+        final: bool,
+        pending: Pending | None = None,
     ) -> tuple[int, bool]:
-        """Feed new output lines to the parser; store and forward events past `stored_seq` in bounded batches.
+        """Feed new output lines to the parser; store and forward events past `stored_seq` in bounded batches
+        (the last one into `pending` when given: stored with the job's other writes, forwarded after).
 
         A pass from the job's first event (`seq` -1) while events are stored already (`stored_seq` >= 0) is a replay
         after a restart: the stored events are not stored again, and the transcript is written again from them (the
@@ -120,7 +131,10 @@ class Publisher:
         finally:
             if rebuild is not None:
                 rebuild.discard()
-        self.publish(job_id, live, batch)
+        if pending is None:
+            self.publish(job_id, live, batch)
+        else:
+            self.defer(job_id, live, batch, pending)
         return seq, active
 
     def _line(self, event: Event) -> str:
@@ -128,19 +142,39 @@ class Publisher:
         return render_event(Event(event.type, self._state.redacted(event.data))) + "\n"
 
     def publish(self, job_id: str, live: Live, events: list[tuple[int, Event]]) -> None:
+        """Store the events (and the session id they announce: one transaction, one commit), then forward them."""
         if not events:
             return
         state = self._state
-        events = [(seq, Event(e.type, state.redacted(e.data))) for seq, e in events]
+        redacted, clipped, session_id = self._prepared(events)
+        held = state.store.add_events(
+            job_id, events[0][0], clipped, session_id=session_id, epoch=state.epochs.get(job_id)
+        )
+        self._stored(job_id, live, redacted, held)
+
+    def defer(self, job_id: str, live: Live, events: list[tuple[int, Event]], pending: Pending) -> None:
+        """The events into the job's pending writes (with its transcript lines); forwarded once they are stored."""
+        if not events:
+            return
+        redacted, clipped, session_id = self._prepared(events)
+        write = pending.write
+        write.first_seq, write.events, write.session_id = events[0][0], clipped, session_id
+        pending.transcript = _transcript(redacted)
+        pending.after.append(lambda done: self._stored(job_id, live, redacted, done.held))
+
+    def _prepared(self, events: list[tuple[int, Event]]) -> tuple[list[tuple[int, Event]], list[Event], str | None]:
+        """The events redacted, clipped for the store, and the session id they announce."""
+        redacted = [(seq, Event(e.type, self._state.redacted(e.data))) for seq, e in events]
         session_id: str | None = None
-        for _, event in events:
+        for _, event in redacted:
             if event.type == "session.started" and event.data.get("session_id"):
                 session_id = str(event.data["session_id"])
-        # The events and the session id they announce: one transaction, one commit.
-        clipped = [clip_event(e) for _, e in events]
-        if not state.store.add_events(
-            job_id, events[0][0], clipped, session_id=session_id, epoch=state.epochs.get(job_id)
-        ):
+        return redacted, [clip_event(e) for _, e in redacted], session_id
+
+    def _stored(self, job_id: str, live: Live, events: list[tuple[int, Event]], held: bool) -> None:
+        """Once the events are stored: the transcript's lines, permission requests, the cost cap, the listeners."""
+        state = self._state
+        if not held:
             # Another worker holds the job's claim now (this one's lease ran out): nothing of it is ours to write.
             live.stop_reason = LEASE_LOST
             live.stop.set()
@@ -148,8 +182,7 @@ class Publisher:
         for _, event in events:
             if event.type == PERMISSION_REQUEST:  # an ACP agent asks permission (relay.jobs.approvals)
                 arrived(state, job_id, event.data)
-        transcript = "".join(render_event(event) + "\n" for _, event in events)
-        write_bytes(state.files(job_id).dir / TRANSCRIPT_FILE, transcript.encode("utf-8"), append=True)
+        write_bytes(state.files(job_id).dir / TRANSCRIPT_FILE, _transcript(events), append=True)
         cap = state.settings.max_cost_usd
         if cap is not None and not live.stop.is_set():
             for _, event in events:
@@ -167,3 +200,8 @@ class Publisher:
                     pass
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     live.listeners.remove(listener)
+
+
+def _transcript(events: list[tuple[int, Event]]) -> bytes:
+    """The transcript's lines of (redacted) events."""
+    return "".join(render_event(event) + "\n" for _, event in events).encode("utf-8")

@@ -23,7 +23,9 @@ from relay.store import JobRecord
 # How long a restarted relay waits for a job's shim to record its pid (the spawn marker says a
 # spawn was under way) before concluding the spawn never happened.
 SPAWN_SETTLE_S = 2.0
-# How far apart a shim's start time and its pid file's mtime may be and still be the same process.
+# How much later than its pid file's mtime a shim's start time may read and still be the process that wrote it (the
+# two clocks' rounding). A shim starts before it writes its pid file, a spare shim (runtime/spares.py) long before;
+# a process that took the pid over once the shim ended started after the file was written.
 PID_FILE_SLACK_S = 2.0
 
 
@@ -79,7 +81,8 @@ class Recovery:
         """A `queued` job whose shim already ran (relay died between spawn and recording it).
 
         Running it again would run the agent twice; record it as running instead, with the pid the
-        shim wrote if that process is still the shim (it started when the pid file was written).
+        shim wrote if that process is still the shim (it started before the pid file was written). A job's
+        running mark goes with its first look (lifecycle.py), so a relay stopped in its first moments leaves this.
         """
         state = self._state
         files = state.files(rec.id)
@@ -96,7 +99,7 @@ class Recovery:
         if pid is not None:
             started = procinfo.start_epoch(pid)
             written = mtime(files.pid)
-            if started is not None and abs(started - written) <= PID_FILE_SLACK_S:
+            if started is not None and started - written <= PID_FILE_SLACK_S:
                 ticks = procinfo.start_ticks(pid)
         state.store.mark_running(
             rec.id,

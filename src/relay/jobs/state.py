@@ -7,7 +7,6 @@ import os
 import secrets
 import socket
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, JobStore, WorkerInfo
 from relay.store.health import make_reserve
-from relay.store.jobwrite import JobWrite, Running, Written
+from relay.store.jobwrite import Running, Written
 from relay.text import is_utf8
 from relay.workspaces import Workspaces
 
@@ -54,22 +53,13 @@ class Live:
     # The running mark of its process, spawned and not yet written: it goes with the next write of the job.
     running: Running | None = None
 
-
-@dataclass
-class Pending:
-    """What one look at a job found for the store (one transaction: store/jobwrite.py), the transcript lines of its
-    events (the mirror sends them with it; the file gets them once the events are stored) and what runs once it is
-    written, told whether the job's claim still held."""
-
-    write: JobWrite
-    transcript: bytes = b""
-    after: list[Callable[[Written], None]] = field(default_factory=lambda: [])
-
-    def send(self, store: JobStore) -> Written:
-        done = store.write_job(self.write)
-        for then in self.after:
-            then(done)
-        return done
+    def written(self, done: Written) -> None:
+        """After a write of the job: its running mark is written, or its claim was lost (the job is not ours now)."""
+        if done.held:
+            self.running = None
+        else:
+            self.stop_reason = LEASE_LOST
+            self.stop.set()
 
 
 # Job states of running engines in this process: a job recorded as owned by this process is only

@@ -9,6 +9,7 @@ from relay.audit import AuditLog
 from relay.events import Event
 from relay.store.claims import WorkerInfo, WorkerRecord
 from relay.store.db import JobRecord, SessionRecord, SessionTurn
+from relay.store.jobwrite import JobWrite, Written
 
 
 class JobStore(Protocol):
@@ -74,6 +75,8 @@ class JobStore(Protocol):
         fence: bool = False,
         output_chars: int | None = None,
     ) -> bool: ...
+
+    def write_job(self, write: JobWrite) -> Written: ...
 
     def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None: ...
 

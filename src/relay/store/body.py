@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from relay.audit import AuditLog, finished_data, queued_data
+from relay.audit import AuditLog, queued_data
 from relay.events import Event
 from relay.store import outputs
 from relay.store.dialect import Conflict, OverConn, Step, marks, timed
+from relay.store.jobwrite import End, JobWrite, Written
 from relay.store.records import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn, job_of
 
 # The active jobs whose owner a process of one host may find dead and adopt (jobs/recovery.py): claimed by a
@@ -60,6 +61,11 @@ ADD_EVENT = (
     "INSERT INTO events (job_id, seq, ts, type, data) SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM jobs WHERE id=?"
 )
 ADD_EVENT_END = ") ON CONFLICT (job_id, seq) DO NOTHING"
+# A write of a job's running state (its events, its session id) together with others: only while it is active.
+ACTIVE = " AND status IN ('queued', 'running')"
+SET_SESSION = "UPDATE jobs SET session_id=? WHERE id=?"
+# The statements that change a job's row (the store's copy of it is then refreshed from what the last returns).
+JOB_WRITES = ("UPDATE jobs", "INSERT INTO jobs", "DELETE FROM jobs")
 # The last chunk of a stream: the next seq, and the stream's length so far.
 LAST_CHUNK = "SELECT seq + 1, byte_offset + size FROM outputs WHERE job_id=? AND stream=? ORDER BY seq DESC LIMIT 1"
 INSERT_CHUNK = "INSERT INTO outputs (job_id, stream, seq, byte_offset, size, data) VALUES (?, ?, ?, ?, ?, ?)"
@@ -136,8 +142,9 @@ class JobBody(OverConn):
         """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given
         (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker."""
         owner_pid, owner_ticks = owner if owner is not None else (None, None)
-        self._db.exec(
-            INSERT_JOB,
+        stamp = self._stamp()
+        done = self._db.exec(
+            INSERT_JOB + (f" RETURNING {JOB_COLUMNS}" if self._keeps_jobs else ""),
             (
                 job_id,
                 agent,
@@ -154,6 +161,8 @@ class JobBody(OverConn):
                 retry,
             ),
         )
+        if self._keeps_jobs:
+            self._refresh(job_id, done.fetchone(), stamp, 1)
         self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
 
     @timed
@@ -217,41 +226,104 @@ class JobBody(OverConn):
         `fence`: and end that claim (a lost worker's job: nothing it writes later is taken).
         `output_chars`: the output's length when `output` is already bounded (a text too large to hold).
         """
-        guard, fenced = _fence_of(epoch)
+        end = End(status, exit_code, result, error, session_id, model, output, output_chars, session, fence)
+        return self._write_job(JobWrite(job_id, epoch, end=end)).ended
+
+    @timed
+    def write_job(self, write: JobWrite) -> Written:
+        """A job's running mark, events, session id, outputs and end (each part when given) in one transaction: one
+        round trip on PostgreSQL. With `write.epoch`, the job's row is held from the first statement to the commit
+        and every part lands only under that claim while the job is active (else nothing does: `held` False); the
+        running mark, when sent, must land too. Each part's audit entry follows its commit, as the separate calls'."""
+        for _ in range(APPEND_TRIES):
+            try:
+                done = self._write_job(write)
+            except Conflict:  # another appender took a chunk's seq: nothing was written, all of it again
+                continue
+            return done
+        raise Conflict(f"job {write.job_id} was not written: {APPEND_TRIES} other appends came first")
+
+    def _write_job(self, w: JobWrite) -> Written:
+        if w.empty:
+            return Written(held=True)
+        d = self._db.dialect
+        guard, fenced = fence(w.epoch)
         now = time.time()
-        steps = [
-            Step(
-                FINISH_JOB + guard,
-                (
-                    status,
-                    now,
-                    exit_code,
-                    json.dumps(result) if result is not None else None,
-                    json.dumps(error) if error is not None else None,
-                    session_id,
-                    model,
-                    int(fence),
-                    job_id,
-                    *fenced,
-                ),
-            )
-        ]
-        if session is not None:
-            steps.append(Step(UPSERT_SESSION_OF_END, (*session.params(now), job_id, now)))
-        if self._db.batch(steps)[0].rowcount != 1:
-            return False
-        done = finished_data(
-            status,
-            exit_code=exit_code,
-            result=result,
-            error=error,
-            model=model,
-            session_id=session_id,
-            output=output,
-            output_chars=output_chars,
+        steps: list[Step] = []
+        # The row held first when more than the end goes (each later part is judged under one state of it).
+        locked = w.epoch is not None and bool(w.running or w.events or w.session_id is not None or w.outputs)
+        if locked:
+            steps.append(Step(f"SELECT epoch FROM jobs WHERE id=?{d.for_key_share}", (w.job_id,)))
+        ran = len(steps)
+        if (r := w.running) is not None:
+            params = (r.at, r.pid, r.pid_start_ticks, r.boot_id, r.owner_pid, r.owner_start_ticks, r.deadline_at)
+            steps.append(Step(MARK_RUNNING + guard, (*params, r.idle_timeout_s, w.job_id, *fenced)))
+        if w.events:
+            rows = [
+                (w.job_id, w.first_seq + i, now, e.type, json.dumps(e.data, default=str), w.job_id, *fenced)
+                for i, e in enumerate(w.events)
+            ]
+            steps.append(Step(ADD_EVENT + guard + ACTIVE + ADD_EVENT_END, rows, many=True))
+        if w.session_id is not None:
+            steps.append(Step(SET_SESSION + guard + ACTIVE, (w.session_id, w.job_id, *fenced)))
+        under, held = (
+            ("", ()) if w.epoch is None else (f" WHERE EXISTS ({UNDER_EPOCH}{d.for_share})", (w.job_id, w.epoch))
         )
-        self.audit.record(status, job_id, done)
-        return True
+        appended: list[tuple[str, int]] = []
+        for stream, data in w.outputs:
+            outputs.check_stream(stream)
+            for _, piece in outputs.pieces(data, 0):
+                appended.append((stream, len(steps)))
+                params = (w.job_id, stream, len(piece), piece, w.job_id, stream, *held)
+                steps.append(Step(APPEND_CHUNK.format(under=under), params))
+        ended = len(steps)
+        if (end := w.end) is not None:
+            steps += self._end_steps(w.job_id, end, guard, (*fenced,), now)
+        writes = [i for i, step in enumerate(steps) if step.sql.startswith(JOB_WRITES) and not step.many]
+        if writes and self._keeps_jobs:  # the row as the last write left it: the store's copy of the job
+            last = steps[writes[-1]]
+            steps[writes[-1]] = last._replace(sql=f"{last.sql} RETURNING {JOB_COLUMNS}")
+        stamp = self._stamp()
+        done = self._db.batch(steps, lock=locked)
+        if locked:
+            row = done[0].fetchone()
+            if row is None or row[0] != w.epoch:
+                return Written(held=False)
+        if w.running is not None and done[ran].rowcount != 1:
+            return Written(held=False)
+        if writes and self._keeps_jobs:
+            self._refresh(w.job_id, done[writes[-1]].fetchone(), stamp, len(writes))
+        sizes: dict[str, int] = {}
+        for stream, index in appended:
+            got = done[index].fetchone()
+            if got is not None:
+                sizes[stream] = int(got[0])
+        if w.running is not None:
+            self.audit.record("running", w.job_id, {"pid": w.running.pid})
+        finished = end is not None and done[ended].rowcount == 1
+        if end is not None and finished:
+            self.audit.record(end.status, w.job_id, end.audit_data())
+        return Written(held=True, ended=finished, sizes=sizes)
+
+    def _end_steps(self, job_id: str, end: End, guard: str, fenced: tuple[Any, ...], now: float) -> list[Step]:
+        """The final state's UPDATE, and the session's turn counted only if it was written (same transaction)."""
+        result = json.dumps(end.result) if end.result is not None else None
+        error = json.dumps(end.error) if end.error is not None else None
+        params = (end.status, now, end.exit_code, result, error, end.session_id, end.model, int(end.fence))
+        steps = [Step(FINISH_JOB + guard, (*params, job_id, *fenced))]
+        if end.session is not None:
+            steps.append(Step(UPSERT_SESSION_OF_END, (*end.session.params(now), job_id, now)))
+        return steps
+
+    # The store's copies of jobs (PostgreSQL's: pg/store.py): a write that changes a job returns its row.
+    _keeps_jobs = False
+
+    def _stamp(self) -> Any:
+        """What the store had seen before a write (its copy of a job is good while that stays)."""
+        return None
+
+    def _refresh(self, job_id: str, row: Sequence[Any] | None, stamp: Any, writes: int) -> None:
+        """The job's row as this process's own write of `writes` statements left it."""
 
     @timed
     def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None:
@@ -359,7 +431,7 @@ class JobBody(OverConn):
             ]
             steps.append(Step(ADD_EVENT + guard + ADD_EVENT_END, rows, many=True))
         if session_id is not None:
-            steps.append(Step("UPDATE jobs SET session_id=? WHERE id=?" + guard, (session_id, job_id, *fenced)))
+            steps.append(Step(SET_SESSION + guard, (session_id, job_id, *fenced)))
         done = self._db.batch(steps, lock=epoch is not None)
         if epoch is None:
             return True
@@ -474,6 +546,3 @@ class JobBody(OverConn):
 
     def _sessions(self, sql: str, params: Sequence[Any]) -> list[SessionRecord]:
         return [SessionRecord(*r) for r in self._db.exec(sql, params)]
-
-
-_fence_of = fence  # finish_job's own `fence` argument hides the function's name

@@ -1,10 +1,11 @@
-"""The audit mark of a front's log, written to PostgreSQL off the job's path: the newest one, in a thread.
+"""The audit mark of a front's log, written to PostgreSQL off the job's path: the newest one, in a thread, paced.
 
 Each audit entry tells the store its seq and hash (`relay audit verify` checks the log's end against the
-highest). On SQLite that is a local write; on PostgreSQL it is a round trip, three per job, each on the
-way to the caller's answer. A mark is a lower bound (verify only asks whether the log reaches it), so a
-mark written a moment later, or one skipped for a newer one, loses nothing: this thread writes the
-newest mark it was given, and `close` writes the last one before the store closes.
+highest). On SQLite that is a local write; on PostgreSQL it is a round trip, three per job. A mark is a
+lower bound (verify only asks whether the log reaches it), so a mark written a moment later, or one
+skipped for a newer one, loses nothing: this thread writes the newest mark it was given at most once per
+MARK_PACE_S (a burst of jobs pays one round trip per pace, not three per job), `flush` writes the newest
+now (a worker stopping), and `close` writes the last one before the store closes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ T = TypeVar("T")
 RETRY_S = 1.0
 # How long `close` waits for the last mark to be written.
 CLOSE_WAIT_S = 5.0
+# The least time between two writes of the audit mark (the newest given meanwhile is the one written next): a
+# mark read by `relay audit verify` while a front runs is at most this old.
+MARK_PACE_S = 0.5
 
 
 class Behind(Generic[T]):
@@ -34,11 +38,14 @@ class Behind(Generic[T]):
     """
 
     name = "relay-behind"
+    pace_s = 0.0  # the least time between two writes
 
     def __init__(self, write: Callable[[T], None]) -> None:
         self._write = write
         self._cv = threading.Condition()
         self._closed = False
+        self._hurry = False  # a flush waits: the pace does not
+        self._writing = False
         self._thread: threading.Thread | None = None
 
     def _add(self, seq: int, line_hash: str) -> None:
@@ -64,6 +71,15 @@ class Behind(Generic[T]):
                 self._thread.start()
             self._cv.notify()
 
+    def flush(self) -> None:
+        """Write what is waiting now, whatever the pace (waiting up to CLOSE_WAIT_S for it)."""
+        with self._cv:
+            if self._thread is None:
+                return
+            self._hurry = True
+            self._cv.notify_all()
+            self._cv.wait_for(lambda: not (self._ready() or self._writing), CLOSE_WAIT_S)
+
     def close(self) -> None:
         """Write what is still waiting (waiting up to CLOSE_WAIT_S), then stop."""
         with self._cv:
@@ -80,21 +96,32 @@ class Behind(Generic[T]):
                 if not self._ready():
                     return  # closed, and nothing left to write
                 taken = self._take()
+                self._writing = True
             try:
                 self._write(taken)
             except Exception as exc:  # what it carries is in the log already; only the store lags: try again
                 self._warn(taken, exc)
                 with self._cv:
                     self._give_back(taken)
+                    self._writing = False
+                    self._cv.notify_all()
                     if self._closed:
                         return
                     self._cv.wait(RETRY_S)
+                continue
+            with self._cv:
+                self._writing = False
+                self._cv.notify_all()
+                if self.pace_s:
+                    self._cv.wait_for(lambda: self._closed or self._hurry, self.pace_s)
+                self._hurry = False
 
 
 class LatestMark(Behind[tuple[int, str]]):
     """Hands the newest (seq, hash) given to `put` to `write`, in a thread of its own."""
 
     name = "relay-audit-mark"
+    pace_s = MARK_PACE_S
 
     def __init__(self, write: Callable[[int, str], None]) -> None:
         super().__init__(lambda mark: write(*mark))

@@ -14,7 +14,9 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -131,8 +133,9 @@ class PgStore(JobBody, ClaimsBody):
 
         A job read again while no notice of another process's change and no write of this process to a job came
         since is answered from the copy read then (a waiter woken by new output reads its job without a round
-        trip); another process's change is seen once its notice is heard (a fraction of a millisecond)."""
-        seen = (self._notices.version(others=True), self._pool.job_writes)
+        trip); a write of this process to the job that returned its row (write_job, finish_job) leaves that row
+        as the copy; another process's change is seen once its notice is heard (a fraction of a millisecond)."""
+        seen = self._stamp()
         with self._kept_lock:
             kept = self._kept.get(job_id)
         if kept is not None and kept[0] == seen:
@@ -141,11 +144,33 @@ class PgStore(JobBody, ClaimsBody):
             found = self._db.exec(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
             rec = job_of(found) if found is not None else None
             if rec is not None:
-                with self._kept_lock:
-                    self._kept[job_id] = (seen, rec)
-                    if len(self._kept) > KEPT_JOBS:
-                        del self._kept[next(iter(self._kept))]
+                self._keep(job_id, seen, rec)
         return rec if rec is not None and (principal is None or rec.principal == principal) else None
+
+    _keeps_jobs = True
+
+    def _stamp(self) -> tuple[int, int]:
+        """What this process had heard and written: (other processes' notices, its own job writes)."""
+        return (self._notices.version(others=True), self._pool.job_writes)
+
+    def _refresh(self, job_id: str, row: Sequence[Any] | None, stamp: tuple[int, int], writes: int) -> None:
+        """Keep the row the write returned, unless another write of this process came between (then the next
+        read asks the server)."""
+        notices, before = stamp
+        after = self._pool.job_writes
+        if row is not None and after - before == writes:
+            self._keep(job_id, (notices, after), job_of(tuple(row)))
+
+    def _keep(self, job_id: str, seen: tuple[int, int], rec: JobRecord) -> None:
+        with self._kept_lock:
+            self._kept[job_id] = (seen, rec)
+            if len(self._kept) > KEPT_JOBS:
+                del self._kept[next(iter(self._kept))]
+
+    def stop_worker(self, worker_id: str, state: str) -> None:
+        """ClaimsBody.stop_worker, the newest audit mark written first (a worker stopping leaves it current)."""
+        self._marks.flush()
+        super().stop_worker(worker_id, state)
 
     @timed
     def claim(
@@ -163,10 +188,30 @@ class PgStore(JobBody, ClaimsBody):
         seen = (worker.id, self._notices.queued(), self._pool.queued_writes)
         if not only and free > 0 and self._nothing_queued == seen:
             return []
+        stamp = self._stamp()
         won, any_left = self._claim(worker, free, max_total, per_agent, only)
         if not only and not any_left:
             self._nothing_queued = seen
+        self._claimed(won, worker, stamp)
         return won
+
+    def _claimed(self, won: list[tuple[str, str, int]], worker: WorkerInfo, stamp: tuple[int, int]) -> None:
+        """The copies of the jobs a claim took, as it changed them, when they were current before it and the claim's
+        one statement was the only job write since (else the next read asks the server)."""
+        notices, before = stamp
+        after = self._pool.job_writes
+        with self._kept_lock:
+            for job_id, _, epoch in won:
+                kept = self._kept.pop(job_id, None)
+                if kept is not None and kept[0] == stamp and after - before == 1 and kept[1].epoch == epoch - 1:
+                    rec = replace(
+                        kept[1],
+                        worker=worker.id,
+                        epoch=epoch,
+                        owner_pid=worker.pid,
+                        owner_start_ticks=worker.start_ticks,
+                    )
+                    self._kept[job_id] = ((notices, after), rec)
 
     @timed
     def clock(self) -> float:

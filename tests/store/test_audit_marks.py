@@ -1,0 +1,51 @@
+"""The audit mark on PostgreSQL (store/pg/marks.py): written off the job's path, paced, and current when asked."""
+
+from __future__ import annotations
+
+import threading
+
+from relay.store.pg.marks import MARK_PACE_S, LatestMark
+
+# Far below the pace: a mark given now is not written within it, however the machine is loaded.
+WITHIN_PACE_S = MARK_PACE_S / 3
+# How long a write that is due may take to come.
+DUE_S = 5.0
+
+
+class Written:
+    def __init__(self) -> None:
+        self.marks: list[int] = []
+        self.came = threading.Event()
+
+    def __call__(self, seq: int, line_hash: str) -> None:
+        self.marks.append(seq)
+        self.came.set()
+
+
+def test_marks_given_within_the_pace_are_written_once_and_a_flush_writes_the_newest_at_once() -> None:
+    written = Written()
+    marks = LatestMark(written)
+    try:
+        marks.put(1, "h1")
+        assert written.came.wait(DUE_S)  # the first mark goes at once
+        written.came.clear()
+        marks.put(2, "h2")
+        marks.put(3, "h3")
+        assert not written.came.wait(WITHIN_PACE_S)  # a job's later entries wait for the pace
+        marks.flush()  # a worker stopping: the newest now
+        assert written.marks == [1, 3]
+    finally:
+        marks.close()
+
+
+def test_the_newest_mark_is_written_when_the_pace_has_passed_and_at_close() -> None:
+    written = Written()
+    marks = LatestMark(written)
+    marks.put(1, "h1")
+    assert written.came.wait(DUE_S)
+    written.came.clear()
+    marks.put(2, "h2")
+    assert written.came.wait(MARK_PACE_S + DUE_S)  # not lost: written once the pace has passed
+    marks.put(3, "h3")
+    marks.close()
+    assert written.marks == [1, 2, 3]
