@@ -41,7 +41,7 @@ from relay.jobs.admission import Admission
 from relay.jobs.depth import check_depth, with_inherited_depth
 from relay.jobs.door import Admitted, Door
 from relay.jobs.envelope import envelope
-from relay.jobs.known import Known
+from relay.jobs.known import Known, asks_nothing
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page
 from relay.jobs.paging import job_cursor, parse_cursor, read_page
@@ -88,7 +88,7 @@ class Engine:
         self._recovery = Recovery(self._state, self._lifecycle)
         self._tending = Tending(self._state, self._lifecycle, self._recovery)
         self._waiting = Waiting(self._state)
-        self._known = Known(lambda job_id: self.get(job_id).id)  # whose each job submitted here is: no re-reads
+        self.known = Known(lambda job_id: self.get(job_id).id)  # whose each job submitted here is: no re-reads
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------
@@ -202,10 +202,10 @@ class Engine:
         stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth) | submit.stored
         self._make_dir(job_id)
         self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
-        self._known.add(job_id, current().name)
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id)
         self._lifecycle.pump()
+        self.known.add(job_id, current().name, quiet=self._state.runs_here(job_id) and asks_nothing(prepared.adapter))
         submit.end()
         return job_id
 
@@ -233,7 +233,7 @@ class Engine:
         self._make_dir(job_id)
         request = {"via": SUBMITTED_VIA.get()} | request
         self._state.insert_job(job_id, agent, "task", request, model, None)
-        self._known.add(job_id, current().name)
+        self.known.add(job_id, current().name, quiet=True)  # a model call: it asks the person nothing
         self._lifecycle.start_task(job_id, task, timeout_s or self.settings.job_timeout_s)
         return job_id
 
@@ -359,16 +359,16 @@ class Engine:
     # waiting and cancelling ---------------------------------------------------------------
 
     def subscribe(self, job_id: str) -> MemoryObjectReceiveStream[tuple[int, Event]]:
-        return self._waiting.subscribe(self._known.id(job_id))
+        return self._waiting.subscribe(self.known.id(job_id))
 
     async def wait(
         self, job_ids: list[str], mode: Literal["any", "all"] = "any", timeout: float = 30.0
     ) -> list[JobRecord]:
         """Block until any/all of the jobs are final or `timeout` passes; returns their records."""
-        return await self._waiting.wait([self._known.id(j) for j in job_ids], mode, timeout)
+        return await self._waiting.wait([self.known.id(j) for j in job_ids], mode, timeout)
 
     async def wait_one(self, job_id: str, timeout: float) -> JobRecord:
-        return await self._waiting.wait_one(self._known.id(job_id), timeout)
+        return await self._waiting.wait_one(self.known.id(job_id), timeout)
 
     async def cancel(self, job_id: str) -> JobRecord:
         """Stop a job: kill its whole process group (SIGTERM, grace, SIGKILL) and mark it cancelled."""

@@ -278,7 +278,10 @@ async def wait_answering(engine: Engine, approver: Approver, job_id: str, mode: 
     ctx = approver.ctx
     limit = auto_threshold_for(engine.settings, ctx) if mode == "auto" else float("inf")
     try:
-        await answering(approver, [job_id], lambda: wait_with_progress(engine, job_id, limit, ctx))
+        if engine.known.quiet(job_id):  # run here in print mode: it asks nothing (relay.jobs.known)
+            await wait_with_progress(engine, job_id, limit, ctx)
+        else:
+            await answering(approver, [job_id], lambda: wait_with_progress(engine, job_id, limit, ctx))
     except anyio.get_cancelled_exc_class():
         # As wait_for_mode: a user interrupt stops the work; a client's own timeout only stopped waiting.
         if not cancelled_by_client_timeout(ctx):
