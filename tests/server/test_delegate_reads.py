@@ -16,11 +16,11 @@ from tests.conftest import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 
-# Its start, its end, the end its wait returns and the envelope the call answers with.
-MAX_READS = 4
+# Its start, its end, and the end its wait returns (the envelope the call answers with is made from that one).
+MAX_READS = 3
 
 
-async def test_a_sync_delegate_reads_its_jobs_row_at_most_four_times(
+async def test_a_sync_delegate_reads_its_jobs_row_at_most_three_times(
     make_settings: SettingsFactory, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engines: list[Engine] = []

@@ -249,8 +249,8 @@ class Engine:
     def sessions(self, *, agent: str | None = None, limit: int = 50) -> list[SessionRecord]:  # last used first
         return self.store.list_sessions(agent=agent, limit=limit, principal=visible_to())
 
-    def envelope(self, job_id: str) -> dict[str, Any]:
-        rec = self.get(job_id)
+    def envelope(self, job_id: str, rec: JobRecord | None = None) -> dict[str, Any]:
+        rec = rec or self.get(job_id)  # `rec`: the caller's record of it, just read (a wait's end)
         state = self._state
 
         def page(path: Path, offset: int, limit: int) -> tuple[str, int]:

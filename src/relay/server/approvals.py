@@ -37,6 +37,7 @@ from relay.principal import current
 from relay.server.clientinfo import auto_threshold_for, cancelled_by_client_timeout
 from relay.server.confirm import MEANINGS, NeedsConfirmation, Seals, StaleAnswer, principal_of
 from relay.server.results import wait_with_progress
+from relay.store import JobRecord
 
 # How often a waiting call looks for new requests of the jobs it waits on that another relay process runs (they are
 # files in the job's folder); a job of this process wakes it at once.
@@ -271,17 +272,17 @@ def resumed_job(engine: Engine, ctx: Context[Any, Any] | None) -> str | None:
     return None
 
 
-async def wait_answering(engine: Engine, approver: Approver, job_id: str, mode: str) -> None:
-    """`delegate`'s wait for its job (relay.server.results.wait_for_mode), asking about its permission requests."""
+async def wait_answering(engine: Engine, approver: Approver, job_id: str, mode: str) -> JobRecord | None:
+    """`delegate`'s wait for its job (relay.server.results.wait_for_mode), asking about its permission requests; its
+    record as the wait left it (None: not waited on)."""
     if mode == "async":
-        return
+        return None
     ctx = approver.ctx
     limit = auto_threshold_for(engine.settings, ctx) if mode == "auto" else float("inf")
     try:
         if engine.known.quiet(job_id):  # run here in print mode: it asks nothing (relay.jobs.known)
-            await wait_with_progress(engine, job_id, limit, ctx)
-        else:
-            await answering(approver, [job_id], lambda: wait_with_progress(engine, job_id, limit, ctx))
+            return await wait_with_progress(engine, job_id, limit, ctx)
+        return await answering(approver, [job_id], lambda: wait_with_progress(engine, job_id, limit, ctx))
     except anyio.get_cancelled_exc_class():
         # As wait_for_mode: a user interrupt stops the work; a client's own timeout only stopped waiting.
         if not cancelled_by_client_timeout(ctx):

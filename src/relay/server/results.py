@@ -15,6 +15,7 @@ from relay.errors import RelayError
 from relay.jobs.engine import Engine
 from relay.server.clientinfo import auto_threshold_for, cancelled_by_client_timeout
 from relay.server.models import Envelope
+from relay.store import JobRecord
 
 FAILED_STATUSES = frozenset({"failed", "cancelled", "timed_out", "interrupted"})
 
@@ -60,9 +61,11 @@ async def run_guarded(fn: Callable[[], Awaitable[CallToolResult]]) -> CallToolRe
         return error_result(err)
 
 
-async def wait_with_progress(engine: Engine, job_id: str, timeout: float, ctx: Context[Any, Any] | None) -> None:
-    """Wait for a job while turning its events into MCP progress notifications (when asked for)."""
+async def wait_with_progress(engine: Engine, job_id: str, timeout: float, ctx: Context[Any, Any] | None) -> JobRecord:
+    """Wait for a job while turning its events into MCP progress notifications (when asked for); its record as the
+    wait left it (final, or still running at `timeout`)."""
     events = engine.subscribe(job_id)
+    waited: list[JobRecord] = []
     async with anyio.create_task_group() as tg:
 
         async def forward() -> None:
@@ -78,10 +81,11 @@ async def wait_with_progress(engine: Engine, job_id: str, timeout: float, ctx: C
                         return
 
         tg.start_soon(forward)
-        rec = await engine.wait_one(job_id, timeout)
+        waited.append(rec := await engine.wait_one(job_id, timeout))
         if not rec.is_final:
             # Handing back a still-running job: stop forwarding; a finished job's stream closes itself.
             tg.cancel_scope.cancel()
+    return waited[0]
 
 
 async def run_job(
@@ -89,18 +93,19 @@ async def run_job(
 ) -> CallToolResult:
     """Submit, then wait as the mode says; a caller that goes away during a sync/auto wait cancels its job."""
     job_id = await submit()
-    await wait_for_mode(engine, job_id, mode, ctx)
-    return envelope_result(engine.envelope(job_id))
+    waited = await wait_for_mode(engine, job_id, mode, ctx)
+    return envelope_result(engine.envelope(job_id, waited))
 
 
-async def wait_for_mode(engine: Engine, job_id: str, mode: str, ctx: Context[Any, Any] | None) -> None:
-    """Wait for a submitted job as `mode` says (auto: up to the auto threshold; sync: to the end; async: not)."""
+async def wait_for_mode(engine: Engine, job_id: str, mode: str, ctx: Context[Any, Any] | None) -> JobRecord | None:
+    """Wait for a submitted job as `mode` says (auto: up to the auto threshold; sync: to the end; async: not); its
+    record as the wait left it (None: not waited on)."""
     if mode == "async":
-        return
+        return None
     # auto: hand the job back well before this client's own tool timeout (relay.clients.timeouts).
     limit = auto_threshold_for(engine.settings, ctx) if mode == "auto" else float("inf")
     try:
-        await wait_with_progress(engine, job_id, limit, ctx)
+        return await wait_with_progress(engine, job_id, limit, ctx)
     except anyio.get_cancelled_exc_class():
         # A user interrupt stops the work; a client whose own timeout ran out only stopped waiting,
         # so the job runs on and its result stays readable (job_list, job_result).

@@ -128,8 +128,8 @@ def build(reg: ToolRegistry, deps: Deps) -> None:
             )
             # A retry that answers its job's permission request (2026-07-28) waits on that job: it started already.
             job_id = resumed_job(engine, ctx) or await engine.submit_confirmed(req)
-            await wait_answering(engine, approver(ctx), job_id, mode)
-            return envelope_result(engine.envelope(job_id))
+            waited = await wait_answering(engine, approver(ctx), job_id, mode)
+            return envelope_result(engine.envelope(job_id, waited))
 
         return await run_guarded(go)
 
