@@ -15,6 +15,7 @@ from mcp.types import CallToolResult
 from relay.config import Settings, load_settings
 from relay.gateway import _glossary
 from relay.runtime import choice, procinfo
+from tests import session_costs
 from tests.postgres import Cluster, pg_bin
 
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -49,6 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: hosts simulated by network namespaces (root and `ip`; fails under CI=true without)"
     )
+    config.add_cleanup(session_costs.tools_built_once())
+    config.add_cleanup(session_costs.python3_without_shim())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env -S python3 -S
 """A fake ACP driver for relay's tests: prints the driver's JSON lines and reads the job's inbox, as the real one.
 
     driver.py JOB_FOLDER PROMPT
