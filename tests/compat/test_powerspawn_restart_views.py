@@ -75,11 +75,13 @@ def server_pid(relay_home: Path) -> int:
     return pid
 
 
-async def spawn_and_kill(c: Client, relay_home: Path, workdir: Path) -> dict[str, str]:
-    """Three agents (one done, two running and shown in CONTEXT.md), then the server killed with SIGKILL."""
+async def spawn_and_kill(c: Client, relay_home: Path, workdir: Path, gate: Path) -> dict[str, str]:
+    """Three agents (one done, two running and shown in CONTEXT.md), then the server killed with SIGKILL; the
+    second running one ends once `gate` exists, which is made right after the kill (it ends while no relay runs)."""
     ids = {"quick": data(await call(c, "spawn_codex", prompt="quick [[fake:echo]]"))["agent_id"]}
     ids["survivor"] = data(await call(c, "spawn_codex", prompt="survivor [[fake:sleep=60]]"))["agent_id"]
-    ids["ended"] = data(await call(c, "spawn_codex", prompt="ends while relay is down [[fake:sleep=3]]"))["agent_id"]
+    ends_later = f"ends while relay is down [[fake:until={gate}]]"
+    ids["ended"] = data(await call(c, "spawn_codex", prompt=ends_later))["agent_id"]
     active = {ids["survivor"], ids["ended"]}
     await until_shown(workdir, lambda shown_ids: shown_ids == active)
     assert await running(c) == active
@@ -88,17 +90,18 @@ async def spawn_and_kill(c: Client, relay_home: Path, workdir: Path) -> dict[str
     with anyio.fail_after(CALL_TIMEOUT_S):
         while procinfo.is_alive(killed, None):
             await anyio.sleep(0.02)
+    gate.touch()
     return ids
 
 
 async def test_context_md_right_after_a_restart_lists_the_agents_list_shows_running(
-    relay_home: Path, workdir: Path
+    relay_home: Path, workdir: Path, tmp_path: Path
 ) -> None:
     (relay_home / "config.toml").write_text(f'[agents.codex]\ncommand = "{FAKES / "codex"}"\n')
     ids: dict[str, str] = {}
     try:
         async with relay_serve(relay_home, workdir) as c:
-            ids = await spawn_and_kill(c, relay_home, workdir)
+            ids = await spawn_and_kill(c, relay_home, workdir, tmp_path / "gate")
             await call(c, "list")  # the dead server cannot answer
     except (Exception, BaseExceptionGroup):
         if not ids:
