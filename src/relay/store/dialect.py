@@ -128,10 +128,6 @@ class Conn(Protocol):
     def close(self) -> None: ...
 
 
-# The rows (agent, n) of a claim's per-agent limits, from one JSON mark ([{"agent": ..., "n": ...}, ...]).
-PG_CLAIM_LIMITS = "SELECT agent, n FROM json_to_recordset(?::json) AS l(agent text, n int)"
-
-
 @dataclass(frozen=True)
 class Dialect:
     """The spellings of one backend's SQL that differ from the other's (each a fragment of a `?` statement)."""
@@ -158,7 +154,6 @@ class Dialect:
     # candidates and decides between its statements (SQLite: a read costs no round trip, and the one statement's
     # sorts and joins cost it more than the decision in Python).
     claim_in_one: bool = False
-    claim_limits: str = ""  # with claim_in_one: the rows (agent, n) of the claim's per-agent limits, from one mark
 
 
 # The audit mark and the worker's row are the two upserts whose keys differ (SQLite keeps one mark, a shared

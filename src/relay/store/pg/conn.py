@@ -25,16 +25,7 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from relay.errors import ErrorCode, RelayError
-from relay.store.dialect import (
-    PG_CLAIM_LIMITS,
-    PG_MARK_AUDIT,
-    PG_REGISTER_WORKER,
-    Conflict,
-    Dialect,
-    Rows,
-    Step,
-    pg_sql,
-)
+from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, pg_sql
 from relay.store.pg.connect import conninfo, needs_check
 from relay.store.pg.errors import redact, relay_errors
 from relay.store.pg.schema import MIGRATION_LOCK, migrate
@@ -80,7 +71,6 @@ PG = Dialect(
     greatest="greatest",
     least="least",
     claim_in_one=True,
-    claim_limits=PG_CLAIM_LIMITS,
 )
 
 
