@@ -428,12 +428,12 @@ def _claim_sql(
     room = f"{d.least}(?, ? - (SELECT COALESCE(sum(n), 0) FROM held))"
     sql = (
         f"WITH held AS (SELECT agent, count(*) AS n FROM jobs WHERE {HOLDS_SLOT} GROUP BY agent),"
-        f" cand AS (SELECT id, agent, created_at FROM jobs WHERE {where}"
+        f" cand AS (SELECT id, agent, created_at, {limit_of('agent')} AS cap FROM jobs WHERE {where}"
         f" AND agent NOT IN (SELECT agent FROM held WHERE n >= {limit_of('agent')})"
         f" ORDER BY created_at, id LIMIT ?{d.skip_locked}),"
-        " chosen AS (SELECT id FROM (SELECT id, created_at, row_number() OVER (PARTITION BY agent ORDER BY created_at, id)"
-        f" + COALESCE((SELECT n FROM held WHERE held.agent = cand.agent), 0) AS nth, {limit_of('cand.agent')} AS cap"
-        f" FROM cand) AS ranked WHERE nth <= cap AND NOT EXISTS (SELECT 1 FROM cand WHERE {limit_of('agent')} IS NULL)"
+        " chosen AS (SELECT id FROM (SELECT id, created_at, cap, row_number() OVER (PARTITION BY agent"
+        " ORDER BY created_at, id) + COALESCE((SELECT n FROM held WHERE held.agent = cand.agent), 0) AS nth"
+        " FROM cand) AS ranked WHERE nth <= cap AND NOT EXISTS (SELECT 1 FROM cand WHERE cap IS NULL)"
         f" ORDER BY created_at, id LIMIT {d.greatest}(0, {room})),"
         f" taken AS ({_CLAIM.format(now=d.now)} FROM chosen WHERE jobs.id = chosen.id"
         " AND jobs.status = 'queued' AND jobs.worker IS NULL RETURNING jobs.id, jobs.agent, jobs.epoch, jobs.created_at),"
@@ -444,12 +444,11 @@ def _claim_sql(
         f" CASE WHEN (SELECT id FROM jobs WHERE {where} AND id NOT IN (SELECT id FROM chosen)"
         " ORDER BY created_at, id LIMIT 1) IS NULL THEN 0 ELSE 1 END"
         f" UNION ALL SELECT {_TAKEN}, id, agent, epoch, created_at, NULL, NULL, NULL FROM taken"
-        f" UNION ALL SELECT {_UNKNOWN}, NULL, agent, NULL, NULL, NULL, NULL, NULL FROM cand"
-        f" WHERE {limit_of('agent')} IS NULL"
+        f" UNION ALL SELECT {_UNKNOWN}, NULL, agent, NULL, NULL, NULL, NULL, NULL FROM cand WHERE cap IS NULL"
     )
     taking = [worker.id, worker.lease_s, worker.pid, worker.start_ticks, worker.id]
     return sql, [
-        *eligible, *pairs, window,  # held, cand
-        *pairs, *pairs, free, max_total, *taking,  # chosen, taken, ran
-        free, max_total, *eligible, *pairs,  # the rows
+        *pairs, *eligible, *pairs, window,  # held, cand
+        free, max_total, *taking,  # chosen, taken, ran
+        free, max_total, *eligible,  # the rows
     ]  # fmt: skip
