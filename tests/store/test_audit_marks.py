@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+from relay.audit import open_audit, read_head
 from relay.store.pg.marks import MARK_PACE_S, LatestMark
+from relay.store.pg.store import PgStore, audit_expectation
 
 # Far below the pace: a mark given now is not written within it, however the machine is loaded.
 WITHIN_PACE_S = MARK_PACE_S / 3
@@ -27,7 +30,7 @@ def test_marks_given_within_the_pace_are_written_once_and_a_flush_writes_the_new
     marks = LatestMark(written)
     try:
         marks.put(1, "h1")
-        assert written.came.wait(DUE_S)  # the first mark goes at once
+        assert written.came.wait(MARK_PACE_S + DUE_S)
         written.came.clear()
         marks.put(2, "h2")
         marks.put(3, "h3")
@@ -42,10 +45,25 @@ def test_the_newest_mark_is_written_when_the_pace_has_passed_and_at_close() -> N
     written = Written()
     marks = LatestMark(written)
     marks.put(1, "h1")
-    assert written.came.wait(DUE_S)
+    assert written.came.wait(MARK_PACE_S + DUE_S)
     written.came.clear()
     marks.put(2, "h2")
     assert written.came.wait(MARK_PACE_S + DUE_S)  # not lost: written once the pace has passed
     marks.put(3, "h3")
     marks.close()
     assert written.marks == [1, 2, 3]
+
+
+def test_a_jobs_write_carries_the_newest_audit_mark_to_postgresql(pg_url: str, relay_home: Path) -> None:
+    store = PgStore(pg_url, open_audit(relay_home))
+    try:
+        store.insert_job("a", "claude", "cli", {"prompt": "p"}, None, "/w")
+        store.flush_marks()  # the mark of `queued a` written: the next one waits for the pace
+        assert audit_expectation(pg_url, relay_home).mark == read_head(relay_home)
+        store.finish_job("a", "cancelled", exit_code=None, result=None, error=None, session_id=None, model=None)
+        ended = read_head(relay_home)
+        store.insert_job("b", "claude", "cli", {"prompt": "p"}, None, "/w")  # takes `cancelled a`'s mark along
+        assert audit_expectation(pg_url, relay_home).mark == ended
+    finally:
+        store.close()
+    assert audit_expectation(pg_url, relay_home).mark == read_head(relay_home)  # `queued b`'s: written at close

@@ -209,7 +209,5 @@ class Finisher:
             output_chars=chars,
             session=session,
         )
-        running = pending.write.running  # its running mark goes with its end (a job that ended at its first look)
-        started = rec.started_at if running is None else running.at
         if pending.send(state.store).ended:  # (not refused by its fence: then the job is another worker's to end)
-            telemetry.ended(rec.id, rec.agent, status, error.code.value if error else None, started, rec.request)
+            telemetry.ended(rec.id, rec.agent, status, error.code.value if error else None, rec.started_at, rec.request)

@@ -29,7 +29,7 @@ from relay.runtime.folders import MARKER, mark_spawning
 from relay.runtime.supervisor import JobFiles, JobProcess
 from relay.store import JobRecord
 from relay.store.health import release_reserve
-from relay.store.jobwrite import JobWrite, Pending, Running
+from relay.store.jobwrite import JobWrite, Pending
 from relay.telemetry import job as telemetry
 
 # Starts a job's process; called on the event loop or in a worker thread.
@@ -216,11 +216,16 @@ class Lifecycle:
             proc = self._spawn(prepared.invocation, files)
         except (OSError, ValueError) as exc:
             raise _SpawnError from exc
-        # Recorded with the job's first look (its events and output, or at once its end: one transaction). A relay
-        # killed before that finds the shim's pid in the job's folder and records it then (recovery.py).
+        # Recorded at once (not after a hop back to the event loop): a relay killed now knows the process it started.
         deadline = time.time() + prepared.timeout_s
-        mine = (procinfo.boot_id(), state.my_pid, state.my_start, deadline, prepared.idle_timeout_s)
-        live.running = Running(time.time(), proc.pid, proc.start_ticks, *mine)
+        recorded = state.store.mark_running(
+            job_id, pid=proc.pid, pid_start_ticks=proc.start_ticks, boot_id=procinfo.boot_id(), owner_pid=state.my_pid,
+            owner_start_ticks=state.my_start, deadline_at=deadline, idle_timeout_s=prepared.idle_timeout_s,
+            epoch=state.epochs.get(job_id),
+        )  # fmt: skip
+        if not recorded:  # its claim was taken over meanwhile: the process is stopped, the job is not ours
+            live.stop_reason = LEASE_LOST
+            live.stop.set()
         self._starting.discard(job_id)
         return proc, deadline
 
@@ -271,14 +276,10 @@ class Lifecycle:
         try:
             while True:
                 exited = await proc.wait_exit(supervisor.POLL_INTERVAL_S)
-                # What this look finds goes to the store at once: its running mark (the first look), its events, its
-                # output; at the process's end, with the end itself (finalize).
-                pending = Pending(JobWrite(job_id, epoch, running=live.running))
-                pending.after.append(live.written)
+                # What this look finds goes in one write: its events, its output; at the process's end, its end too.
+                pending = Pending(JobWrite(job_id, epoch), [live.written])
                 try:
-                    seq, active = self.publisher.consume(
-                        job_id, live, reader, parser, seq, stored_seq, final=exited, pending=pending
-                    )
+                    seq, active = self.publisher.consume(job_id, live, reader, parser, seq, stored_seq, exited, pending)
                     if not exited:
                         if mirror is not None:
                             mirror.sync(into=pending)

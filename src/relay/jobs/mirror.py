@@ -62,8 +62,7 @@ class Mirror:
         """Append what `streams` gained (at the job's end: every stream, the final text and stderr too).
 
         With `into` (the job's pending writes), the last piece of each stream goes with them (one transaction with
-        the job's events and state), and so do the transcript lines of its pending events, which its file gets only
-        once they are stored; what comes before goes first, a chunk at a time."""
+        the job's events and state); what comes before goes first, a chunk at a time."""
         for stream in streams:
             if self.refused or (self._fence is not None and self._fence.cut(self._job_id, self._folder)):
                 return
@@ -79,14 +78,14 @@ class Mirror:
                         if last and not self._append(stream, last):
                             return
                         last = chunk
-            lines = into.transcript if into is not None and stream == "transcript" else b""
-            if into is None or (last and into.write.output_bytes() + len(last) > MIRROR_CHUNK):
-                if last and not self._append(stream, last):
+            if not last:
+                continue
+            if into is None or into.write.output_bytes() + len(last) > MIRROR_CHUNK:
+                if not self._append(stream, last):
                     return
-                last = b""
-            if into is not None and last + lines:
-                into.write.outputs.append((stream, last + lines))
-                into.after.append(functools.partial(self._sent, stream, len(last) + len(lines)))
+                continue
+            into.write.outputs.append((stream, last))
+            into.after.append(functools.partial(self._sent, stream, len(last)))
 
     def _append(self, stream: str, data: bytes) -> bool:
         """Append now; False once the claim is no longer this worker's."""

@@ -1,9 +1,11 @@
 """Parse and publish: a job's new output lines become events, stored, written to the transcript and forwarded.
 
-The transcript is written after the events are stored, so a relay killed between the two (or in the middle of a
-line) leaves a transcript short of the stored events. The next relay parses the job's output from its start again
-(recovery.py, lifecycle.py): that replay rewrites the transcript from the output, so a recovered job's transcript is
-always its output's events, each once.
+A batch published on its own is stored, then its lines are appended to the transcript; the last batch of a look at
+the job goes to the store with the rest of that look's writes (its output, at the process's end the end itself),
+its lines appended just before (the job's output mirror sends them in the same write). So a relay killed between
+the two leaves a transcript short of the stored events, or ahead of them (or in the middle of a line). The next
+relay parses the job's output from its start again (recovery.py, lifecycle.py): that replay rewrites the transcript
+from the output, up to the stored events, so a recovered job's transcript is always its output's events, each once.
 """
 
 from __future__ import annotations
@@ -91,7 +93,6 @@ class Publisher:
         parser: Parser,
         seq: int,
         stored_seq: int,
-        *,
         final: bool,
         pending: Pending | None = None,
     ) -> tuple[int, bool]:
@@ -111,7 +112,10 @@ class Publisher:
         batch: list[tuple[int, Event]] = []
         batch_chars = 0
         active = False
-        rebuild = Rebuild(self._state.files(job_id).dir / TRANSCRIPT_FILE) if seq < 0 <= stored_seq else None
+        transcript = self._state.files(job_id).dir / TRANSCRIPT_FILE
+        rebuild = Rebuild(transcript) if seq < 0 <= stored_seq else None
+        if seq < 0 and stored_seq < 0 and transcript.exists():  # a replay, no event stored: its lines start over
+            Rebuild(transcript).finish()
         try:
             for line in reader.read(final=final):
                 for event in parser.feed(line):
@@ -153,14 +157,15 @@ class Publisher:
         self._stored(job_id, live, redacted, held)
 
     def defer(self, job_id: str, live: Live, events: list[tuple[int, Event]], pending: Pending) -> None:
-        """The events into the job's pending writes (with its transcript lines); forwarded once they are stored."""
+        """The events into the job's pending writes, their lines into the transcript now (the mirror reads them from
+        there into the same write); forwarded once they are stored."""
         if not events:
             return
         redacted, clipped, session_id = self._prepared(events)
         write = pending.write
         write.first_seq, write.events, write.session_id = events[0][0], clipped, session_id
-        pending.transcript = _transcript(redacted)
-        pending.after.append(lambda done: self._stored(job_id, live, redacted, done.held))
+        write_bytes(self._state.files(job_id).dir / TRANSCRIPT_FILE, _transcript(redacted), append=True)
+        pending.after.append(lambda done: self._forward(job_id, live, redacted) if done.held else None)
 
     def _prepared(self, events: list[tuple[int, Event]]) -> tuple[list[tuple[int, Event]], list[Event], str | None]:
         """The events redacted, clipped for the store, and the session id they announce."""
@@ -172,17 +177,21 @@ class Publisher:
         return redacted, [clip_event(e) for _, e in redacted], session_id
 
     def _stored(self, job_id: str, live: Live, events: list[tuple[int, Event]], held: bool) -> None:
-        """Once the events are stored: the transcript's lines, permission requests, the cost cap, the listeners."""
-        state = self._state
+        """Once the events are stored: the transcript's lines, then what `_forward` does."""
         if not held:
             # Another worker holds the job's claim now (this one's lease ran out): nothing of it is ours to write.
             live.stop_reason = LEASE_LOST
             live.stop.set()
             return
+        write_bytes(self._state.files(job_id).dir / TRANSCRIPT_FILE, _transcript(events), append=True)
+        self._forward(job_id, live, events)
+
+    def _forward(self, job_id: str, live: Live, events: list[tuple[int, Event]]) -> None:
+        """Stored events: permission requests, the cost cap, the listeners."""
+        state = self._state
         for _, event in events:
             if event.type == PERMISSION_REQUEST:  # an ACP agent asks permission (relay.jobs.approvals)
                 arrived(state, job_id, event.data)
-        write_bytes(state.files(job_id).dir / TRANSCRIPT_FILE, _transcript(events), append=True)
         cap = state.settings.max_cost_usd
         if cap is not None and not live.stop.is_set():
             for _, event in events:

@@ -31,7 +31,7 @@ from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, JobStore, WorkerInfo
 from relay.store.health import make_reserve
-from relay.store.jobwrite import Running, Written
+from relay.store.jobwrite import Written
 from relay.text import is_utf8
 from relay.workspaces import Workspaces
 
@@ -50,14 +50,10 @@ class Live:
     # `git status` of the job's cwd before it ran (None: not a git repository).
     git_before: dict[str, str] | None = None
     listeners: list[MemoryObjectSendStream[tuple[int, Event]]] = field(default_factory=lambda: [])
-    # The running mark of its process, spawned and not yet written: it goes with the next write of the job.
-    running: Running | None = None
 
     def written(self, done: Written) -> None:
-        """After a write of the job: its running mark is written, or its claim was lost (the job is not ours now)."""
-        if done.held:
-            self.running = None
-        else:
+        """After a write of the job: its claim was lost when the write was refused (the job is not ours now)."""
+        if not done.held:
             self.stop_reason = LEASE_LOST
             self.stop.set()
 

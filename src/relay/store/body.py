@@ -16,7 +16,7 @@ from typing import Any
 from relay.audit import AuditLog, queued_data
 from relay.events import Event
 from relay.store import outputs
-from relay.store.dialect import Conflict, OverConn, Step, marks, timed
+from relay.store.dialect import Conflict, OverConn, Rows, Step, marks, timed
 from relay.store.jobwrite import End, JobWrite, Written
 from relay.store.records import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn, job_of
 
@@ -143,7 +143,7 @@ class JobBody(OverConn):
         (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker."""
         owner_pid, owner_ticks = owner if owner is not None else (None, None)
         stamp = self._stamp()
-        done = self._db.exec(
+        (done,) = self._send(
             INSERT_JOB + (f" RETURNING {JOB_COLUMNS}" if self._keeps_jobs else ""),
             (
                 job_id,
@@ -160,7 +160,7 @@ class JobBody(OverConn):
                 json.dumps(sorted(labels)) if labels else None,
                 retry,
             ),
-        )
+        )[:1]
         if self._keeps_jobs:
             self._refresh(job_id, done.fetchone(), stamp, 1)
         self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
@@ -183,8 +183,13 @@ class JobBody(OverConn):
         (a cancel that ended a claimed job before its spawn): False then."""
         guard, fenced = fence(epoch)
         params = (time.time(), pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, deadline_at)
-        if self._db.exec(MARK_RUNNING + guard, (*params, idle_timeout_s, job_id, *fenced)).rowcount != 1:
+        stamp = self._stamp()
+        sql = MARK_RUNNING + guard + (f" RETURNING {JOB_COLUMNS}" if self._keeps_jobs else "")
+        (done,) = self._send(sql, (*params, idle_timeout_s, job_id, *fenced))[:1]
+        if done.rowcount != 1:
             return False
+        if self._keeps_jobs:
+            self._refresh(job_id, done.fetchone(), stamp, 1)
         self.audit.record("running", job_id, {"pid": pid})
         return True
 
@@ -284,7 +289,7 @@ class JobBody(OverConn):
             last = steps[writes[-1]]
             steps[writes[-1]] = last._replace(sql=f"{last.sql} RETURNING {JOB_COLUMNS}")
         stamp = self._stamp()
-        done = self._db.batch(steps, lock=locked)
+        done = self._batch_with_mark(steps, lock=locked)
         if locked:
             row = done[0].fetchone()
             if row is None or row[0] != w.epoch:
@@ -314,6 +319,33 @@ class JobBody(OverConn):
         if end.session is not None:
             steps.append(Step(UPSERT_SESSION_OF_END, (*end.session.params(now), job_id, now)))
         return steps
+
+    def _send(self, sql: str, params: Sequence[Any]) -> list[Rows]:
+        """One statement; with the audit mark when one rides (then one transaction)."""
+        if (mark := self._riding_mark()) is None:
+            return [self._db.exec(sql, params)]
+        return self._batch_with_mark([Step(sql, params)], lock=False, mark=mark)
+
+    def _batch_with_mark(self, steps: list[Step], *, lock: bool, mark: tuple[int, str] | None = None) -> list[Rows]:
+        """`steps` in one transaction, and the newest audit mark not yet written with them (last: the mark's row is
+        held from there to the commit only, after the job's rows), given back when the transaction failed."""
+        mark = mark or self._riding_mark()
+        if mark is None:
+            return self._db.batch(steps, lock=lock)
+        ride = Step(self._db.dialect.mark_audit, (self._log, mark[0], mark[1], time.time()))
+        try:
+            return self._db.batch([*steps, ride], lock=lock)
+        except BaseException:
+            self._mark_back(mark)
+            raise
+
+    # The audit mark that goes with a job's write (PostgreSQL's marks are written behind: pg/marks.py; SQLite's at
+    # once, with each audit entry).
+    def _riding_mark(self) -> tuple[int, str] | None:
+        return None
+
+    def _mark_back(self, mark: tuple[int, str]) -> None:
+        """A riding mark whose transaction failed."""
 
     # The store's copies of jobs (PostgreSQL's: pg/store.py): a write that changes a job returns its row.
     _keeps_jobs = False

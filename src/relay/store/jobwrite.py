@@ -102,12 +102,10 @@ class Writer(Protocol):
 
 @dataclass
 class Pending:
-    """A job's writes gathered by one look at it, the transcript lines of its events (the mirror sends them with it;
-    the job's file gets them once the events are stored: jobs/publish.py) and what runs once it is written, told
-    whether the job's claim still held."""
+    """A job's writes gathered by one look at it, and what runs once it is written, told whether the job's claim
+    still held."""
 
     write: JobWrite
-    transcript: bytes = b""
     after: list[Callable[[Written], None]] = field(default_factory=lambda: [])
 
     def send(self, store: Writer) -> Written:

@@ -3,9 +3,10 @@
 Each audit entry tells the store its seq and hash (`relay audit verify` checks the log's end against the
 highest). On SQLite that is a local write; on PostgreSQL it is a round trip, three per job. A mark is a
 lower bound (verify only asks whether the log reaches it), so a mark written a moment later, or one
-skipped for a newer one, loses nothing: this thread writes the newest mark it was given at most once per
-MARK_PACE_S (a burst of jobs pays one round trip per pace, not three per job), `flush` writes the newest
-now (a worker stopping), and `close` writes the last one before the store closes.
+skipped for a newer one, loses nothing: a job's write takes the newest along (`ride`: one more statement
+in its transaction, no round trip), this thread writes one that waited MARK_PACE_S with no write to take
+it (a front gone idle), `flush` writes the newest now (a worker stopping), and `close` writes the last one
+before the store closes.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ T = TypeVar("T")
 RETRY_S = 1.0
 # How long `close` waits for the last mark to be written.
 CLOSE_WAIT_S = 5.0
-# The least time between two writes of the audit mark (the newest given meanwhile is the one written next): a
-# mark read by `relay audit verify` while a front runs is at most this old.
-MARK_PACE_S = 0.5
+# How long a mark waits to be written by the thread (a job's write takes it along meanwhile, and a newer one given
+# meanwhile replaces it): a mark read by `relay audit verify` while a front runs is at most this old.
+MARK_PACE_S = 1.0
 
 
 class Behind(Generic[T]):
@@ -38,7 +39,7 @@ class Behind(Generic[T]):
     """
 
     name = "relay-behind"
-    pace_s = 0.0  # the least time between two writes
+    pace_s = 0.0  # how long what is given waits before it is written
 
     def __init__(self, write: Callable[[T], None]) -> None:
         self._write = write
@@ -79,6 +80,7 @@ class Behind(Generic[T]):
             self._hurry = True
             self._cv.notify_all()
             self._cv.wait_for(lambda: not (self._ready() or self._writing), CLOSE_WAIT_S)
+            self._hurry = False
 
     def close(self) -> None:
         """Write what is still waiting (waiting up to CLOSE_WAIT_S), then stop."""
@@ -95,6 +97,10 @@ class Behind(Generic[T]):
                 self._cv.wait_for(lambda: self._ready() or self._closed)
                 if not self._ready():
                     return  # closed, and nothing left to write
+                if self.pace_s:  # a job's write may take it along meanwhile; a flush or the close cut the wait short
+                    self._cv.wait_for(lambda: self._closed or self._hurry or not self._ready(), self.pace_s)
+                    if not self._ready():
+                        continue
                 taken = self._take()
                 self._writing = True
             try:
@@ -112,9 +118,6 @@ class Behind(Generic[T]):
             with self._cv:
                 self._writing = False
                 self._cv.notify_all()
-                if self.pace_s:
-                    self._cv.wait_for(lambda: self._closed or self._hurry, self.pace_s)
-                self._hurry = False
 
 
 class LatestMark(Behind[tuple[int, str]]):
@@ -145,3 +148,15 @@ class LatestMark(Behind[tuple[int, str]]):
     def _give_back(self, taken: tuple[int, str]) -> None:
         if self._pending is None:  # a newer mark given meanwhile wins
             self._pending = taken
+
+    def ride(self) -> tuple[int, str] | None:
+        """The newest mark not yet written, taken to go with a job's write (`give_back` if that write failed)."""
+        with self._cv:
+            mark, self._pending = self._pending, None
+            return mark
+
+    def give_back(self, mark: tuple[int, str]) -> None:
+        """A mark taken by `ride` whose write failed: this thread writes it (unless a newer one waits)."""
+        with self._cv:
+            self._give_back(mark)
+            self._cv.notify()

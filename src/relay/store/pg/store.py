@@ -167,9 +167,19 @@ class PgStore(JobBody, ClaimsBody):
             if len(self._kept) > KEPT_JOBS:
                 del self._kept[next(iter(self._kept))]
 
+    def _riding_mark(self) -> tuple[int, str] | None:
+        return self._marks.ride()
+
+    def _mark_back(self, mark: tuple[int, str]) -> None:
+        self._marks.give_back(mark)
+
+    def flush_marks(self) -> None:
+        """Write the newest audit mark now, whatever its pace."""
+        self._marks.flush()
+
     def stop_worker(self, worker_id: str, state: str) -> None:
         """ClaimsBody.stop_worker, the newest audit mark written first (a worker stopping leaves it current)."""
-        self._marks.flush()
+        self.flush_marks()
         super().stop_worker(worker_id, state)
 
     @timed
