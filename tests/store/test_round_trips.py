@@ -27,9 +27,9 @@ pytestmark = pytest.mark.anyio
 # Measured 2026-12-06 on loopback: 45.8 before the store's copies of jobs read, its paced audit marks, its claims
 # that know the queue is empty and its takes sent with the commit; 26.2 with them; 18.2 once a transaction is
 # one pipeline (BEGIN ... COMMIT sent together: psycopg's own transaction() waits at BEGIN and at COMMIT);
-# 4.2-4.3 once a job's running mark, events, outputs and end go together (one write per look at the job), its
-# copy follows this process's own writes, its audit marks are paced and its claim is one statement
-# (docs/scaling.md, "Round trips"). The target, 5, is the line.
+# 4.0 once a job's events, outputs and end go together (one write per look at the job), its copy follows this
+# process's own writes, its audit marks ride with its writes and its claim is one statement: the job's row, its
+# claim, its running mark and its end (docs/scaling.md, "Round trips"). The target, 5, is the line.
 MAX_TRIPS_PER_JOB = 5
 JOBS = 6
 

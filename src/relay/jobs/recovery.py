@@ -81,8 +81,8 @@ class Recovery:
         """A `queued` job whose shim already ran (relay died between spawn and recording it).
 
         Running it again would run the agent twice; record it as running instead, with the pid the
-        shim wrote if that process is still the shim (it started before the pid file was written). A job's
-        running mark goes with its first look (lifecycle.py), so a relay stopped in its first moments leaves this.
+        shim wrote if that process is still the shim (it started before the pid file was written: a spare
+        shim, runtime/spares.py, long before).
         """
         state = self._state
         files = state.files(rec.id)
