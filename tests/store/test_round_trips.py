@@ -4,12 +4,13 @@ A proxy between relay and the server counts each exchange: a burst the client se
 last answered is one round trip (statements pipelined together count once). A front that runs its own
 jobs (the embedded default) runs sync `delegate` calls of the fake claude through the MCP SDK's client;
 the count covers every connection of the process (the pool, the notice listeners, the audit marks'
-writer, heartbeats) over the calls, divided by the number of jobs.
+writer, heartbeats) during each call; the median call is held to the line.
 """
 
 from __future__ import annotations
 
 import socket
+import statistics
 import threading
 from collections.abc import Iterator
 from contextlib import suppress
@@ -98,10 +99,14 @@ async def test_a_sync_delegate_on_postgresql_costs_at_most_a_fixed_number_of_rou
         args = {"agent": "claude", "prompt": "hi", "cwd": str(workdir), "mode": "sync"}
         warm = await client.call_tool("delegate", args)
         assert not warm.is_error
-        before = proxy.trips
+        calls: list[int] = []
         for _ in range(JOBS):
+            before = proxy.trips
             done = await client.call_tool("delegate", args)
             assert not done.is_error
-        per_job = (proxy.trips - before) / JOBS
-    print(f"round trips per sync delegate on PostgreSQL: {per_job:.1f}")
-    assert per_job <= MAX_TRIPS_PER_JOB
+            calls.append(proxy.trips - before)
+    # The process's own timers (a heartbeat, the audit marks' thread, a listener reconnecting) land in some call's
+    # window, more of them on a loaded machine where the calls take longer: the median call is a job's own cost.
+    per_job = statistics.median(calls)
+    print(f"round trips per sync delegate on PostgreSQL: median {per_job:g}, each call {calls}")
+    assert per_job <= MAX_TRIPS_PER_JOB, calls
