@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from relay.errors import ErrorCode, RelayError
 from relay.store.dialect import Conflict, Step
 from relay.store.pg.conn import OneConn, PgConn, PoolConn
 from tests.store.test_round_trips import TripCounter
@@ -67,3 +68,12 @@ def test_a_transaction_that_reads_nothing_before_its_end_is_one_round_trip(table
     finally:
         db.close()
         proxy.close()
+
+
+def test_a_statement_the_server_refuses_inside_a_transaction_fails_the_read_with_its_own_error(conn: PgConn) -> None:
+    with pytest.raises(RelayError) as refused, conn.tx() as tx:
+        tx.exec("INSERT INTO t VALUES (1, 1)")
+        tx.exec("SELECT v FROM no_such_table WHERE id = ?", (1,)).fetchall()
+    assert refused.value.code is ErrorCode.INTERNAL and "no_such_table" in refused.value.message
+    assert not conn.away.is_away  # a refusal is not a store out of reach
+    assert values(conn) == []

@@ -174,8 +174,10 @@ class _Later(Rows):
         if not self._done:
             try:  # a fetch waits for the pipeline's results (a description read before it would not)
                 self._rows = self._cur.fetchall()
-            except psycopg.ProgrammingError:  # a statement that returns no rows
-                self._rows = []
+            except psycopg.ProgrammingError as exc:
+                if exc.sqlstate is not None:  # the server refused the statement (no such table, no privilege)
+                    raise
+                self._rows = []  # psycopg's own: a statement that returns no rows
             self._count = self._cur.rowcount
             self._done = True
 
