@@ -22,7 +22,7 @@ from relay.jobs.mirror import Mirror
 from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.request import JobRequest, Prepared, check_cwd_unchanged
-from relay.jobs.settle import RETRIED, end_when_store_back, fail_row
+from relay.jobs.settle import RETRIED, end_when_store_back, fail_row, store_events_left
 from relay.jobs.state import LEASE_LOST, JobState, Live
 from relay.runtime import procinfo, supervisor
 from relay.runtime.folders import MARKER, mark_spawning
@@ -132,6 +132,7 @@ class Lifecycle:
             try:
                 rec = state.store.get_job(job_id)
                 if rec is not None and not rec.is_final:
+                    store_events_left(state, self.publisher, rec)  # its last look's events rode with the end
                     self.finisher.fail(rec, err)
                 return
             except Exception as again:

@@ -25,6 +25,7 @@ from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
 from relay.jobs.state import JobState, Live
 from relay.runtime import procinfo
+from relay.store import JobRecord
 
 # How long a job's end waits for a store that is away (a worker's fence may end the wait sooner).
 FINISH_WAIT_S = 60.0
@@ -95,3 +96,14 @@ def fail_row(state: JobState, job_id: str, err: RelayError) -> None:
             model=None,
             epoch=state.epochs.get(job_id),
         )
+
+
+def store_events_left(state: JobState, publisher: Publisher, rec: JobRecord) -> None:
+    """Store the events of a job's stdout the store does not hold yet: a job whose end failed before its write (a full
+    disk at its result file, a seal that failed) loses no event, though its last look's events rode with that end."""
+    if rec.kind != "cli":
+        return
+    with contextlib.suppress(RelayError, OSError):
+        parser = get_adapter(rec.agent, state.settings).parser()
+        stored = state.store.max_event_seq(rec.id)
+        publisher.consume(rec.id, Live(), LineReader(state.files(rec.id).stdout), parser, -1, stored, final=True)
