@@ -20,6 +20,10 @@ from relay.store.jobwrite import Pending, Written
 
 # The most read from a file and appended at once.
 MIRROR_CHUNK = 1 << 20
+# The most output that rides in a look's transaction (which holds the job's row from its first statement): a larger
+# piece is appended first, alone, so a transaction cut off half-sent (a worker paused or its link cut) holds the row
+# while a few packets are missing, not a megabyte.
+INLINE_BYTES = 16 << 10
 
 
 def streams_of(files: JobFiles) -> dict[str, Path]:
@@ -80,7 +84,7 @@ class Mirror:
                         last = chunk
             if not last:
                 continue
-            if into is None or into.write.output_bytes() + len(last) > MIRROR_CHUNK:
+            if into is None or into.write.output_bytes() + len(last) > INLINE_BYTES:
                 if not self._append(stream, last):
                     return
                 continue
