@@ -116,6 +116,10 @@ def _worker(r: Sequence[Any]) -> WorkerRecord:
 class ClaimsBody(OverConn):
     """Workers and claims over `_db` (mixed into each backend's store, which opens `_db`)."""
 
+    # The agents whose jobs this store's claims met in the queue (their limits go with every claim); a store's own
+    # once it met one.
+    _agents_met: frozenset[str] = frozenset()
+
     # workers ------------------------------------------------------------------------------
 
     @timed
@@ -238,24 +242,19 @@ class ClaimsBody(OverConn):
         lock = [Step(_GENERIC_PLAN), *([Step(d.claim_lock)] if d.claim_lock is not None else [])]
         won: list[tuple[str, str, int]] = []
         while True:
-            known = frozenset(worker.agents) if worker.agents is not None else self._agents_met()
+            known = frozenset(worker.agents) if worker.agents is not None else self._agents_met
             sql, params = _claim_sql(d, worker, only, window, {a: per_agent(a) for a in known}, free, max_total)
             rows = self._db.batch([*lock, Step(sql, params)], lock=True)[-1].fetchall()
             *_, candidates, room, left = next(r for r in rows if r[0] == _SUMMARY)
             met = {str(r[2]) for r in rows if r[0] == _UNKNOWN}
             if met - known:  # nothing was taken: again, with their limits
-                self.__dict__[_MET] = self._agents_met() | met
+                self._agents_met |= met
                 continue
             taken = sorted((r for r in rows if r[0] == _TAKEN), key=lambda r: (r[4], r[1]))
             won += [(str(r[1]), str(r[2]), int(r[3])) for r in taken]
             free -= len(taken)
             if not taken or len(taken) >= int(room) or int(candidates) < window:
                 return won, bool(left)
-
-    def _agents_met(self) -> frozenset[str]:
-        """The agents whose jobs this store's claims met in the queue (their limits go with every claim)."""
-        met: frozenset[str] = self.__dict__.get(_MET, frozenset())
-        return met
 
     @timed
     def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:
@@ -403,7 +402,6 @@ def _won(taken: list[tuple[list[tuple[str, str]], Rows]]) -> list[tuple[str, str
 # The kinds of `_claim_sql`'s rows: one summary (how many candidates, the room in total, whether a job the worker
 # could run is left), a job taken (or, where the statement only chooses, chosen), an agent of no limit given.
 _SUMMARY, _TAKEN, _UNKNOWN = 0, 1, 2
-_MET = "_claim_agents_met"
 # The claim's statement is planned once per connection (psycopg prepares it from its fifth run): PostgreSQL would
 # plan it again at each run for its values (custom plans: 0.5 ms of its 0.8), and its plan does not depend on them.
 _GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan"
