@@ -142,9 +142,9 @@ class JobBody(OverConn):
         """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given
         (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker."""
         owner_pid, owner_ticks = owner if owner is not None else (None, None)
-        stamp = self._stamp()
-        (done,) = self._send(
-            INSERT_JOB + (f" RETURNING {JOB_COLUMNS}" if self._keeps_jobs else ""),
+        self._write_row(
+            job_id,
+            INSERT_JOB,
             (
                 job_id,
                 agent,
@@ -160,9 +160,7 @@ class JobBody(OverConn):
                 json.dumps(sorted(labels)) if labels else None,
                 retry,
             ),
-        )[:1]
-        if self._keeps_jobs:
-            self._refresh(job_id, done.fetchone(), stamp, 1)
+        )
         self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
 
     @timed
@@ -183,13 +181,8 @@ class JobBody(OverConn):
         (a cancel that ended a claimed job before its spawn): False then."""
         guard, fenced = fence(epoch)
         params = (time.time(), pid, pid_start_ticks, boot_id, owner_pid, owner_start_ticks, deadline_at)
-        stamp = self._stamp()
-        sql = MARK_RUNNING + guard + (f" RETURNING {JOB_COLUMNS}" if self._keeps_jobs else "")
-        (done,) = self._send(sql, (*params, idle_timeout_s, job_id, *fenced))[:1]
-        if done.rowcount != 1:
+        if self._write_row(job_id, MARK_RUNNING + guard, (*params, idle_timeout_s, job_id, *fenced)).rowcount != 1:
             return False
-        if self._keeps_jobs:
-            self._refresh(job_id, done.fetchone(), stamp, 1)
         self.audit.record("running", job_id, {"pid": pid})
         return True
 
@@ -258,19 +251,12 @@ class JobBody(OverConn):
         # The row held first when more than the end goes (each later part is judged under one state of it).
         locked = w.epoch is not None and bool(w.running or w.events or w.session_id is not None or w.outputs)
         if locked:
-            steps.append(Step(f"SELECT epoch FROM jobs WHERE id=?{d.for_key_share}", (w.job_id,)))
+            steps.append(self._hold(w.job_id))
         ran = len(steps)
         if (r := w.running) is not None:
             params = (r.at, r.pid, r.pid_start_ticks, r.boot_id, r.owner_pid, r.owner_start_ticks, r.deadline_at)
             steps.append(Step(MARK_RUNNING + guard, (*params, r.idle_timeout_s, w.job_id, *fenced)))
-        if w.events:
-            rows = [
-                (w.job_id, w.first_seq + i, now, e.type, json.dumps(e.data, default=str), w.job_id, *fenced)
-                for i, e in enumerate(w.events)
-            ]
-            steps.append(Step(ADD_EVENT + guard + ACTIVE + ADD_EVENT_END, rows, many=True))
-        if w.session_id is not None:
-            steps.append(Step(SET_SESSION + guard + ACTIVE, (w.session_id, w.job_id, *fenced)))
+        steps += _event_steps(w.job_id, w.first_seq, w.events, w.session_id, guard + ACTIVE, fenced, now)
         under, held = (
             ("", ()) if w.epoch is None else (f" WHERE EXISTS ({UNDER_EPOCH}{d.for_share})", (w.job_id, w.epoch))
         )
@@ -310,6 +296,11 @@ class JobBody(OverConn):
             self.audit.record(end.status, w.job_id, end.audit_data())
         return Written(held=True, ended=finished, sizes=sizes)
 
+    def _hold(self, job_id: str) -> Step:
+        """The first statement of a write under a claim: reads the job's epoch and holds its row until the commit (a
+        take-over cannot change it in between: SQLite's write lock, PostgreSQL's row lock)."""
+        return Step(f"SELECT epoch FROM jobs WHERE id=?{self._db.dialect.for_key_share}", (job_id,))
+
     def _end_steps(self, job_id: str, end: End, guard: str, fenced: tuple[Any, ...], now: float) -> list[Step]:
         """The final state's UPDATE, and the session's turn counted only if it was written (same transaction)."""
         result = json.dumps(end.result) if end.result is not None else None
@@ -320,11 +311,19 @@ class JobBody(OverConn):
             steps.append(Step(UPSERT_SESSION_OF_END, (*end.session.params(now), job_id, now)))
         return steps
 
-    def _send(self, sql: str, params: Sequence[Any]) -> list[Rows]:
-        """One statement; with the audit mark when one rides (then one transaction)."""
+    def _write_row(self, job_id: str, sql: str, params: Sequence[Any]) -> Rows:
+        """One statement that writes the job's row, with the audit mark when one rides (then one transaction); the
+        row it leaves becomes the store's copy of the job."""
+        stamp = self._stamp()
+        if self._keeps_jobs:
+            sql = f"{sql} RETURNING {JOB_COLUMNS}"
         if (mark := self._riding_mark()) is None:
-            return [self._db.exec(sql, params)]
-        return self._batch_with_mark([Step(sql, params)], lock=False, mark=mark)
+            done = self._db.exec(sql, params)
+        else:
+            done = self._batch_with_mark([Step(sql, params)], lock=False, mark=mark)[0]
+        if self._keeps_jobs and done.rowcount == 1:
+            self._refresh(job_id, done.fetchone(), stamp, 1)
+        return done
 
     def _batch_with_mark(self, steps: list[Step], *, lock: bool, mark: tuple[int, str] | None = None) -> list[Rows]:
         """`steps` in one transaction, and the newest audit mark not yet written with them (last: the mark's row is
@@ -452,18 +451,8 @@ class JobBody(OverConn):
         if not events and session_id is None:
             return True
         guard, fenced = fence(epoch)
-        now = time.time()
-        steps: list[Step] = []
-        if epoch is not None:
-            steps.append(Step(f"SELECT epoch FROM jobs WHERE id=?{self._db.dialect.for_key_share}", (job_id,)))
-        if events:
-            rows = [
-                (job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str), job_id, *fenced)
-                for i, e in enumerate(events)
-            ]
-            steps.append(Step(ADD_EVENT + guard + ADD_EVENT_END, rows, many=True))
-        if session_id is not None:
-            steps.append(Step(SET_SESSION + guard, (session_id, job_id, *fenced)))
+        steps = [self._hold(job_id)] if epoch is not None else []
+        steps += _event_steps(job_id, first_seq, events, session_id, guard, fenced, time.time())
         done = self._db.batch(steps, lock=epoch is not None)
         if epoch is None:
             return True
@@ -578,3 +567,26 @@ class JobBody(OverConn):
 
     def _sessions(self, sql: str, params: Sequence[Any]) -> list[SessionRecord]:
         return [SessionRecord(*r) for r in self._db.exec(sql, params)]
+
+
+def _event_steps(
+    job_id: str,
+    first_seq: int,
+    events: Sequence[Event],
+    session_id: str | None,
+    where: str,
+    fenced: Sequence[Any],
+    now: float,
+) -> list[Step]:
+    """The statements that store `events` (numbered from `first_seq`) and the job's new `session_id`, each only where
+    `where` holds of the job's row (its claim's guard, and maybe ACTIVE)."""
+    steps: list[Step] = []
+    if events:
+        rows = [
+            (job_id, first_seq + i, now, e.type, json.dumps(e.data, default=str), job_id, *fenced)
+            for i, e in enumerate(events)
+        ]
+        steps.append(Step(ADD_EVENT + where + ADD_EVENT_END, rows, many=True))
+    if session_id is not None:
+        steps.append(Step(SET_SESSION + where, (session_id, job_id, *fenced)))
+    return steps
