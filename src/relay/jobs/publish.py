@@ -141,6 +141,12 @@ class Publisher:
             self.defer(job_id, live, batch, pending)
         return seq, active
 
+    def replay(self, job_id: str, parser: Parser) -> None:
+        """Feed `parser` the job's whole stdout (its process ended, or no monitor watches it) and store the events the
+        store does not hold yet: a job's end written from its files."""
+        stored = self._state.store.max_event_seq(job_id)
+        self.consume(job_id, Live(), LineReader(self._state.files(job_id).stdout), parser, -1, stored, final=True)
+
     def _line(self, event: Event) -> str:
         """An event's transcript text, as `publish` writes it."""
         return render_event(Event(event.type, self._state.redacted(event.data))) + "\n"

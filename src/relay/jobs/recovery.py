@@ -14,7 +14,6 @@ from relay.agents import get_adapter
 from relay.errors import ErrorCode, RelayError
 from relay.events import AgentResult
 from relay.jobs.lifecycle import SPAWN_MARKER, Lifecycle
-from relay.jobs.output import LineReader
 from relay.jobs.state import JobState, Live, mtime
 from relay.runtime import procinfo, supervisor
 from relay.runtime.fencing import FENCED_MARK
@@ -150,7 +149,6 @@ class Recovery:
             return
         # The process ended while no relay watched it: its files hold everything.
         parser = adapter.parser()
-        stored_seq = state.store.max_event_seq(rec.id)
-        lifecycle.publisher.consume(rec.id, Live(), LineReader(files.stdout), parser, -1, stored_seq, final=True)
+        lifecycle.publisher.replay(rec.id, parser)
         lifecycle.finisher.finalize(rec.id, parser, files.read_exit_code(), None)
         state.epochs.pop(rec.id, None)

@@ -21,9 +21,8 @@ import anyio
 from relay.agents import get_adapter
 from relay.errors import ErrorCode, RelayError
 from relay.jobs.finish import Finisher
-from relay.jobs.output import LineReader
 from relay.jobs.publish import Publisher
-from relay.jobs.state import JobState, Live
+from relay.jobs.state import JobState
 from relay.runtime import procinfo
 from relay.store import JobRecord
 
@@ -55,8 +54,7 @@ async def end_when_store_back(state: JobState, publisher: Publisher, finisher: F
         await _until_ended(state, job_id, rec.deadline_at)
         try:
             parser = get_adapter(rec.agent, state.settings).parser()
-            stored = state.store.max_event_seq(job_id)
-            publisher.consume(job_id, Live(), LineReader(files.stdout), parser, -1, stored, final=True)
+            publisher.replay(job_id, parser)
             await anyio.to_thread.run_sync(finisher.finalize, job_id, parser, files.read_exit_code(), None)
         except RelayError as err:
             if err.code is not ErrorCode.STORE_UNAVAILABLE:
@@ -104,6 +102,4 @@ def store_events_left(state: JobState, publisher: Publisher, rec: JobRecord) -> 
     if rec.kind != "cli":
         return
     with contextlib.suppress(RelayError, OSError):
-        parser = get_adapter(rec.agent, state.settings).parser()
-        stored = state.store.max_event_seq(rec.id)
-        publisher.consume(rec.id, Live(), LineReader(state.files(rec.id).stdout), parser, -1, stored, final=True)
+        publisher.replay(rec.id, get_adapter(rec.agent, state.settings).parser())
