@@ -69,8 +69,7 @@ class Tending:
         target = state.settings.store_target
         down = (lambda: store_down(str(target))) if state.store.spans_hosts else None
         heart = Heart(state.fence, self.renew, beat, down)
-        heart.start()
-        self.keep_fence()
+        heart.start()  # the fence's keeper runs already: the engine started it (keep_fence) before any claim
         try:
             self.sweep()
             # A store that announces changes (PostgreSQL's NOTIFY) wakes the loop at once; SQLite's is looked at.
