@@ -129,15 +129,16 @@ async def test_the_schemas_carry_the_seeds_parameters_enums_and_defaults(spawner
 
 
 async def test_cli_spawns_return_at_once_and_run_with_the_seeds_flags(
-    spawner: Any, argv_log: Path, workdir: Path
+    spawner: Any, argv_log: Path, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(powerspawn, "KEEPALIVE_S", 0.05)
+    gate = tmp_path / "open"
+    prompts = {agent: f"{agent} task [[fake:echo,until={gate}]]" for agent in ("claude", "codex", "copilot")}
     async with spawner() as c:
-        claude = spawned(await call(c, "spawn_claude", prompt="claude task [[fake:echo]]"), "claude", "sonnet")
-        codex = spawned(await call(c, "spawn_codex", prompt="codex task [[fake:echo]]"), "codex", None)
-        copilot = spawned(
-            await call(c, "spawn_copilot", prompt="copilot task [[fake:echo]]", model="gpt-5"), "copilot", "gpt-5"
-        )
-        done = data(await call(c, "wait_for_agents", timeout=60))
+        claude = spawned(await call(c, "spawn_claude", prompt=prompts["claude"]), "claude", "sonnet")
+        codex = spawned(await call(c, "spawn_codex", prompt=prompts["codex"]), "codex", None)
+        copilot = spawned(await call(c, "spawn_copilot", prompt=prompts["copilot"], model="gpt-5"), "copilot", "gpt-5")
+        done = await wait_opening(c, gate)
         records = {a: data(await call(c, "result", agent_id=a)) for a in (claude, codex, copilot)}
     assert done["status"] == "all_completed" and isinstance(done["elapsed_seconds"], float)
     assert sorted(done["results"], key=lambda r: r["type"]) == [
@@ -153,7 +154,7 @@ async def test_cli_spawns_return_at_once_and_run_with_the_seeds_flags(
             "id": codex,
             "type": "codex",
             "success": True,
-            "result": "codex task [[fake:echo]]",
+            "result": prompts["codex"],
             "error": None,
             "cost_usd": 0.005,
         },
@@ -161,7 +162,7 @@ async def test_cli_spawns_return_at_once_and_run_with_the_seeds_flags(
             "id": copilot,
             "type": "copilot",
             "success": True,
-            "result": "copilot task [[fake:echo]]",
+            "result": prompts["copilot"],
             "error": None,
             "cost_usd": 0.0,
         },
@@ -182,12 +183,17 @@ def after(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
-async def test_cli_spawns_pass_every_flag_the_seed_lists(spawner: Any, argv_log: Path) -> None:
+async def test_cli_spawns_pass_every_flag_the_seed_lists(
+    spawner: Any, argv_log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(powerspawn, "KEEPALIVE_S", 0.05)
+    gate = tmp_path / "open"
+    prompts = {agent: f"{agent} task [[fake:echo,until={gate}]]" for agent in ("claude", "codex", "copilot")}
     async with spawner() as c:
-        spawned(await call(c, "spawn_claude", prompt="claude task [[fake:echo]]"), "claude", "sonnet")
-        spawned(await call(c, "spawn_codex", prompt="codex task [[fake:echo]]"), "codex", None)
-        spawned(await call(c, "spawn_copilot", prompt="copilot task [[fake:echo]]"), "copilot", "gpt-5.1")
-        assert data(await call(c, "wait_for_agents", timeout=60))["status"] == "all_completed"
+        spawned(await call(c, "spawn_claude", prompt=prompts["claude"]), "claude", "sonnet")
+        spawned(await call(c, "spawn_codex", prompt=prompts["codex"]), "codex", None)
+        spawned(await call(c, "spawn_copilot", prompt=prompts["copilot"]), "copilot", "gpt-5.1")
+        assert (await wait_opening(c, gate))["status"] == "all_completed"
     runs = {str(r["prompt"]).split()[0]: r["argv"] for r in logged(argv_log)}
     # claude: the seed's tool set (Bash, Read, Write, Edit, Glob, Grep), not every tool
     seed_tools = "Bash,Read,Write,Edit,Glob,Grep"
@@ -195,7 +201,7 @@ async def test_cli_spawns_pass_every_flag_the_seed_lists(spawner: Any, argv_log:
     assert "--dangerously-bypass-approvals-and-sandbox" in runs["codex"]
     # copilot: `-s -p <prompt> --allow-all-tools --allow-all-paths --allow-tool shell --allow-tool write`
     copilot = runs["copilot"]
-    assert "-s" in copilot and after(copilot, "-p") == "copilot task [[fake:echo]]"
+    assert "-s" in copilot and after(copilot, "-p") == prompts["copilot"]
     assert {"--allow-all-tools", "--allow-all-paths"} <= set(copilot)
     allowed = [copilot[i + 1] for i, a in enumerate(copilot) if a == "--allow-tool"]
     assert {"shell", "write"} <= set(allowed)
@@ -354,6 +360,19 @@ async def test_six_agents_spawned_at_once_are_all_returned_by_wait_for_agents(
     assert sorted(r["id"] for r in done["results"]) == sorted(ids)
     assert all(r["success"] for r in done["results"])
     assert [(r["agent_id"], r["success"]) for r in records] == [(a, True) for a in ids]
+
+
+async def wait_opening(c: Client, gate: Path) -> dict[str, Any]:
+    """wait_for_agents, its CLIs held until `gate` exists, made at the wait's first progress beat (it holds the
+    running agents by then): none ends before the wait takes it. Its answer."""
+
+    async def beat(progress: float, total: float | None, message: str | None) -> None:
+        gate.touch()
+
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        done = data(await c.call_tool("wait_for_agents", {"timeout": 60}, progress_callback=beat))
+    assert gate.exists()
+    return done
 
 
 async def six_spawns(c: Client, gate: Path) -> list[str]:
