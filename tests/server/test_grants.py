@@ -24,6 +24,7 @@ from relay.audit import LOG_FILE, iter_lines, parse_loose
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
 from relay.server.app import build_server
+from relay.server.toolsets import powerspawn
 from tests.conftest import SettingsFactory
 from tests.reliability.conftest import RELAY, free_port, relay_env, wait_for
 from tests.reliability.test_http_guardrails import listening
@@ -239,12 +240,21 @@ async def test_a_resumed_session_keeps_its_full_permission_only_with_a_yes(
 
 
 async def test_a_profile_whose_seed_runs_with_full_access_keeps_it_when_the_person_serves_it(
-    make_settings: SettingsFactory, argv_log: Path, relay_home: Path
+    make_settings: SettingsFactory, argv_log: Path, relay_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The agent waits on a file made at wait_for_agents' first progress beat: it cannot end before the wait takes it.
+    monkeypatch.setattr(powerspawn, "KEEPALIVE_S", 0.05)
+    gate = tmp_path / "open"
+
+    async def beat(progress: float, total: float | None, message: str | None) -> None:
+        gate.touch()
+
     settings = settings_with(make_settings, argv_log, RELAY_PROFILE="powerspawn")
     async with Client(build_server(settings)) as c:
-        failed, spawned = await call(c, "spawn_claude", {"prompt": "fix the tests"})
-        _, waited = await call(c, "wait_for_agents", {"timeout": 60})
+        failed, spawned = await call(c, "spawn_claude", {"prompt": f"fix the tests [[fake:until={gate}]]"})
+        with anyio.fail_after(60):
+            result = await c.call_tool("wait_for_agents", {"timeout": 60}, progress_callback=beat)
+        waited = result.structured_content or {}
     assert not failed and spawned["status"] == "running" and waited["status"] == "all_completed"
     [argv] = runs(argv_log)
     assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
