@@ -1,4 +1,4 @@
-"""The audit mark on PostgreSQL (store/pg/marks.py): written off the job's path, paced, and current when asked."""
+"""The audit mark on PostgreSQL (store/marks.py): written off the job's path, paced, and current when asked."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from relay.audit import open_audit, read_head
-from relay.store.pg.marks import MARK_PACE_S, LatestMark
+from relay.store.marks import MARK_PACE_S, LatestMark
 from relay.store.pg.store import PgStore, audit_expectation
 
 # Far below the pace: a mark given now is not written within it, however the machine is loaded.

@@ -80,7 +80,7 @@ def test_a_full_window_of_an_agent_at_its_limit_is_followed_by_the_jobs_behind_i
 
 def test_a_claim_says_whether_a_job_its_worker_could_run_may_be_left(store: JobStore) -> None:
     def claim(free: int, total: int = 10) -> tuple[list[str], bool]:
-        won, left = store._claim(W, free, total, lambda agent: 1 if agent == "claude" else 10, ())  # pyright: ignore[reportPrivateUsage]
+        won, left, _ = store._claim(W, free, total, lambda agent: 1 if agent == "claude" else 10, ())  # pyright: ignore[reportPrivateUsage]
         return [j for j, _, _ in won], left
 
     queue(store, ("a", "claude"), ("b", "claude"), ("c", "codex"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from relay.jobs.state import JobState, Live
+from relay.store.claims import ClaimAsk
 
 
 class Admission:
@@ -31,17 +32,29 @@ class Admission:
         settings = self._state.settings
         return settings.agent(agent).max_concurrent or settings.max_concurrent_per_agent
 
-    def pump(self, start: Callable[[str], None]) -> None:
-        """Claim queued jobs for this process's free slots, oldest first; `start(job_id)` runs each one won."""
+    def ask(self) -> ClaimAsk | None:
+        """The claim this process would make for its free slots now (None: it takes no job now)."""
         state = self._state
         state.task_group()
         worker = state.worker
         if not state.settings.runs_jobs or state.draining:
-            return
+            return None
         free = worker.slots - len(state.running)
         if free <= 0:
+            return None
+        return ClaimAsk(worker, free, state.settings.max_concurrent, self.agent_limit)
+
+    def pump(self, start: Callable[[str], None]) -> None:
+        """Claim queued jobs for this process's free slots, oldest first; `start(job_id)` runs each one won."""
+        ask = self.ask()
+        if ask is None:
             return
-        won = state.store.claim(worker, free=free, max_total=state.settings.max_concurrent, per_agent=self.agent_limit)
+        won = self._state.store.claim(ask.worker, free=ask.free, max_total=ask.max_total, per_agent=ask.per_agent)
+        self.took(won, start)
+
+    def took(self, won: list[tuple[str, str, int]], start: Callable[[str], None]) -> None:
+        """The jobs a claim won (job id, agent, epoch): each holds a slot from now, and `start` runs it."""
+        state = self._state
         for job_id, agent, epoch in won:
             state.running[job_id] = agent
             state.epochs[job_id] = epoch

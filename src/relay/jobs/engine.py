@@ -201,10 +201,11 @@ class Engine:
         submit = telemetry.submitted(job_id, req.agent)  # its trace context is stored with it (a worker continues it)
         stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth) | submit.stored
         self._make_dir(job_id)
-        self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd)
+        # The insert claims for this process's free slots in the same transaction (one round trip, not two).
+        won = self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd, self._admission.ask())
         self._lifecycle.prepared[job_id] = prepared
         self._admission.enqueue(job_id)
-        self._lifecycle.pump()
+        self._admission.took(won, self._lifecycle.start)
         self.known.add(job_id, current().name, quiet=self._state.runs_here(job_id) and asks_nothing(prepared.adapter))
         submit.end()
         return job_id

@@ -79,6 +79,14 @@ class Rebuild:
             os.close(fd)
 
 
+def _has_lines(transcript: Path) -> bool:
+    """Whether the transcript holds anything (a new job's is made empty ahead: nothing to start over)."""
+    try:
+        return os.stat(transcript).st_size > 0
+    except OSError:
+        return False
+
+
 class Publisher:
     """Turns output into events for the store, the transcript, the cost cap and progress listeners."""
 
@@ -114,7 +122,7 @@ class Publisher:
         active = False
         transcript = self._state.files(job_id).dir / TRANSCRIPT_FILE
         rebuild = Rebuild(transcript) if seq < 0 <= stored_seq else None
-        if seq < 0 and stored_seq < 0 and transcript.exists():  # a replay, no event stored: its lines start over
+        if seq < 0 and stored_seq < 0 and _has_lines(transcript):  # a replay, no event stored: its lines start over
             Rebuild(transcript).finish()
         try:
             for line in reader.read(final=final):

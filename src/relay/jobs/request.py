@@ -152,27 +152,40 @@ def _check_utf8(name: str, value: str) -> None:
 
 
 def resolve_cwd(settings: Settings, raw: str | None) -> str:
-    path = expand_home(raw) if raw else Path.cwd()
-    if not path.is_absolute():
+    """`raw` (None: relay's own cwd) resolved: every symlink followed, an existing directory inside the allowed roots.
+
+    Strings and os.path, not pathlib: this runs twice on every job's way (at submit, and at its start)."""
+    path = os.fspath(expand_home(raw)) if raw else os.getcwd()
+    if not os.path.isabs(path):
         raise invalid(
             f"cwd must be an absolute path, got {raw!r}",
             "pass the absolute path of the project directory",
         )
     try:
-        resolved = path.resolve(strict=True)
+        resolved = os.path.realpath(path, strict=True)
     except (OSError, RuntimeError, ValueError):
         raise invalid(f"cwd {raw!r} does not exist", "pass an existing directory") from None
-    if not resolved.is_dir():
+    if not os.path.isdir(resolved):
         raise invalid(f"cwd {raw!r} is not a directory", "pass a directory, not a file")
     # relay's own worktrees are made from checkouts inside the allowed roots: jobs may run in them.
-    roots = (*settings.allowed_roots, settings.worktrees_dir.resolve()) if settings.allowed_roots else ()
-    if roots and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+    configured = settings.allowed_roots
+    if configured and not any(_within(resolved, str(r)) for r in (*configured, _real(settings.worktrees_dir))):
         raise RelayError(
             ErrorCode.CWD_NOT_ALLOWED,
-            f"cwd {str(resolved)!r} is outside the allowed roots",
-            f"use a directory under {', '.join(map(str, settings.allowed_roots))}, or add it to security.allowed_roots in config.toml",
+            f"cwd {resolved!r} is outside the allowed roots",
+            f"use a directory under {', '.join(map(str, configured))}, or add it to security.allowed_roots in config.toml",
         )
-    return str(resolved)
+    return resolved
+
+
+def _within(path: str, root: str) -> bool:
+    """Whether `path` is `root` or under it (both absolute and normalised: resolved)."""
+    return path == root or path.startswith(root if root.endswith("/") else root + "/")
+
+
+def _real(path: Path) -> str:
+    """`path` with its symlinks followed, as far as it exists (Path.resolve's non-strict rule)."""
+    return os.path.realpath(path)
 
 
 def check_values(req: JobRequest) -> None:

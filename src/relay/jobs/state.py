@@ -30,6 +30,7 @@ from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
 from relay.store import JobRecord, JobStore, WorkerInfo
+from relay.store.claims import ClaimAsk
 from relay.store.health import make_reserve
 from relay.store.jobwrite import Written
 from relay.text import is_utf8
@@ -90,11 +91,16 @@ def new_job_id() -> str:
     return secrets.token_hex(8)
 
 
+# How many jobs' JobFiles `files` keeps.
+KEPT_FILES = 256
+
+
 class JobState:
     """The engine's shared state. Rooms read and change it; only `Engine.running()` opens and closes it."""
 
     def __init__(self, settings: Settings, store: JobStore) -> None:
         self.settings = settings
+        self._files: dict[str, tuple[Settings, JobFiles]] = {}
         self.store = store
         self.tg: TaskGroup | None = None
         # Jobs this process runs (or has queued), and the agent of each one holding a slot.
@@ -138,7 +144,13 @@ class JobState:
         return self.tg
 
     def files(self, job_id: str) -> JobFiles:
-        return JobFiles(self.settings.jobs_dir / job_id)
+        """Where the job's process writes (kept for the jobs looked at last: a job's way asks a dozen times)."""
+        found = self._files.get(job_id)
+        if found is None or found[0] is not self.settings:
+            found = self._files[job_id] = (self.settings, JobFiles(self.settings.jobs_dir / job_id))
+            if len(self._files) > KEPT_FILES:
+                del self._files[next(iter(self._files))]
+        return found[1]
 
     def post_cancel(self, job_id: str) -> None:
         """An ACP job's driver (the one with an inbox) sends its agent session/cancel on this (docs/acp.md)."""
@@ -170,12 +182,20 @@ class JobState:
         self._changed = anyio.Event()
 
     def insert_job(
-        self, job_id: str, agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None
-    ) -> None:
+        self,
+        job_id: str,
+        agent: str,
+        kind: str,
+        request: dict[str, Any],
+        model: str | None,
+        cwd: str | None,
+        claim: ClaimAsk | None = None,
+    ) -> list[tuple[str, str, int]]:
         """Record a queued job of the principal acting now, its request redacted: a CLI job waits in the store's
-        queue for a worker's claim; an in-process task is this process's from the start."""
+        queue for a worker's claim (`claim`: made with the insert; what it won); an in-process task is this
+        process's from the start."""
         labels = request.get("labels") or ()
-        self.store.insert_job(
+        return self.store.insert_job(
             job_id,
             agent,
             kind,
@@ -186,6 +206,7 @@ class JobState:
             principal=current().name,
             labels=[str(label) for label in labels],
             retry=request.get("retry"),
+            claim=claim,
         )
 
     def redacted(self, value: dict[str, Any]) -> dict[str, Any]:

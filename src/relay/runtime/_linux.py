@@ -17,17 +17,30 @@ _PROC = Path("/proc")
 
 
 def boot_id() -> str:
-    try:
-        return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+    """This boot's id (read once: it cannot change while this process lives)."""
+    global _boot_id
+    if _boot_id is None:
+        try:
+            _boot_id = (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            return ""
+    return _boot_id
+
+
+_boot_id: str | None = None
 
 
 def _stat_fields(pid: int) -> list[str] | None:
     try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except (OSError, ValueError):
+        fd = os.open(f"/proc/{int(pid)}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except (OSError, ValueError, OverflowError):
         return None
+    try:
+        raw = os.read(fd, 4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) may contain spaces and parentheses; fields resume after the last ')'.
     return raw[raw.rfind(")") + 2 :].split()
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
@@ -72,19 +73,19 @@ class JobFiles:
 
     dir: Path
 
-    @property
+    @cached_property
     def stdout(self) -> Path:
         return self.dir / "stdout"
 
-    @property
+    @cached_property
     def stderr(self) -> Path:
         return self.dir / "stderr"
 
-    @property
+    @cached_property
     def exit(self) -> Path:
         return self.dir / "exit"
 
-    @property
+    @cached_property
     def pid(self) -> Path:
         return self.dir / "pid"
 
@@ -95,11 +96,11 @@ class JobFiles:
             return None
         return int(text) if text.isdigit() else None
 
-    @property
+    @cached_property
     def stdin(self) -> Path:
         return self.dir / "stdin"
 
-    @property
+    @cached_property
     def result(self) -> Path:
         return self.dir / "result.txt"
 

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from relay.audit import AuditLog
 from relay.events import Event
-from relay.store.claims import WorkerInfo, WorkerRecord
+from relay.store.claims import ClaimAsk, WorkerInfo, WorkerRecord
 from relay.store.db import JobRecord, SessionRecord, SessionTurn
 from relay.store.jobwrite import JobWrite, Written
 
@@ -37,7 +37,8 @@ class JobStore(Protocol):
         principal: str = "local",
         labels: Sequence[str] = (),
         retry: str | None = None,
-    ) -> None: ...
+        claim: ClaimAsk | None = None,
+    ) -> list[tuple[str, str, int]]: ...
 
     def mark_running(
         self,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from relay.audit import AuditLog, queued_data
@@ -18,6 +19,8 @@ from relay.events import Event
 from relay.store import outputs
 from relay.store.dialect import Conflict, OverConn, Rows, Step, marks, timed
 from relay.store.jobwrite import End, JobWrite, Written
+from relay.store.marks import LatestMark
+from relay.store.queue import ClaimAsk
 from relay.store.records import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn, job_of
 
 # The active jobs whose owner a process of one host may find dead and adopt (jobs/recovery.py): claimed by a
@@ -138,30 +141,38 @@ class JobBody(OverConn):
         principal: str = "local",
         labels: Sequence[str] = (),
         retry: str | None = None,
-    ) -> None:
+        claim: ClaimAsk | None = None,
+    ) -> list[tuple[str, str, int]]:
         """Record a queued job of `principal`, owned from its first instant by `owner` (pid, start ticks) when given
-        (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker."""
+        (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker.
+
+        With `claim`, the insert and that claim go in one transaction: what the claim won is returned (else [])."""
         owner_pid, owner_ticks = owner if owner is not None else (None, None)
-        self._write_row(
+        params = (
             job_id,
-            INSERT_JOB,
-            (
-                job_id,
-                agent,
-                kind,
-                json.dumps(request),
-                model,
-                cwd,
-                request.get("session_id"),
-                time.time(),
-                owner_pid,
-                owner_ticks,
-                principal,
-                json.dumps(sorted(labels)) if labels else None,
-                retry,
-            ),
+            agent,
+            kind,
+            json.dumps(request),
+            model,
+            cwd,
+            request.get("session_id"),
+            time.time(),
+            owner_pid,
+            owner_ticks,
+            principal,
+            json.dumps(sorted(labels)) if labels else None,
+            retry,
         )
+        won: list[tuple[str, str, int]] = []
+        if claim is None:
+            self._write_row(job_id, INSERT_JOB, params)
+        else:
+            won = self._insert_claiming(job_id, Step(INSERT_JOB, params), claim)
         self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
+        return won
+
+    # ClaimsBody's (store/queue.py), and PostgreSQL's own (pg/store.py: its copy of the job)
+    _insert_claiming: Callable[[str, Step, ClaimAsk], list[tuple[str, str, int]]]
 
     @timed
     def mark_running(
@@ -338,13 +349,30 @@ class JobBody(OverConn):
             self._mark_back(mark)
             raise
 
-    # The audit mark that goes with a job's write (PostgreSQL's marks are written behind: pg/marks.py; SQLite's at
-    # once, with each audit entry).
+    # The audit marks (store/marks.py): the newest goes with a job's next write, or is written by a thread of its own
+    # once it waited MARK_PACE_S with no write to take it.
+    _marks: LatestMark
+
+    def _start_marks(self) -> None:
+        self._marks = LatestMark(self._mark_audit)
+        self.audit.marks.append(self._marks.put)
+
+    def _stop_marks(self) -> None:
+        """The last mark written (waiting for it a moment), and no more."""
+        with suppress(ValueError):
+            self.audit.marks.remove(self._marks.put)
+        self._marks.close()
+
     def _riding_mark(self) -> tuple[int, str] | None:
-        return None
+        return self._marks.ride()
 
     def _mark_back(self, mark: tuple[int, str]) -> None:
         """A riding mark whose transaction failed."""
+        self._marks.give_back(mark)
+
+    def flush_marks(self) -> None:
+        """Write the newest audit mark now, whatever its pace."""
+        self._marks.flush()
 
     # The store's copies of jobs (PostgreSQL's: pg/store.py): a write that changes a job returns its row.
     _keeps_jobs = False

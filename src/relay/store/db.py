@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from relay.audit import AuditLog, open_audit
 from relay.osfiles import private
 from relay.store.body import JobBody
 from relay.store.connect import open_sqlite, prepare_home
 from relay.store.dialect import timed
-from relay.store.queue import ClaimsBody
+from relay.store.queue import ClaimsBody, WorkerInfo
 from relay.store.records import (
     ACTIVE_STATUSES,
     FINAL_STATUSES,
@@ -60,11 +60,10 @@ class Store(JobBody, ClaimsBody):
         self._db = SqliteConn(open_sqlite(path, busy_s), path, busy_s)
         for made in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             private(made)  # SQLite makes the -wal and -shm files with the database file's mode
-        self.audit.marks.append(self._mark_audit)
+        self._start_marks()
 
     def close(self) -> None:
-        with suppress(ValueError):
-            self.audit.marks.remove(self._mark_audit)
+        self._stop_marks()
         self._db.close()
 
     @timed
@@ -73,6 +72,10 @@ class Store(JobBody, ClaimsBody):
         tell that nothing was queued or cancelled since the last look."""
         row = self._db.exec("PRAGMA data_version").fetchone()
         return int(row[0]) if row else 0
+
+    def _queue_seen(self, worker: WorkerInfo, ahead: int = 0) -> tuple[Any, ...] | None:
+        """ClaimsBody's: other connections' commits (data_version) and the jobs this one queued."""
+        return (worker.id, self.queue_version(), self._db.queued_writes + ahead)
 
     def clock(self) -> float:
         """The store's time now (seconds since the epoch): SQLite's is its one host's clock."""

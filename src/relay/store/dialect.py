@@ -106,10 +106,17 @@ class Tx(Protocol):
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
 
+def may_queue(sql: str) -> bool:
+    """Whether a statement may queue a job (a new job; a claim handed back): the count of these a process ran tells
+    its claims whether a job may wait that its last claim did not see."""
+    return sql.startswith("INSERT INTO jobs") or "status='queued'," in sql
+
+
 class Conn(Protocol):
     """How statements run on one backend (the narrow place where SQLite and PostgreSQL differ)."""
 
     dialect: Dialect
+    queued_writes: int  # statements run that may have queued a job (may_queue)
 
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         """One statement, committed on its own."""

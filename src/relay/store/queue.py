@@ -88,6 +88,17 @@ class WorkerRecord:
     running: int
 
 
+@dataclass(frozen=True)
+class ClaimAsk:
+    """A claim for a worker's free slots (`ClaimsBody.claim`'s arguments), to make with a job's insert (one
+    transaction: a front that runs its own jobs claims the one it queues without another round trip)."""
+
+    worker: WorkerInfo
+    free: int
+    max_total: int
+    per_agent: Callable[[str], int]
+
+
 def worker_row(info: WorkerInfo, now: float) -> tuple[Any, ...]:
     """The workers row of `info` as both dialects insert it (id ... lease_s, started_at, heartbeat_at)."""
     agents = json.dumps(list(info.agents)) if info.agents is not None else None
@@ -154,9 +165,14 @@ class ClaimsBody(OverConn):
         )
         return done[0].rowcount == 1
 
+    def flush_marks(self) -> None:
+        """Write the newest audit mark now (JobBody's: the store's marks are written behind)."""
+
     @timed
     def stop_worker(self, worker_id: str, state: str) -> None:
-        """Record a worker's end (`stopping`, `stopped`, `lost`)."""
+        """Record a worker's end (`stopping`, `stopped`, `lost`), the newest audit mark written first (a worker
+        stopping leaves it current)."""
+        self.flush_marks()
         stopped = time.time() if state != "stopping" else None
         self._db.exec(
             "UPDATE workers SET state=?, stopped_at=COALESCE(?, stopped_at) WHERE id=?", (state, stopped, worker_id)
@@ -196,31 +212,66 @@ class ClaimsBody(OverConn):
 
         On PostgreSQL the lock, the one statement that decides and takes, and the commit go to the server together:
         one round trip, and the lock is held for as short a time as the network allows."""
-        return self._claim(worker, free, max_total, per_agent, only)[0]
+        seen = self._queue_seen(worker) if not only else None
+        if seen is not None and free > 0 and self._nothing_queued == seen:
+            return []
+        won, any_left, _ = self._claim(worker, free, max_total, per_agent, only)
+        if seen is not None and not any_left:
+            self._nothing_queued = seen
+        return won
+
+    # (worker, what the store had seen of other processes, jobs queued by this one) when that worker's claim last
+    # left nothing it could run: the next claim of the same worker finds nothing either while these stay (a job's end
+    # claims for the slot it frees, and most often nothing waits).
+    _nothing_queued: tuple[Any, ...] | None = None
+
+    def _queue_seen(self, worker: WorkerInfo, ahead: int = 0) -> tuple[Any, ...] | None:
+        """What `_nothing_queued` compares (`ahead`: jobs about to be queued by this process), or None when this
+        store cannot tell (every claim then asks)."""
+        del worker, ahead
+        return None
+
+    def _insert_claiming(self, job_id: str, insert: Step, ask: ClaimAsk) -> list[tuple[str, str, int]]:
+        """A job's insert and a claim for `ask` in one transaction: what the claim won (the job among them when it
+        is the oldest this worker can run)."""
+        del job_id
+        seen = self._queue_seen(ask.worker, ahead=1)
+        won, any_left, _ = self._claim(ask.worker, ask.free, ask.max_total, ask.per_agent, (), [insert])
+        if seen is not None and not any_left:
+            self._nothing_queued = seen
+        return won
 
     def _claim(
-        self, worker: WorkerInfo, free: int, max_total: int, per_agent: Callable[[str], int], only: Sequence[str]
-    ) -> tuple[list[tuple[str, str, int]], bool]:
-        """`claim`'s work, and whether a queued job this worker could run may be left (False: it took them all)."""
+        self,
+        worker: WorkerInfo,
+        free: int,
+        max_total: int,
+        per_agent: Callable[[str], int],
+        only: Sequence[str],
+        before: Sequence[Step] = (),
+    ) -> tuple[list[tuple[str, str, int]], bool, list[Rows]]:
+        """`claim`'s work, whether a queued job this worker could run may be left (False: it took them all), and
+        the rows of `before`: statements run first in the claim's transaction (a job's insert; then `free` > 0)."""
         if free <= 0:
-            return [], True
+            return [], True, []
         # Each candidate read is locked on PostgreSQL: a window just larger than the slots to fill.
         window = min(CLAIM_WINDOW, 2 * free + WINDOW_SPARE)
         if self._db.dialect.claim_in_one:
-            return self._claim_in_one(worker, free, max_total, per_agent, only, window)
+            return self._claim_in_one(worker, free, max_total, per_agent, only, window, before)
         with self._db.tx(lock=True) as tx:
+            first = [tx.exec(step.sql, step.params) for step in before]
             counts = tx.exec(f"SELECT agent, count(*) FROM jobs WHERE {HOLDS_SLOT} GROUP BY agent")
             where, params = _eligible(self._db.dialect, worker, only)
             rows = _candidates(tx, where, params, (), window).fetchall()
             held = {str(a): int(n) for a, n in counts}
             room = min(free, max_total - sum(held.values()))
             if room <= 0:
-                return [], bool(rows)
+                return [], bool(rows), first
             taken = _take(tx, self._db.dialect, worker, room, held, per_agent, (where, params), window, rows)
             count = sum(len(picked) for picked, _ in taken)
             if count:
                 tx.exec("UPDATE workers SET ran = ran + ? WHERE id=?", (count, worker.id))
-        return _won(taken), not (count == len(rows) < window)
+        return _won(taken), not (count == len(rows) < window), first
 
     def _claim_in_one(
         self,
@@ -230,9 +281,10 @@ class ClaimsBody(OverConn):
         per_agent: Callable[[str], int],
         only: Sequence[str],
         window: int,
-    ) -> tuple[list[tuple[str, str, int]], bool]:
+        before: Sequence[Step],
+    ) -> tuple[list[tuple[str, str, int]], bool, list[Rows]]:
         """`_claim` in one statement (`_claim_sql`: it decides, takes and counts what the worker ran), sent with the
-        lock and the commit: one round trip (PostgreSQL).
+        lock and the commit (and `before` ahead of them): one round trip (PostgreSQL).
 
         A full window that left room because an agent reached its limit is followed by another, which leaves that
         agent out. The statement is given the limits of the agents the worker names, or of those this store met in
@@ -241,10 +293,14 @@ class ClaimsBody(OverConn):
         d = self._db.dialect
         lock = [Step(_GENERIC_PLAN), *([Step(d.claim_lock)] if d.claim_lock is not None else [])]
         won: list[tuple[str, str, int]] = []
+        first: list[Rows] = []
         while True:
             known = frozenset(worker.agents) if worker.agents is not None else self._agents_met
             sql, params = _claim_sql(d, worker, only, window, {a: per_agent(a) for a in known}, free, max_total)
-            rows = self._db.batch([*lock, Step(sql, params)], lock=True)[-1].fetchall()
+            done = self._db.batch([*before, *lock, Step(sql, params)], lock=True)
+            if before:
+                first, before = done[: len(before)], ()
+            rows: list[tuple[Any, ...]] = [tuple(r) for r in done[-1].fetchall()]
             *_, candidates, room, left = next(r for r in rows if r[0] == _SUMMARY)
             met = {str(r[2]) for r in rows if r[0] == _UNKNOWN}
             if met - known:  # nothing was taken: again, with their limits
@@ -254,7 +310,7 @@ class ClaimsBody(OverConn):
             won += [(str(r[1]), str(r[2]), int(r[3])) for r in taken]
             free -= len(taken)
             if not taken or len(taken) >= int(room) or int(candidates) < window:
-                return won, bool(left)
+                return won, bool(left), first
 
     @timed
     def take_over(self, job_id: str, epoch: int, worker: WorkerInfo) -> int | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.errors import RelayError
-from relay.store.dialect import SQLITE_MARK_AUDIT, SQLITE_REGISTER_WORKER, Conflict, Dialect, Rows, Step
+from relay.store.dialect import SQLITE_MARK_AUDIT, SQLITE_REGISTER_WORKER, Conflict, Dialect, Rows, Step, may_queue
 from relay.store.health import sqlite_error
 from relay.store.release import large, unbind
 
@@ -68,15 +68,18 @@ class _Tx:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
         self.large: list[tuple[str, int]] = []  # statements whose bound values are let go afterwards
+        self.queued = 0  # of them, those that may have queued a job
 
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         cur = self._db.execute(sql, params)
+        self.queued += may_queue(sql)
         if params and large(params):
             self.large.append((sql, len(params)))
         return Rows(cur.fetchall(), cur.rowcount)
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._db.executemany(sql, rows)
+        self.queued += may_queue(sql)
         if rows and any(large(r) for r in rows):
             self.large.append((sql, len(rows[0])))
 
@@ -95,6 +98,7 @@ class SqliteConn:
         self.path = path
         self._busy_s = busy_s
         self.lock = threading.RLock()
+        self.queued_writes = 0
 
     def close(self) -> None:
         with self.lock:
@@ -121,6 +125,7 @@ class SqliteConn:
         with self.lock:
             try:
                 cur = self.db.execute(sql, params)
+                self.queued_writes += may_queue(sql)
                 return Rows(cur.fetchall(), cur.rowcount)
             except sqlite3.Error as exc:
                 raise self._error(exc) from None
@@ -142,6 +147,7 @@ class SqliteConn:
                         cur = db.execute(step.sql, step.params)
                         done.append(Rows(cur.fetchall(), cur.rowcount))
                 db.execute("COMMIT")
+                self.queued_writes += sum(may_queue(step.sql) for step in steps)
             except BaseException as exc:
                 if db.in_transaction:  # a failed statement or commit (disk full, busy) leaves nothing half-done
                     with suppress(sqlite3.Error):
@@ -167,6 +173,7 @@ class SqliteConn:
             try:
                 yield tx
                 db.execute("COMMIT")
+                self.queued_writes += tx.queued
             except BaseException:
                 if db.in_transaction:  # a failed statement or commit (disk full, busy) leaves nothing half-done
                     with suppress(sqlite3.Error):

@@ -25,7 +25,7 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from relay.errors import ErrorCode, RelayError
-from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, pg_sql
+from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, may_queue, pg_sql
 from relay.store.pg.connect import conninfo, needs_check
 from relay.store.pg.errors import redact, relay_errors
 from relay.store.pg.schema import MIGRATION_LOCK, migrate
@@ -278,7 +278,7 @@ class PgConn(ABC):
         if sql.startswith(JOB_WRITES) or (sql.startswith("WITH") and "AS (UPDATE jobs " in sql):  # a claim, a beat
             with self._count:
                 self.job_writes += 1
-                self.queued_writes += int(sql.startswith("INSERT INTO jobs") or "status='queued'," in sql)
+                self.queued_writes += may_queue(sql)
 
     def batch(self, steps: Sequence[Step], *, lock: bool = False) -> list[Rows]:
         """The statements, BEGIN and COMMIT pipelined: one round trip. (`lock`: PostgreSQL locks rows, not the

@@ -22,16 +22,15 @@ import psycopg
 
 from relay.audit import AuditLog
 from relay.store.body import JobBody
-from relay.store.dialect import timed
+from relay.store.dialect import Step, timed
 from relay.store.pg.conn import PoolConn
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import relay_errors
 from relay.store.pg.listen import PgChanges
-from relay.store.pg.marks import LatestMark
 from relay.store.pg.schema import migrate
 from relay.store.pg.watch import ChangeCount
 from relay.store.pg.witness import INSERT_ROWS, WitnessWriter, witness_status
-from relay.store.queue import ClaimsBody, WorkerInfo
+from relay.store.queue import ClaimAsk, ClaimsBody, WorkerInfo
 from relay.store.records import JOB_COLUMNS, AuditExpectation, JobRecord, job_of
 
 # Connections one process keeps to the server: the event loop and a few worker threads at once.
@@ -84,8 +83,7 @@ class PgStore(JobBody, ClaimsBody):
         self._kept_lock = threading.Lock()
         # (worker, queue notices, jobs queued by this process) when that worker's claim last left nothing to run.
         self._nothing_queued: tuple[str, int, int] | None = None
-        self._marks = LatestMark(self._mark_audit)
-        self.audit.marks.append(self._marks.put)
+        self._start_marks()
         self._witness: WitnessWriter | None = None
         if self.witness.present and self.witness.can_insert:
             self._witness = WitnessWriter(self._witness_rows)
@@ -96,9 +94,7 @@ class PgStore(JobBody, ClaimsBody):
         return PgChanges(self.url)
 
     def close(self) -> None:
-        with suppress(ValueError):
-            self.audit.marks.remove(self._marks.put)
-        self._marks.close()
+        self._stop_marks()
         if self._witness is not None:
             with suppress(ValueError):
                 self.audit.marks.remove(self._witness.put)
@@ -167,21 +163,6 @@ class PgStore(JobBody, ClaimsBody):
             if len(self._kept) > KEPT_JOBS:
                 del self._kept[next(iter(self._kept))]
 
-    def _riding_mark(self) -> tuple[int, str] | None:
-        return self._marks.ride()
-
-    def _mark_back(self, mark: tuple[int, str]) -> None:
-        self._marks.give_back(mark)
-
-    def flush_marks(self) -> None:
-        """Write the newest audit mark now, whatever its pace."""
-        self._marks.flush()
-
-    def stop_worker(self, worker_id: str, state: str) -> None:
-        """ClaimsBody.stop_worker, the newest audit mark written first (a worker stopping leaves it current)."""
-        self.flush_marks()
-        super().stop_worker(worker_id, state)
-
     @timed
     def claim(
         self,
@@ -199,10 +180,35 @@ class PgStore(JobBody, ClaimsBody):
         if not only and free > 0 and self._nothing_queued == seen:
             return []
         stamp = self._stamp()
-        won, any_left = self._claim(worker, free, max_total, per_agent, only)
+        won, any_left, _ = self._claim(worker, free, max_total, per_agent, only)
         if not only and not any_left:
             self._nothing_queued = seen
         self._claimed(won, worker, stamp)
+        return won
+
+    def _insert_claiming(self, job_id: str, insert: Step, ask: ClaimAsk) -> list[tuple[str, str, int]]:
+        """ClaimsBody._insert_claiming, the job's row kept as the insert and the claim left it (the claim counts as
+        having seen the job it inserted: a job's end claims without a round trip when nothing else was queued)."""
+        worker = ask.worker
+        seen = (worker.id, self._notices.queued(), self._pool.queued_writes + 1)
+        notices, before = self._stamp()
+        step = Step(f"{insert.sql} RETURNING {JOB_COLUMNS}", insert.params)
+        won, any_left, first = self._claim(worker, ask.free, ask.max_total, ask.per_agent, (), [step])
+        if not any_left:
+            self._nothing_queued = seen
+        after = self._pool.job_writes
+        row = first[0].fetchone() if first else None
+        with self._kept_lock:
+            for taken, _, _ in won:
+                self._kept.pop(taken, None)
+        if row is not None and after - before == 2:  # the insert and the claim's one statement, nothing between
+            rec = job_of(tuple(row))
+            epoch = next((e for taken, _, e in won if taken == job_id), None)
+            if epoch is not None:
+                rec = replace(
+                    rec, worker=worker.id, epoch=epoch, owner_pid=worker.pid, owner_start_ticks=worker.start_ticks
+                )
+            self._keep(job_id, (notices, after), rec)
         return won
 
     def _claimed(self, won: list[tuple[str, str, int]], worker: WorkerInfo, stamp: tuple[int, int]) -> None:

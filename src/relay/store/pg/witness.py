@@ -9,7 +9,7 @@ checks the log against its rows, and `witness_status` says whether the table rea
 a role that owns the table, its schema or the database, may UPDATE, DELETE, TRUNCATE or add a trigger,
 is a superuser or may create roles, can rewrite it, and relay says so at start and in `relay doctor`.
 
-Rows are written off the job's path (as the mark, pg/marks.py): a thread writes every entry given to
+Rows are written off the job's path (as the mark, store/marks.py): a thread writes every entry given to
 `put`, in order, batched, retrying while the server is away. An entry is witnessed a moment after it
 is written; one written while the server is away, or by a relay killed in that moment, is not, and
 `relay audit verify` says which.
@@ -25,9 +25,9 @@ from typing import Any
 
 import psycopg
 
+from relay.store.marks import Behind
 from relay.store.pg.connect import conninfo
 from relay.store.pg.errors import redact, relay_errors
-from relay.store.pg.marks import Behind
 
 logger = logging.getLogger("relay.audit")
 

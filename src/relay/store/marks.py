@@ -1,7 +1,8 @@
-"""The audit mark of a front's log, written to PostgreSQL off the job's path: the newest one, in a thread, paced.
+"""The audit mark of a front's log, written to the store off the job's path: the newest one, in a thread, paced.
 
 Each audit entry tells the store its seq and hash (`relay audit verify` checks the log's end against the
-highest). On SQLite that is a local write; on PostgreSQL it is a round trip, three per job. A mark is a
+highest). Written with each entry, that is three more writes a job: on PostgreSQL three round trips, on SQLite
+three more commits. A mark is a
 lower bound (verify only asks whether the log reaches it), so a mark written a moment later, or one
 skipped for a newer one, loses nothing: a job's write takes the newest along (`ride`: one more statement
 in its transaction, no round trip), this thread writes one that waited MARK_PACE_S with no write to take
@@ -11,6 +12,7 @@ before the store closes.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections.abc import Callable
@@ -70,6 +72,7 @@ class Behind(Generic[T]):
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
+                atexit.register(self.flush)  # a process that ends without closing its store (a CLI command)
             self._cv.notify()
 
     def flush(self) -> None:
@@ -90,6 +93,7 @@ class Behind(Generic[T]):
             thread = self._thread
         if thread is not None:
             thread.join(CLOSE_WAIT_S)
+            atexit.unregister(self.flush)
 
     def _run(self) -> None:
         while True:
