@@ -71,9 +71,12 @@ FENCE_DIR = "fences"
 class Fence:
     """One worker's view of its own lease: when it was last renewed, and the jobs it guards."""
 
-    def __init__(self, lease_s: float, home: Path | None, *, timed: bool) -> None:
+    def __init__(self, lease_s: float, home: Path | None, *, timed: bool, marked: bool = True) -> None:
         self.lease_s = lease_s
         self.timed = timed  # False: nothing is fenced by time (a front, a worker of one machine's SQLite store)
+        # False: no keeper marks this store's jobs fenced (a SQLite store: keepers are started for stores across hosts
+        # only), so a job's folder is not looked at for the mark.
+        self.marked = marked
         self._lock = threading.Lock()
         self._writing = threading.Lock()  # held across a write of the fence file
         # A worker starting holds nothing yet; what it claims is leased afresh.
@@ -151,7 +154,7 @@ class Fence:
 
     def cut(self, job_id: str, folder: Path) -> bool:
         """Whether the job's run is past its fence: this worker's lease may have run out, or the keeper killed it."""
-        return (job_id in self._jobs and self.passed()) or (folder / fencing.FENCED_MARK).exists()
+        return (job_id in self._jobs and self.passed()) or (self.marked and (folder / fencing.FENCED_MARK).exists())
 
     def enforce(self) -> list[str]:
         """Past the deadline: SIGKILL the process group of every guarded job and mark it fenced; their ids."""

@@ -158,9 +158,13 @@ class Finisher:
             chars, text = keep_text_file(result.text_file, files.result, state.secrets)
         else:
             text = redact(result.text, state.secrets)
-            if text or files.dir.is_dir():  # none: a queued job cancelled through a front that never had its folder
-                files.dir.mkdir(parents=True, exist_ok=True)
+            try:
                 write_bytes(files.result, text.encode("utf-8"), append=False)
+            except FileNotFoundError:  # no folder: a queued job cancelled through a front that never had it
+                if text:
+                    files.dir.mkdir(parents=True, exist_ok=True)
+                    write_bytes(files.result, text.encode("utf-8"), append=False)
+            state.keep_result(rec.id, text)
         # The prompt file (a prompt passed on stdin) may hold a pasted key: not kept past the job's end.
         with contextlib.suppress(OSError):
             files.stdin.unlink(missing_ok=True)

@@ -75,7 +75,8 @@ class Epochs(dict[str, int]):
     def __setitem__(self, job_id: str, epoch: int) -> None:
         super().__setitem__(job_id, epoch)
         folder = self._state.files(job_id).dir
-        (folder / FENCED_MARK).unlink(missing_ok=True)
+        if self._state.fence.marked:
+            (folder / FENCED_MARK).unlink(missing_ok=True)
         self._state.fence.guard(job_id, folder)
 
     def pop(self, job_id: str, default: int | None = None, /) -> int | None:  # pyright: ignore[reportIncompatibleMethodOverride]
@@ -91,8 +92,10 @@ def new_job_id() -> str:
     return secrets.token_hex(8)
 
 
-# How many jobs' JobFiles `files` keeps.
+# How many jobs' JobFiles `files` keeps; how many result texts `keep_result` keeps, of at most how many characters.
 KEPT_FILES = 256
+KEPT_RESULTS = 32
+KEPT_RESULT_CHARS = 64 * 1024
 
 
 class JobState:
@@ -101,6 +104,7 @@ class JobState:
     def __init__(self, settings: Settings, store: JobStore) -> None:
         self.settings = settings
         self._files: dict[str, tuple[Settings, JobFiles]] = {}
+        self._results: dict[str, str] = {}
         self.store = store
         self.tg: TaskGroup | None = None
         # Jobs this process runs (or has queued), and the agent of each one holding a slot.
@@ -120,7 +124,8 @@ class JobState:
         # This process as a worker of the store's queue, and the fencing epoch of each claim it holds.
         self.worker = worker_info(settings, self.my_pid, self.my_start)
         # Its own view of its lease (jobs/fence.py): timed where other hosts judge it by its lease (PostgreSQL).
-        self.fence = Fence(settings.lease_s, settings.home, timed=settings.runs_jobs and store.spans_hosts)
+        timed = settings.runs_jobs and store.spans_hosts
+        self.fence = Fence(settings.lease_s, settings.home, timed=timed, marked=store.spans_hosts)
         self.epochs = Epochs(self)
         self.draining = False  # a worker stopping: it claims nothing more
         # In-process jobs (model calls) this process runs: they hold no slot, and no other process can run them.
@@ -161,9 +166,20 @@ class JobState:
         if self.tg is not None and self.spares.wants_fill():
             self.tg.start_soon(anyio.to_thread.run_sync, self.spares.fill)
 
+    def keep_result(self, job_id: str, text: str) -> None:
+        """The result text a job's end just wrote to its file, kept for the reply that follows (when small)."""
+        if len(text) <= KEPT_RESULT_CHARS:
+            self._results[job_id] = text
+            if len(self._results) > KEPT_RESULTS:
+                del self._results[next(iter(self._results))]
+
     def text_page(self, job_id: str, stream: str, path: Path, offset: int, limit: int) -> tuple[str, int]:
         """A page of characters of one of a job's outputs: from its file, or from the store when the job ran on
-        another host (its file is there, its copy in the store: jobs/mirror.py)."""
+        another host (its file is there, its copy in the store: jobs/mirror.py); a result this process just
+        wrote, from memory."""
+        kept = self._results.get(job_id) if stream == "result" else None
+        if kept is not None and path == self.files(job_id).result:
+            return kept[offset : offset + limit], len(kept)
         if self.store.spans_hosts and not path.exists():
             return store_text_page(self.store, job_id, stream, offset, limit)
         return read_text_page(path, offset, limit)

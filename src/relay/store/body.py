@@ -267,7 +267,9 @@ class JobBody(OverConn):
         if (r := w.running) is not None:
             params = (r.at, r.pid, r.pid_start_ticks, r.boot_id, r.owner_pid, r.owner_start_ticks, r.deadline_at)
             steps.append(Step(MARK_RUNNING + guard, (*params, r.idle_timeout_s, w.job_id, *fenced)))
-        steps += _event_steps(w.job_id, w.first_seq, w.events, w.session_id, guard + ACTIVE, fenced, now)
+        # The end sets the session id the events announce (its COALESCE): no statement of its own then.
+        session_id = None if w.end is not None and w.end.session_id == w.session_id else w.session_id
+        steps += _event_steps(w.job_id, w.first_seq, w.events, session_id, guard + ACTIVE, fenced, now)
         under, held = (
             ("", ()) if w.epoch is None else (f" WHERE EXISTS ({UNDER_EPOCH}{d.for_share})", (w.job_id, w.epoch))
         )

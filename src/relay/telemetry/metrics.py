@@ -90,7 +90,13 @@ LEASE_EXPIRIES = Counter(
 
 def store_call(backend: str, call: str, seconds: float) -> None:
     """Record one store call: `backend` is "sqlite" or "postgresql", `call` the store method's name."""
-    STORE_CALL_SECONDS.labels(backend, call).observe(seconds)
+    child = _store_calls.get((backend, call))
+    if child is None:  # a dozen store calls a job: the labelled child found once, not through labels() each time
+        child = _store_calls[(backend, call)] = STORE_CALL_SECONDS.labels(backend, call)
+    child.observe(seconds)
+
+
+_store_calls: dict[tuple[str, str], Histogram] = {}
 
 
 def job_submitted(agent: str) -> None:
