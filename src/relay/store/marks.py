@@ -49,6 +49,7 @@ class Behind(Generic[T]):
         self._closed = False
         self._hurry = False  # a flush waits: the pace does not
         self._writing = False
+        self._idle = True  # the thread waits for something to write (not out its pace)
         self._thread: threading.Thread | None = None
 
     def _add(self, seq: int, line_hash: str) -> None:
@@ -73,7 +74,8 @@ class Behind(Generic[T]):
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
                 atexit.register(self.flush)  # a process that ends without closing its store (a CLI command)
-            self._cv.notify()
+            if self._idle:  # waiting out its pace, the thread needs no wake: what it waits for is not a put
+                self._cv.notify()
 
     def flush(self) -> None:
         """Write what is waiting now, whatever the pace (waiting up to CLOSE_WAIT_S for it)."""
@@ -98,7 +100,9 @@ class Behind(Generic[T]):
     def _run(self) -> None:
         while True:
             with self._cv:
+                self._idle = True
                 self._cv.wait_for(lambda: self._ready() or self._closed)
+                self._idle = False
                 if not self._ready():
                     return  # closed, and nothing left to write
                 if self.pace_s:  # a job's write may take it along meanwhile; a flush or the close cut the wait short
