@@ -330,7 +330,7 @@ class JobBody(OverConn):
         stamp = self._stamp()
         if self._keeps_jobs:
             sql = f"{sql} RETURNING {JOB_COLUMNS}"
-        if (mark := self._riding_mark()) is None:
+        if not self._rides_alone or (mark := self._riding_mark()) is None:
             done = self._db.exec(sql, params)
         else:
             done = self._batch_with_mark([Step(sql, params)], lock=False, mark=mark)[0]
@@ -367,6 +367,10 @@ class JobBody(OverConn):
 
     def _riding_mark(self) -> tuple[int, str] | None:
         return self._marks.ride()
+
+    # Whether a mark rides with a one-statement write (PostgreSQL: one statement more in its round trip; SQLite: it
+    # would make a transaction of four statements of one autocommit: its marks ride with the job's end).
+    _rides_alone = True
 
     def _mark_back(self, mark: tuple[int, str]) -> None:
         """A riding mark whose transaction failed."""
