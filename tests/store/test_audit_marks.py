@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 from pathlib import Path
+
+import pytest
 
 from relay.audit import open_audit, read_head
 from relay.store.marks import MARK_PACE_S, LatestMark
@@ -67,3 +71,33 @@ def test_a_jobs_write_carries_the_newest_audit_mark_to_postgresql(pg_url: str, r
     finally:
         store.close()
     assert audit_expectation(pg_url, relay_home).mark == read_head(relay_home)  # `queued b`'s: written at close
+
+
+def test_sqlite_stores_left_open_by_their_callers_are_let_go_once_their_marks_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store nobody closes (a test's, a short command's) must not be held by its marks' thread for the life of the
+    # process: with its connection it would hold a file descriptor, and a process's descriptors run out.
+    import gc
+    import os
+
+    from relay.store import marks
+    from relay.store.db import Store
+
+    monkeypatch.setattr(marks, "MARK_PACE_S", 0.01)
+    monkeypatch.setattr(marks.LatestMark, "pace_s", 0.01)
+    monkeypatch.setattr(marks, "LINGER_S", 0.05)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    seen: list[weakref.ref[Store]] = []
+    for i in range(40):
+        store = Store(tmp_path / f"h{i}" / "relay.db")
+        store.audit.record("queued", f"job{i}", {"n": i})  # a mark to write: the thread starts
+        seen.append(weakref.ref(store))
+        del store
+    deadline = time.monotonic() + DUE_S
+    while time.monotonic() < deadline and any(ref() is not None for ref in seen):
+        gc.collect()
+        time.sleep(0.05)
+    assert [ref for ref in seen if ref() is not None] == []
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 2
+    assert not [t for t in threading.enumerate() if t.name == marks.LatestMark.name]

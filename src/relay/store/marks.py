@@ -15,8 +15,9 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 logger = logging.getLogger("relay.audit")
 
@@ -29,6 +30,22 @@ CLOSE_WAIT_S = 5.0
 # How long a mark waits to be written by the thread (a job's write takes it along meanwhile, and a newer one given
 # meanwhile replaces it): a mark read by `relay audit verify` while a front runs is at most this old.
 MARK_PACE_S = 1.0
+# How long the thread waits for more once nothing is left to write, before it ends (the next `put` starts another):
+# a thread that never ended would hold its store, and the store's connection, for the life of the process.
+LINGER_S = 5.0
+
+# Every Behind with something that may still wait to be written, for the flush at the process's exit (weakly: an
+# object no one holds any more is not kept for it).
+_live: weakref.WeakSet[Behind[Any]] = weakref.WeakSet()
+
+
+def _flush_all() -> None:
+    """At exit: what each Behind still holds written (a process that ends without closing its store: a CLI command)."""
+    for behind in list(_live):
+        behind.flush()
+
+
+atexit.register(_flush_all)
 
 
 class Behind(Generic[T]):
@@ -73,7 +90,7 @@ class Behind(Generic[T]):
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-                atexit.register(self.flush)  # a process that ends without closing its store (a CLI command)
+                _live.add(self)
             if self._idle:  # waiting out its pace, the thread needs no wake: what it waits for is not a put
                 self._cv.notify()
 
@@ -95,16 +112,17 @@ class Behind(Generic[T]):
             thread = self._thread
         if thread is not None:
             thread.join(CLOSE_WAIT_S)
-            atexit.unregister(self.flush)
 
     def _run(self) -> None:
         while True:
             with self._cv:
                 self._idle = True
-                self._cv.wait_for(lambda: self._ready() or self._closed)
+                self._cv.wait_for(lambda: self._ready() or self._closed, LINGER_S)
                 self._idle = False
-                if not self._ready():
-                    return  # closed, and nothing left to write
+                if not self._ready():  # closed, or nothing given for a while: the next put starts another thread
+                    self._thread = None
+                    self._cv.notify_all()
+                    return
                 if self.pace_s:  # a job's write may take it along meanwhile; a flush or the close cut the wait short
                     self._cv.wait_for(lambda: self._closed or self._hurry or not self._ready(), self.pace_s)
                     if not self._ready():
