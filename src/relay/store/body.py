@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import suppress
 from typing import Any
 
-from relay.audit import AuditLog, queued_data
+from relay.audit import queued_data
 from relay.events import Event
 from relay.store import outputs
 from relay.store.dialect import Conflict, OverConn, Rows, Step, marks, timed
 from relay.store.jobwrite import End, JobWrite, Written
-from relay.store.marks import LatestMark
+from relay.store.marks import Riding
 from relay.store.queue import ClaimAsk
 from relay.store.records import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn, job_of
 
@@ -111,10 +110,9 @@ def of(principal: str | None) -> tuple[str, tuple[Any, ...]]:
     return (" AND principal=?", (principal,)) if principal is not None else ("", ())
 
 
-class JobBody(OverConn):
+class JobBody(Riding, OverConn):
     """Jobs, events, outputs and sessions over `_db` (mixed into each backend's store, which opens `_db`)."""
 
-    audit: AuditLog
     _log: str  # the audit log's name in the mark table (SQLite keeps one mark)
 
     def _mark_audit(self, seq: int, line_hash: str) -> None:
@@ -350,35 +348,6 @@ class JobBody(OverConn):
         except BaseException:
             self._mark_back(mark)
             raise
-
-    # The audit marks (store/marks.py): the newest goes with a job's next write, or is written by a thread of its own
-    # once it waited MARK_PACE_S with no write to take it.
-    _marks: LatestMark
-
-    def _start_marks(self) -> None:
-        self._marks = LatestMark(self._mark_audit)
-        self.audit.marks.append(self._marks.put)
-
-    def _stop_marks(self) -> None:
-        """The last mark written (waiting for it a moment), and no more."""
-        with suppress(ValueError):
-            self.audit.marks.remove(self._marks.put)
-        self._marks.close()
-
-    def _riding_mark(self) -> tuple[int, str] | None:
-        return self._marks.ride()
-
-    # Whether a mark rides with a one-statement write (PostgreSQL: one statement more in its round trip; SQLite: it
-    # would make a transaction of four statements of one autocommit: its marks ride with the job's end).
-    _rides_alone = True
-
-    def _mark_back(self, mark: tuple[int, str]) -> None:
-        """A riding mark whose transaction failed."""
-        self._marks.give_back(mark)
-
-    def flush_marks(self) -> None:
-        """Write the newest audit mark now, whatever its pace."""
-        self._marks.flush()
 
     # The store's copies of jobs (PostgreSQL's: pg/store.py): a write that changes a job returns its row.
     _keeps_jobs = False

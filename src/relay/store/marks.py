@@ -17,7 +17,11 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from relay.audit import AuditLog
 
 logger = logging.getLogger("relay.audit")
 
@@ -186,3 +190,38 @@ class LatestMark(Behind[tuple[int, str]]):
         with self._cv:
             self._give_back(mark)
             self._cv.notify()
+
+
+class Riding:
+    """A store's audit marks (mixed into the job store): the newest goes with a job's next write (`_riding_mark`), or
+    is written by a LatestMark's thread once it waited MARK_PACE_S with no write to take it."""
+
+    audit: AuditLog
+    _marks: LatestMark
+    # Whether a mark rides with a one-statement write (PostgreSQL: one statement more in its round trip; SQLite: it
+    # would make a transaction of four statements of one autocommit: its marks ride with the job's end).
+    _rides_alone = True
+
+    def _mark_audit(self, seq: int, line_hash: str) -> None:
+        raise NotImplementedError
+
+    def _start_marks(self) -> None:
+        self._marks = LatestMark(self._mark_audit)
+        self.audit.marks.append(self._marks.put)
+
+    def _stop_marks(self) -> None:
+        """The last mark written (waiting for it a moment), and no more."""
+        with suppress(ValueError):
+            self.audit.marks.remove(self._marks.put)
+        self._marks.close()
+
+    def _riding_mark(self) -> tuple[int, str] | None:
+        return self._marks.ride()
+
+    def _mark_back(self, mark: tuple[int, str]) -> None:
+        """A riding mark whose transaction failed."""
+        self._marks.give_back(mark)
+
+    def flush_marks(self) -> None:
+        """Write the newest audit mark now, whatever its pace."""
+        self._marks.flush()
