@@ -94,6 +94,8 @@ def new_job_id() -> str:
 
 # How many jobs' JobFiles `files` keeps; how many result texts `keep_result` keeps, of at most how many characters.
 KEPT_FILES = 256
+# How long an engine's end waits for the job folders being made ahead.
+FILL_WAIT_S = 10.0
 KEPT_RESULTS = 32
 KEPT_RESULT_CHARS = 64 * 1024
 
@@ -141,6 +143,7 @@ class JobState:
         self.tg = None
         self.fence.close()  # its keeper too, even when the tending loop never ran
         self.workspaces.close()
+        self.spares.wait_filled(FILL_WAIT_S)
         _ACTIVE.discard(self)
 
     def task_group(self) -> TaskGroup:
@@ -162,9 +165,9 @@ class JobState:
         post_if_open(self.files(job_id).dir, {"type": CANCEL})
 
     def refill_spares(self) -> None:
-        """Make spare job folders in a worker thread (called once a job has ended: off every job's way)."""
-        if self.tg is not None and self.spares.wants_fill():
-            self.tg.start_soon(anyio.to_thread.run_sync, self.spares.fill)
+        """Make spare job folders in a thread of low priority (called once a job has ended: off every job's way)."""
+        if self.tg is not None:
+            self.spares.fill_behind()
 
     def keep_result(self, job_id: str, text: str) -> None:
         """The result text a job's end just wrote to its file, kept for the reply that follows (when small)."""

@@ -28,6 +28,8 @@ from pathlib import Path
 SPARES = 4
 SPARE_PREFIX = ".spare-"
 MAKING_PREFIX = ".spare-tmp-"
+# How much lower the priority of the thread that makes spares is (a nice value, 0-19).
+FILL_NICE = 10
 # A spare still being made after this long was left by a relay killed while making it: removed.
 ABANDONED_S = 600.0
 # The spawn marker as made ahead: renamed to `spawning` right before the job's process is spawned.
@@ -47,6 +49,7 @@ class SparePool:
         self._lock = threading.Lock()
         self._filling = False
         self._adopted = False
+        self._behind: threading.Thread | None = None
 
     def take(self, dest: Path) -> bool:
         """Move a spare folder to `dest` (which must not exist yet); False when none is ready."""
@@ -62,6 +65,26 @@ class SparePool:
                 continue  # taken by another relay sharing this folder: try the next one
             except OSError:
                 return False
+
+    def fill_behind(self) -> None:
+        """`fill` in a thread of its own at a lower priority (nice FILL_NICE): making a folder's files is the kernel's
+        CPU (0.5-0.7 ms a file on some disks, eight a job), which must not compete with the jobs and the replies it
+        is made for (a burst's ends each start one)."""
+        if self.wants_fill():
+            thread = threading.Thread(target=self._fill_low, name="relay-folders", daemon=True)
+            self._behind = thread
+            thread.start()
+
+    def wait_filled(self, timeout: float) -> None:
+        """Wait (bounded) for the last `fill_behind` to end: nothing is made in the folder once its relay stopped."""
+        thread = self._behind
+        if thread is not None:
+            thread.join(timeout)
+
+    def _fill_low(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # a system without per-thread priorities fills as it is
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FILL_NICE)
+        self.fill()
 
     def wants_fill(self) -> bool:
         with self._lock:
