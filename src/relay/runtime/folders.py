@@ -3,7 +3,7 @@
 A new file or folder costs an inode: a few microseconds on most disks, 0.3-0.6 ms of kernel time on
 some (the ext4 of the VM relay's benchmarks run on), and a job makes eight of them on the way to its
 reply (its folder, the spawn marker, stdout, stderr, pid, exit, transcript, result). A pool keeps a
-few spare folders holding those files empty, made in a worker thread off any job's way; a job takes
+few spare folders holding those files empty, made by a thread of low priority off any job's way; a job takes
 one with a rename (microseconds). Empty files read as absent: an empty pid or exit file is "not
 written yet" (JobFiles.read_pid / read_exit_code), empty output is no output. The spawn marker waits
 as `.spawning` and is renamed to `spawning` just before the spawn (`mark_spawning`).
@@ -40,7 +40,7 @@ FILES = ("stdout", "stderr", "pid", "exit", "transcript.txt", "result.txt", PEND
 
 
 class SparePool:
-    """Spare job folders under one jobs folder. Thread-safe; `fill` blocks (call it in a worker thread)."""
+    """Spare job folders under one jobs folder. Thread-safe; `fill` blocks (`fill_behind` runs it in a thread)."""
 
     def __init__(self, jobs_dir: Path, size: int = SPARES) -> None:
         self.jobs_dir = jobs_dir
