@@ -158,12 +158,13 @@ class Finisher:
             chars, text = keep_text_file(result.text_file, files.result, state.secrets)
         else:
             text = redact(result.text, state.secrets)
+            data = text.encode("utf-8")
             try:
-                write_bytes(files.result, text.encode("utf-8"), append=False)
+                write_bytes(files.result, data, append=False)
             except FileNotFoundError:  # no folder: a queued job cancelled through a front that never had it
                 if text:
                     files.dir.mkdir(parents=True, exist_ok=True)
-                    write_bytes(files.result, text.encode("utf-8"), append=False)
+                    write_bytes(files.result, data, append=False)
             state.keep_result(rec.id, text)
         # The prompt file (a prompt passed on stdin) may hold a pasted key: not kept past the job's end.
         with contextlib.suppress(OSError):

@@ -94,10 +94,10 @@ def new_job_id() -> str:
 
 # How many jobs' JobFiles `files` keeps; how many result texts `keep_result` keeps, of at most how many characters.
 KEPT_FILES = 256
-# How long an engine's end waits for the job folders being made ahead.
-FILL_WAIT_S = 10.0
 KEPT_RESULTS = 32
 KEPT_RESULT_CHARS = 64 * 1024
+# How long an engine's end waits for the job folders being made ahead.
+FILL_WAIT_S = 10.0
 
 
 class JobState:

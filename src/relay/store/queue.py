@@ -235,11 +235,15 @@ class ClaimsBody(OverConn):
         """A job's insert and a claim for `ask` in one transaction: what the claim won (the job among them when it
         is the oldest this worker can run)."""
         del job_id
+        return self._insert_and_claim(insert, ask)[0]
+
+    def _insert_and_claim(self, insert: Step, ask: ClaimAsk) -> tuple[list[tuple[str, str, int]], Rows | None]:
+        """`_insert_claiming`'s work: what the claim won, and the insert's rows (None when it did not run)."""
         seen = self._queue_seen(ask.worker, ahead=1)
-        won, any_left, _ = self._claim(ask.worker, ask.free, ask.max_total, ask.per_agent, (), [insert])
+        won, any_left, first = self._claim(ask.worker, ask.free, ask.max_total, ask.per_agent, (), [insert])
         if seen is not None and not any_left:
             self._nothing_queued = seen
-        return won
+        return won, (first[0] if first else None)
 
     def _claim(
         self,

@@ -81,8 +81,6 @@ class PgStore(JobBody, ClaimsBody):
         # Jobs as last read (get_job), with what had been heard and written then: (notices, job writes).
         self._kept: dict[str, tuple[tuple[int, int], JobRecord]] = {}
         self._kept_lock = threading.Lock()
-        # (worker, queue notices, jobs queued by this process) when that worker's claim last left nothing to run.
-        self._nothing_queued: tuple[str, int, int] | None = None
         self._start_marks()
         self._witness: WitnessWriter | None = None
         if self.witness.present and self.witness.can_insert:
@@ -163,7 +161,6 @@ class PgStore(JobBody, ClaimsBody):
             if len(self._kept) > KEPT_JOBS:
                 del self._kept[next(iter(self._kept))]
 
-    @timed
     def claim(
         self,
         worker: WorkerInfo,
@@ -173,42 +170,29 @@ class PgStore(JobBody, ClaimsBody):
         per_agent: Callable[[str], int],
         only: Sequence[str] = (),
     ) -> list[tuple[str, str, int]]:
-        """ClaimsBody.claim, without a round trip when this worker's last claim left no job it could run and no
-        job was queued since (no notice of another process on the queue's channel, no job queued by this one): a
-        job's end claims for the slot it frees, and most often nothing waits."""
-        seen = (worker.id, self._notices.queued(), self._pool.queued_writes)
-        if not only and free > 0 and self._nothing_queued == seen:
-            return []
+        """ClaimsBody.claim, the copies of the jobs it took kept as it changed them."""
         stamp = self._stamp()
-        won, any_left, _ = self._claim(worker, free, max_total, per_agent, only)
-        if not only and not any_left:
-            self._nothing_queued = seen
+        won = super().claim(worker, free=free, max_total=max_total, per_agent=per_agent, only=only)
         self._claimed(won, worker, stamp)
         return won
 
+    def _queue_seen(self, worker: WorkerInfo, ahead: int = 0) -> tuple[Any, ...] | None:
+        """ClaimsBody's: the notices of other processes on the queue's channel, and the jobs this one queued."""
+        return (worker.id, self._notices.queued(), self._pool.queued_writes + ahead)
+
     def _insert_claiming(self, job_id: str, insert: Step, ask: ClaimAsk) -> list[tuple[str, str, int]]:
-        """ClaimsBody._insert_claiming, the job's row kept as the insert and the claim left it (the claim counts as
-        having seen the job it inserted: a job's end claims without a round trip when nothing else was queued)."""
-        worker = ask.worker
-        seen = (worker.id, self._notices.queued(), self._pool.queued_writes + 1)
+        """ClaimsBody._insert_claiming, the job's row kept as the insert and the claim left it."""
         notices, before = self._stamp()
-        step = Step(f"{insert.sql} RETURNING {JOB_COLUMNS}", insert.params)
-        won, any_left, first = self._claim(worker, ask.free, ask.max_total, ask.per_agent, (), [step])
-        if not any_left:
-            self._nothing_queued = seen
+        won, inserted = self._insert_and_claim(Step(f"{insert.sql} RETURNING {JOB_COLUMNS}", insert.params), ask)
         after = self._pool.job_writes
-        row = first[0].fetchone() if first else None
+        row = inserted.fetchone() if inserted is not None else None
         with self._kept_lock:
             for taken, _, _ in won:
                 self._kept.pop(taken, None)
         if row is not None and after - before == 2:  # the insert and the claim's one statement, nothing between
             rec = job_of(tuple(row))
             epoch = next((e for taken, _, e in won if taken == job_id), None)
-            if epoch is not None:
-                rec = replace(
-                    rec, worker=worker.id, epoch=epoch, owner_pid=worker.pid, owner_start_ticks=worker.start_ticks
-                )
-            self._keep(job_id, (notices, after), rec)
+            self._keep(job_id, (notices, after), rec if epoch is None else _as_claimed(rec, ask.worker, epoch))
         return won
 
     def _claimed(self, won: list[tuple[str, str, int]], worker: WorkerInfo, stamp: tuple[int, int]) -> None:
@@ -220,17 +204,15 @@ class PgStore(JobBody, ClaimsBody):
             for job_id, _, epoch in won:
                 kept = self._kept.pop(job_id, None)
                 if kept is not None and kept[0] == stamp and after - before == 1 and kept[1].epoch == epoch - 1:
-                    rec = replace(
-                        kept[1],
-                        worker=worker.id,
-                        epoch=epoch,
-                        owner_pid=worker.pid,
-                        owner_start_ticks=worker.start_ticks,
-                    )
-                    self._kept[job_id] = ((notices, after), rec)
+                    self._kept[job_id] = ((notices, after), _as_claimed(kept[1], worker, epoch))
 
     @timed
     def clock(self) -> float:
         """The store's time now (seconds since the epoch): what leases and heartbeats are judged by."""
         row = self._db.exec(f"SELECT {self._db.dialect.now}").fetchone()
         return float(row[0]) if row else 0.0
+
+
+def _as_claimed(rec: JobRecord, worker: WorkerInfo, epoch: int) -> JobRecord:
+    """A job's row as a claim of `worker` under `epoch` changes it."""
+    return replace(rec, worker=worker.id, epoch=epoch, owner_pid=worker.pid, owner_start_ticks=worker.start_ticks)
