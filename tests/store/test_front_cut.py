@@ -19,8 +19,10 @@ import psutil
 import pytest
 from mcp import Client
 
+from relay.errors import ErrorCode, RelayError
 from relay.server.app import build_server
-from relay.store.pg.conn import LOOP_CALL_S
+from relay.store.dialect import Step
+from relay.store.pg.conn import LOOP_CALL_S, PoolConn
 from tests.conftest import SettingsFactory
 from tests.postgres import Cluster, pg_bin
 
@@ -88,3 +90,31 @@ async def test_a_front_whose_postgresql_froze_lists_its_tools_within_a_second_an
                 refused = await client.call_tool("job_list", {})
                 assert refused.is_error and time.monotonic() - again < 1.0  # known away: refused at once
                 await anyio.sleep(0.5)
+
+
+async def test_a_batch_on_the_loop_against_a_frozen_server_fails_within_the_loops_limit_and_the_next_one_commits(
+    own_cluster: Cluster,
+) -> None:
+    # A batch runs on the loop's own thread (no hop to a call thread): each of its waits has the loop's deadline,
+    # and the connection it was cut on is dropped, so the pool's next one serves the batch after the thaw. (Like any
+    # write cut from its answer, the cut batch may have committed: the server read it before it froze.)
+    url = own_cluster.new_database()
+    db = PoolConn(url, size=2, wait_s=5, name="test")
+    try:
+        db.exec("CREATE TABLE t (id INT PRIMARY KEY)")
+        db.batch([Step("INSERT INTO t VALUES (?)", (1,))])
+        with frozen(own_cluster):
+            started = time.monotonic()
+            with pytest.raises(RelayError) as cut:
+                db.batch([Step("INSERT INTO t VALUES (?)", (2,))])
+            assert cut.value.code is ErrorCode.STORE_UNAVAILABLE
+            assert time.monotonic() - started < LOOP_CALL_S + 1.0
+            assert db.away.is_away
+        with anyio.fail_after(10):
+            while db.away.is_away:
+                await anyio.sleep(0.05)
+        db.batch([Step("INSERT INTO t VALUES (?)", (3,))])
+        ids = [r[0] for r in db.exec("SELECT id FROM t ORDER BY id")]
+        assert ids in ([1, 3], [1, 2, 3])  # the cut one's outcome is unknown: its COMMIT was sent before the freeze
+    finally:
+        db.close()

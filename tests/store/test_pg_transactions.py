@@ -77,3 +77,40 @@ def test_a_statement_the_server_refuses_inside_a_transaction_fails_the_read_with
     assert refused.value.code is ErrorCode.INTERNAL and "no_such_table" in refused.value.message
     assert not conn.away.is_away  # a refusal is not a store out of reach
     assert values(conn) == []
+
+
+def test_a_batchs_values_reach_the_server_and_come_back_as_the_same_python_types(conn: PgConn) -> None:
+    conn.exec("CREATE TABLE kinds (i BIGINT, small INT, f DOUBLE PRECISION, s TEXT, b BYTEA, yes BOOLEAN, j TEXT)")
+    row = (2**40, 7, 1.5, "it's \u00e9t\u00e9 \U0001f600", b"\x00\x01'\xff", True, '{"a": [1, null]}')
+    got = conn.batch([Step("INSERT INTO kinds VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *", row)])[0].fetchall()
+    assert got == [row]
+    nulls = conn.batch([Step("INSERT INTO kinds VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *", (None,) * 7)])
+    assert nulls[0].fetchall() == [(None,) * 7] and nulls[0].rowcount == 1
+    assert conn.exec("SELECT * FROM kinds WHERE i IS ?", (2**40,)).fetchall() == [row]  # as psycopg reads them
+    assert conn.batch([Step("SELECT i FROM kinds WHERE s IS ?", (None,))])[0].fetchall() == [(None,)]
+
+
+def test_a_batchs_rows_and_counts_are_each_statements_own(conn: PgConn) -> None:
+    done = conn.batch(
+        [
+            Step("INSERT INTO t VALUES (?, ?)", [(1, 1), (2, 2), (3, 3)], many=True),
+            Step("UPDATE t SET v = v + 10 WHERE id >= ?", (2,)),
+            Step("SELECT id, v FROM t ORDER BY id"),
+            Step("DELETE FROM t WHERE id = ?", (99,)),
+        ]
+    )
+    assert [d.rowcount for d in done] == [3, 2, 3, 0]
+    assert done[2].fetchall() == [(1, 1), (2, 12), (3, 13)] and done[0].fetchall() == []
+
+
+def test_a_statement_first_sent_in_a_failed_batch_runs_in_the_next_one(conn: PgConn) -> None:
+    # Each statement is prepared on its connection the first time it is sent; one sent after a failure was never
+    # prepared (the server skipped it), and is prepared again the next time rather than named and not found.
+    conn.exec("INSERT INTO t VALUES (1, 0)")
+    later = Step("UPDATE t SET v = v + ? WHERE id = ?", (5, 1))
+    for _ in range(2):
+        with pytest.raises(Conflict):
+            conn.batch([Step("INSERT INTO t VALUES (?, ?)", (1, 1)), later])
+    assert conn.batch([later])[0].rowcount == 1
+    assert conn.batch([later, Step("INSERT INTO t VALUES (?, ?)", (2, 2))])[0].rowcount == 1
+    assert values(conn) == [(1, 10), (2, 2)]

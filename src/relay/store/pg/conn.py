@@ -2,7 +2,8 @@
 
 The PostgreSQL half of the one store body: `?` statements made psycopg's once (dialect.pg_sql), psycopg
 failures as RelayErrors (pg/errors.py), a unique-key collision as `Conflict`, and a batch of statements
-pipelined with its BEGIN and COMMIT: one round trip however many statements it holds. `PoolConn` is the job
+pipelined with its BEGIN and COMMIT over libpq's own pipeline (pg/pipe.py): one round trip however many
+statements it holds. `PoolConn` is the job
 store's and the dashboard's (a pool); `OneConn` the conversation threads' (one connection, kept for the
 next store of this process when closed).
 """
@@ -28,6 +29,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, may_queue, pg_sql
 from relay.store.pg.connect import conninfo, needs_check
 from relay.store.pg.errors import redact, relay_errors
+from relay.store.pg.pipe import run_batch
 from relay.store.pg.schema import MIGRATION_LOCK, migrate
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -80,6 +82,8 @@ JOB_WRITES = ("UPDATE jobs", "INSERT INTO jobs", "DELETE FROM jobs")
 # away must not hold it): a call on a loop runs on one of LOOP_THREADS threads of the store's own.
 LOOP_CALL_S = 2.0
 LOOP_THREADS = 8
+# The longest a call on any other thread waits for the server's answer to a batch (then STORE_UNAVAILABLE).
+THREAD_CALL_S = 60.0
 # How often a store found away is looked at again (a new connection and an empty query), in a thread of its own.
 AWAY_LOOK_S = 0.25
 # How long a call on an event loop waits for a server known to be away (it may be back before the look saw it).
@@ -214,10 +218,12 @@ class PgConn(ABC):
 
     A call made on an event loop's thread never holds that loop longer than LOOP_CALL_S: it runs on a thread
     of this store's own and is waited for that long at most (then STORE_UNAVAILABLE; the thread finishes on
-    its own). Once a call found the server away, calls on a loop fail at once (`Away`) until a look of its
+    its own), or, a pool's batch, on the loop's thread with that deadline on each of its waits. Once a call found the server away, calls on a loop fail at once (`Away`) until a look of its
     own finds it back: a front cut from its store keeps answering what needs no store."""
 
     dialect = PG
+    # Whether a batch called on an event loop's thread runs there (every wait to lend a connection is bounded).
+    batches_on_loop = False
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -255,7 +261,7 @@ class PgConn(ABC):
             raise self.away.found(f"no answer within {budget} s") from None
 
     def _within(self, call: Callable[[], T], budget: float) -> T:
-        """`call()` on a call thread, which waits for a pooled connection `budget` seconds at most."""
+        """`call()`, which waits for a pooled connection (and a batch for its answer) `budget` seconds at most."""
         _budget.wait = budget
         try:
             return self.away.watching(call)
@@ -282,9 +288,15 @@ class PgConn(ABC):
 
     def batch(self, steps: Sequence[Step], *, lock: bool = False) -> list[Rows]:
         """The statements, BEGIN and COMMIT pipelined: one round trip. (`lock`: PostgreSQL locks rows, not the
-        database: a statement that must hold a row says so itself.)"""
+        database: a statement that must hold a row says so itself.) On an event loop's thread a pool's batch runs
+        there, without a hop to a call thread and back: each of its waits (for a connection, its check, the answer:
+        pipe.py) has the deadline `_off_loop` gives a call."""
         del lock
-        return self._off_loop(lambda: self._batch(steps))
+        if _running_loop() is None:
+            return self.away.watching(lambda: self._batch(steps))
+        if not self.batches_on_loop:
+            return self._off_loop(lambda: self._batch(steps))
+        return self._within(lambda: self._batch(steps), AWAY_WAIT_S if self.away.is_away else LOOP_CALL_S)
 
     def _batch(self, steps: Sequence[Step]) -> list[Rows]:
         try:
@@ -295,16 +307,7 @@ class PgConn(ABC):
 
     def _batch_once(self, steps: Sequence[Step]) -> list[Rows]:
         with self._conn() as conn, _unique():
-            cursors: list[psycopg.Cursor[tuple[Any, ...]]] = []
-            with _pipelined_tx(conn):
-                for step in steps:
-                    cur = conn.cursor()
-                    if step.many:
-                        cur.executemany(pg_sql(step.sql), step.params)  # pyright: ignore[reportArgumentType]
-                    else:
-                        cur.execute(pg_sql(step.sql), step.params)  # pyright: ignore[reportArgumentType]
-                    cursors.append(cur)
-            return [Rows(c.fetchall() if c.description else [], c.rowcount) for c in cursors]
+            return run_batch(conn, steps, deadline=time.monotonic() + (_budget.wait or THREAD_CALL_S))
 
     @contextmanager
     def tx(self, *, lock: bool = False, snapshot: bool = False) -> Generator[_Tx]:
@@ -351,6 +354,8 @@ def _unique() -> Generator[None]:
 class PoolConn(PgConn):
     """A pool of up to `size` connections (the job store's; the dashboard's, read-only)."""
 
+    batches_on_loop = True  # the pool's wait has a timeout, its check a deadline; connections are made by its threads
+
     def __init__(
         self,
         url: str,
@@ -395,7 +400,7 @@ class PoolConn(PgConn):
     def _check(self, conn: Conn) -> None:
         """The pool's check before it hands out `conn`: a round trip, when pg/connect.py's `needs_check` says so."""
         if needs_check(conn, self._last_used.get(conn, float("-inf"))):
-            ConnectionPool.check_connection(conn)
+            run_batch(conn, (), deadline=time.monotonic() + (_budget.wait or THREAD_CALL_S))  # a bounded round trip
 
     @contextmanager
     def _borrow(self) -> Generator[Conn]:
