@@ -11,10 +11,12 @@ meanwhile was not announced.
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Callable
 
 import psycopg
+from psycopg.pq.abc import PGconn
 
 from relay.store.pg.connect import CONNECT_TIMEOUT_S, conninfo
 from relay.store.pg.schema import JOBS_CHANNEL, QUEUE_CHANNEL
@@ -82,6 +84,18 @@ class ChangeCount:
             self._queued += int(queued and other)
             self._mu.notify_all()
 
+    def _hear(self, pg: PGconn) -> None:
+        """Count the notices as they come, until closed or the connection fails (libpq's own calls: a notice costs
+        this thread a few microseconds, at the moment a commit's answer reaches the thread that made it)."""
+        poll = select.poll()
+        poll.register(pg.socket, select.POLLIN)
+        queue = QUEUE_CHANNEL.encode()
+        while not self._stop.is_set():
+            if poll.poll(STOP_CHECK_S * 1000):
+                pg.consume_input()  # a connection that failed raises here
+                while (notice := pg.notifies()) is not None:
+                    self._bump(notice.be_pid, notice.relname == queue)
+
     def _run(self) -> None:
         delay = RECONNECT_FIRST_S
         while not self._stop.is_set():
@@ -92,9 +106,7 @@ class ChangeCount:
                     self._bump()
                     self._up.set()
                     delay = RECONNECT_FIRST_S
-                    while not self._stop.is_set():
-                        for notice in conn.notifies(timeout=STOP_CHECK_S):
-                            self._bump(notice.pid, notice.channel == QUEUE_CHANNEL)
+                    self._hear(conn.pgconn)
             except psycopg.Error:
                 pass
             self._up.clear()
