@@ -18,6 +18,7 @@ class Admission:
 
     def __init__(self, state: JobState) -> None:
         self._state = state
+        self._held = 0  # slots a claim in flight off the loop may fill (jobs/inserts.py): not free meanwhile
 
     def enqueue(self, job_id: str) -> None:
         """A job queued by this process: its waiters and listeners find it here until it is claimed and ends."""
@@ -39,10 +40,15 @@ class Admission:
         worker = state.worker
         if not state.settings.runs_jobs or state.draining:
             return None
-        free = worker.slots - len(state.running)
+        free = worker.slots - len(state.running) - self._held
         if free <= 0:
             return None
         return ClaimAsk(worker, free, state.settings.max_concurrent, self.agent_limit)
+
+    def hold(self, ask: ClaimAsk | None, *, held: bool = True) -> None:
+        """The slots of `ask`, a claim sent off the loop, are not free until it is answered (`held=False`)."""
+        if ask is not None:
+            self._held += ask.free if held else -ask.free
 
     def pump(self, start: Callable[[str], None]) -> None:
         """Claim queued jobs for this process's free slots, oldest first; `start(job_id)` runs each one won."""

@@ -41,6 +41,7 @@ from relay.jobs.admission import Admission
 from relay.jobs.depth import check_depth, with_inherited_depth
 from relay.jobs.door import Admitted, Door
 from relay.jobs.envelope import envelope
+from relay.jobs.inserts import Inserts
 from relay.jobs.known import Known, asks_nothing
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page
@@ -54,14 +55,19 @@ from relay.jobs.workspace import JobWorkspaces, next_for
 from relay.principal import current, visible_to
 from relay.runtime import choice, supervisor
 from relay.runtime.supervisor import JobFiles
-from relay.store import JobRecord, JobStore, SessionRecord, WorkerInfo
+from relay.store import JobRecord, JobStore, NewJob, SessionRecord, WorkerInfo
 from relay.store.health import os_error
 from relay.store.open import open_store
 from relay.telemetry import job as telemetry
+from relay.telemetry.tracing import Submit
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
 
 Mode = Literal["sync", "async", "auto"]
+
+
+# A job submitted this soon after the last one is taken for part of a burst (Engine._queue_together).
+TOGETHER_S = 0.005
 
 
 class Engine:
@@ -89,6 +95,8 @@ class Engine:
         self._tending = Tending(self._state, self._lifecycle, self._recovery)
         self._waiting = Waiting(self._state)
         self.known = Known(lambda job_id: self.get(job_id).id)  # whose each job submitted here is: no re-reads
+        self._inserts = Inserts(self._state, self._admission, self._lifecycle.start)
+        self._submitted_at = float("-inf")  # when the last job reached its insert (_queue_together)
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------
@@ -186,27 +194,59 @@ class Engine:
     async def submit_confirmed(self, req: JobRequest) -> str:
         """`submit`, asking the person first when the job is above its grant; else `PERMISSION_NOT_GRANTED`."""
         self._state.task_group()
-        return self._queue(await self._door.admit_confirmed(req, new_job_id()))
+        return await self._queue_together(await self._door.admit_confirmed(req, new_job_id()))
 
     async def submit_off_loop(self, req: JobRequest) -> str:
         """`submit` with its admission in a worker thread (a worktree made meanwhile): for a caller on the loop."""
         self._state.task_group()
-        return self._queue(await self._door.admit_off_loop(req, new_job_id()))
+        return await self._queue_together(await self._door.admit_off_loop(req, new_job_id()))
 
     def _queue(self, admitted: Admitted) -> str:
         """An admitted job recorded (its folder first: a row without a folder could not run) and queued."""
+        job, submit = self._recording(admitted)
+        # The insert claims for this process's free slots in the same transaction (one round trip, not two).
+        won = self.store.insert_jobs([job], self._admission.ask())
+        self._queued(admitted)
+        self._admission.took(won, self._lifecycle.start)
+        return self._noted(admitted, submit)
+
+    async def _queue_together(self, admitted: Admitted) -> str:
+        """`_queue`; on a store whose calls are round trips to a server, a job submitted within TOGETHER_S of the
+        last one (a burst's calls reach the loop one after another), or while a transaction of such jobs is in
+        flight, is recorded with the others submitted meanwhile (jobs/inserts.py): the loop serves the next call
+        while its insert is on its way."""
+        now, last = time.monotonic(), self._submitted_at
+        self._submitted_at = now
+        if not self.store.overlaps_calls or (now - last >= TOGETHER_S and not self._inserts.busy):
+            return self._queue(admitted)
+        job, submit = self._recording(admitted)
+        self._queued(admitted)  # before the claim that may start it
+        try:
+            await self._inserts.send(job)
+        except BaseException:
+            self._lifecycle.prepared.pop(job.id, None)
+            self._state.live.pop(job.id, None)
+            raise
+        return self._noted(admitted, submit)
+
+    def _recording(self, admitted: Admitted) -> tuple[NewJob, Submit]:
+        """The job's folder made, its submit span begun, its row ready to insert."""
         req, prepared, job_id = admitted.request, admitted.prepared, admitted.job_id
         ar = prepared.agent_request
         # vars: a flat dataclass of scalars, its fields as they are (asdict deep-copies each)
         submit = telemetry.submitted(job_id, req.agent)  # its trace context is stored with it (a worker continues it)
         stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth) | submit.stored
         self._make_dir(job_id)
-        # The insert claims for this process's free slots in the same transaction (one round trip, not two).
-        won = self._state.insert_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd, self._admission.ask())
-        self._lifecycle.prepared[job_id] = prepared
-        self._admission.enqueue(job_id)
-        self._admission.took(won, self._lifecycle.start)
-        self.known.add(job_id, current().name, quiet=self._state.runs_here(job_id) and asks_nothing(prepared.adapter))
+        return self._state.new_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd), submit
+
+    def _queued(self, admitted: Admitted) -> None:
+        self._lifecycle.prepared[admitted.job_id] = admitted.prepared
+        self._admission.enqueue(admitted.job_id)
+
+    def _noted(self, admitted: Admitted, submit: Submit) -> str:
+        job_id = admitted.job_id
+        quiet = self._state.runs_here(job_id) and asks_nothing(admitted.prepared.adapter)
+        self.known.add(job_id, current().name, quiet=quiet)
         submit.end()
         return job_id
 
@@ -233,7 +273,7 @@ class Engine:
         job_id = new_job_id()
         self._make_dir(job_id)
         request = {"via": SUBMITTED_VIA.get()} | request
-        self._state.insert_job(job_id, agent, "task", request, model, None)
+        self.store.insert_jobs([self._state.new_job(job_id, agent, "task", request, model, None)], None)
         self.known.add(job_id, current().name, quiet=True)  # a model call: it asks the person nothing
         self._lifecycle.start_task(job_id, task, timeout_s or self.settings.job_timeout_s)
         return job_id

@@ -29,8 +29,7 @@ from relay.runtime.fencing import FENCED_MARK
 from relay.runtime.folders import SparePool
 from relay.runtime.supervisor import JobFiles
 from relay.secrets import redact_value, secret_values
-from relay.store import JobRecord, JobStore, WorkerInfo
-from relay.store.claims import ClaimAsk
+from relay.store import JobRecord, JobStore, NewJob, WorkerInfo
 from relay.store.health import make_reserve
 from relay.store.jobwrite import Written
 from relay.text import is_utf8
@@ -200,21 +199,13 @@ class JobState:
         self._changed.set()
         self._changed = anyio.Event()
 
-    def insert_job(
-        self,
-        job_id: str,
-        agent: str,
-        kind: str,
-        request: dict[str, Any],
-        model: str | None,
-        cwd: str | None,
-        claim: ClaimAsk | None = None,
-    ) -> list[tuple[str, str, int]]:
-        """Record a queued job of the principal acting now, its request redacted: a CLI job waits in the store's
-        queue for a worker's claim (`claim`: made with the insert; what it won); an in-process task is this
-        process's from the start."""
+    def new_job(
+        self, job_id: str, agent: str, kind: str, request: dict[str, Any], model: str | None, cwd: str | None
+    ) -> NewJob:
+        """A queued job of the principal acting now, its request redacted: a CLI job waits in the store's queue for
+        a worker's claim; an in-process task is this process's from the start."""
         labels = request.get("labels") or ()
-        return self.store.insert_job(
+        return NewJob(
             job_id,
             agent,
             kind,
@@ -225,7 +216,6 @@ class JobState:
             principal=current().name,
             labels=[str(label) for label in labels],
             retry=request.get("retry"),
-            claim=claim,
         )
 
     def redacted(self, value: dict[str, Any]) -> dict[str, Any]:

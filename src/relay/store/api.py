@@ -10,6 +10,7 @@ from relay.events import Event
 from relay.store.claims import ClaimAsk, WorkerInfo, WorkerRecord
 from relay.store.db import JobRecord, SessionRecord, SessionTurn
 from relay.store.jobwrite import JobWrite, Written
+from relay.store.records import NewJob
 
 
 class JobStore(Protocol):
@@ -19,6 +20,9 @@ class JobStore(Protocol):
     # Whether processes of other hosts use this store: then a job's output files are copied into it
     # (jobs/mirror.py), for fronts that have no such files. False for SQLite (one host, one home).
     spans_hosts: bool
+    # Whether its calls are round trips to a server, so that jobs submitted together are worth one transaction
+    # (PostgreSQL); a SQLite store's writes take turns on one file, each a commit of its own.
+    overlaps_calls: bool
 
     def close(self) -> None: ...
 
@@ -39,6 +43,8 @@ class JobStore(Protocol):
         retry: str | None = None,
         claim: ClaimAsk | None = None,
     ) -> list[tuple[str, str, int]]: ...
+
+    def insert_jobs(self, jobs: Sequence[NewJob], claim: ClaimAsk | None) -> list[tuple[str, str, int]]: ...
 
     def mark_running(
         self,

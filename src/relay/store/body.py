@@ -20,7 +20,7 @@ from relay.store.dialect import Conflict, OverConn, Rows, Step, marks, timed
 from relay.store.jobwrite import End, JobWrite, Written
 from relay.store.marks import Riding
 from relay.store.queue import ClaimAsk
-from relay.store.records import JOB_COLUMNS, JobRecord, SessionRecord, SessionTurn, job_of
+from relay.store.records import JOB_COLUMNS, JobRecord, NewJob, SessionRecord, SessionTurn, job_of
 
 # The active jobs whose owner a process of one host may find dead and adopt (jobs/recovery.py): claimed by a
 # worker of that host (its boot id, the one parameter) or by one the workers table does not know, or running
@@ -145,32 +145,30 @@ class JobBody(Riding, OverConn):
         (an in-process task; a CLI job is owned by the worker that claims it), needing `labels` of its worker.
 
         With `claim`, the insert and that claim go in one transaction: what the claim won is returned (else [])."""
-        owner_pid, owner_ticks = owner if owner is not None else (None, None)
-        params = (
-            job_id,
-            agent,
-            kind,
-            json.dumps(request),
-            model,
-            cwd,
-            request.get("session_id"),
-            time.time(),
-            owner_pid,
-            owner_ticks,
-            principal,
-            json.dumps(sorted(labels)) if labels else None,
-            retry,
-        )
+        new = NewJob(job_id, agent, kind, request, model, cwd, owner, principal, labels, retry)
+        return self._insert([new], claim)
+
+    @timed
+    def insert_jobs(self, jobs: Sequence[NewJob], claim: ClaimAsk | None) -> list[tuple[str, str, int]]:
+        """`insert_job` of several jobs (submitted together): with `claim`, one transaction and one claim."""
+        return self._insert(jobs, claim)
+
+    def _insert(self, jobs: Sequence[NewJob], claim: ClaimAsk | None) -> list[tuple[str, str, int]]:
+        now = time.time()
+        steps = [Step(INSERT_JOB, job.row(now)) for job in jobs]
         won: list[tuple[str, str, int]] = []
         if claim is None:
-            self._write_row(job_id, INSERT_JOB, params)
+            for job, step in zip(jobs, steps, strict=True):
+                self._write_row(job.id, step.sql, step.params)
         else:
-            won = self._insert_claiming(job_id, Step(INSERT_JOB, params), claim)
-        self.audit.record("queued", job_id, queued_data(agent, kind, request, model, cwd) | {"principal": principal})
+            won = self._insert_claiming([job.id for job in jobs], steps, claim)
+        for job in jobs:
+            data = queued_data(job.agent, job.kind, job.request, job.model, job.cwd)
+            self.audit.record("queued", job.id, data | {"principal": job.principal})
         return won
 
     # ClaimsBody's (store/queue.py), and PostgreSQL's own (pg/store.py: its copy of the job)
-    _insert_claiming: Callable[[str, Step, ClaimAsk], list[tuple[str, str, int]]]
+    _insert_claiming: Callable[[Sequence[str], Sequence[Step], ClaimAsk], list[tuple[str, str, int]]]
 
     @timed
     def mark_running(

@@ -49,6 +49,7 @@ class Store(JobBody, ClaimsBody):
     """Typed access to relay.db. Safe to share between the event loop and worker threads."""
 
     spans_hosts = False  # one file in one home: the jobs' files are beside it
+    overlaps_calls = False  # its writes take turns on the file
     _rides_alone = False
 
     def __init__(self, path: Path, audit: AuditLog | None = None) -> None:

@@ -231,19 +231,23 @@ class ClaimsBody(OverConn):
         del worker, ahead
         return None
 
-    def _insert_claiming(self, job_id: str, insert: Step, ask: ClaimAsk) -> list[tuple[str, str, int]]:
-        """A job's insert and a claim for `ask` in one transaction: what the claim won (the job among them when it
-        is the oldest this worker can run)."""
-        del job_id
-        return self._insert_and_claim(insert, ask)[0]
+    def _insert_claiming(
+        self, job_ids: Sequence[str], inserts: Sequence[Step], ask: ClaimAsk
+    ) -> list[tuple[str, str, int]]:
+        """Jobs' inserts and a claim for `ask` in one transaction: what the claim won (a job among them when it is
+        among the oldest this worker can run)."""
+        del job_ids
+        return self._insert_and_claim(inserts, ask)[0]
 
-    def _insert_and_claim(self, insert: Step, ask: ClaimAsk) -> tuple[list[tuple[str, str, int]], Rows | None]:
-        """`_insert_claiming`'s work: what the claim won, and the insert's rows (None when it did not run)."""
-        seen = self._queue_seen(ask.worker, ahead=1)
-        won, any_left, first = self._claim(ask.worker, ask.free, ask.max_total, ask.per_agent, (), [insert])
+    def _insert_and_claim(
+        self, inserts: Sequence[Step], ask: ClaimAsk
+    ) -> tuple[list[tuple[str, str, int]], list[Rows]]:
+        """`_insert_claiming`'s work: what the claim won, and the inserts' rows (none when they did not run)."""
+        seen = self._queue_seen(ask.worker, ahead=len(inserts))
+        won, any_left, first = self._claim(ask.worker, ask.free, ask.max_total, ask.per_agent, (), inserts)
         if seen is not None and not any_left:
             self._nothing_queued = seen
-        return won, (first[0] if first else None)
+        return won, first
 
     def _claim(
         self,

@@ -1,14 +1,40 @@
-"""The store's records, whichever backend holds them: a job, an agent session and its turn, the audit mark."""
+"""The store's records, whichever backend holds them: a job (and a new one), an agent session and its turn, the
+audit mark."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 ACTIVE_STATUSES = ("queued", "running")
 FINAL_STATUSES = ("completed", "failed", "cancelled", "timed_out", "interrupted")
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to record as queued (`insert_job`'s values; `owner`: pid and start ticks of an in-process task's)."""
+
+    id: str
+    agent: str
+    kind: str
+    request: dict[str, Any]
+    model: str | None
+    cwd: str | None
+    owner: tuple[int, int | None] | None = None
+    principal: str = "local"
+    labels: Sequence[str] = ()
+    retry: str | None = None
+
+    def row(self, now: float) -> tuple[Any, ...]:
+        """The values of its row (the store's INSERT_JOB), created at `now`."""
+        owner_pid, owner_ticks = self.owner if self.owner is not None else (None, None)
+        request, labels = self.request, self.labels
+        session = request.get("session_id")
+        return (self.id, self.agent, self.kind, json.dumps(request), self.model, self.cwd, session, now, owner_pid,
+                owner_ticks, self.principal, json.dumps(sorted(labels)) if labels else None, self.retry)  # fmt: skip
 
 
 @dataclass(frozen=True)

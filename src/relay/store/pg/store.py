@@ -64,6 +64,7 @@ class PgStore(JobBody, ClaimsBody):
     """The job store on PostgreSQL at `url`; safe to share between the event loop and worker threads."""
 
     spans_hosts = True  # fronts and workers of any host: a job's outputs are copied into it
+    overlaps_calls = True  # round trips to a server, on connections of a pool
 
     def __init__(self, url: str, audit: AuditLog, *, pool_size: int = POOL_SIZE, wait_s: float = POOL_WAIT_S) -> None:
         self.url = url
@@ -180,19 +181,27 @@ class PgStore(JobBody, ClaimsBody):
         """ClaimsBody's: the notices of other processes on the queue's channel, and the jobs this one queued."""
         return (worker.id, self._notices.queued(), self._pool.queued_writes + ahead)
 
-    def _insert_claiming(self, job_id: str, insert: Step, ask: ClaimAsk) -> list[tuple[str, str, int]]:
-        """ClaimsBody._insert_claiming, the job's row kept as the insert and the claim left it."""
+    def _insert_claiming(
+        self, job_ids: Sequence[str], inserts: Sequence[Step], ask: ClaimAsk
+    ) -> list[tuple[str, str, int]]:
+        """ClaimsBody._insert_claiming, the jobs' rows kept as the inserts and the claim left them."""
         notices, before = self._stamp()
-        won, inserted = self._insert_and_claim(Step(f"{insert.sql} RETURNING {JOB_COLUMNS}", insert.params), ask)
+        won, inserted = self._insert_and_claim(
+            [Step(f"{s.sql} RETURNING {JOB_COLUMNS}", s.params) for s in inserts], ask
+        )
         after = self._pool.job_writes
-        row = inserted.fetchone() if inserted is not None else None
         with self._kept_lock:
             for taken, _, _ in won:
                 self._kept.pop(taken, None)
-        if row is not None and after - before == 2:  # the insert and the claim's one statement, nothing between
-            rec = job_of(tuple(row))
-            epoch = next((e for taken, _, e in won if taken == job_id), None)
-            self._keep(job_id, (notices, after), rec if epoch is None else _as_claimed(rec, ask.worker, epoch))
+        if after - before != len(inserts) + 1:  # the inserts and the claim's one statement, nothing between
+            return won
+        epochs = {taken: e for taken, _, e in won}
+        for job_id, rows in zip(job_ids, inserted, strict=False):
+            row = rows.fetchone()
+            if row is not None:
+                rec = job_of(tuple(row))
+                epoch = epochs.get(job_id)
+                self._keep(job_id, (notices, after), rec if epoch is None else _as_claimed(rec, ask.worker, epoch))
         return won
 
     def _claimed(self, won: list[tuple[str, str, int]], worker: WorkerInfo, stamp: tuple[int, int]) -> None:
