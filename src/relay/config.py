@@ -44,6 +44,8 @@ DEFAULT_KILL_GRACE_S = 5.0
 DEFAULT_OUTPUT_LIMIT_CHARS = 20_000
 DEFAULT_MAX_CONCURRENT = 8
 DEFAULT_MAX_CONCURRENT_PER_AGENT = 4
+# Connections a process's PostgreSQL job store may hold at once (its pool; the dashboard's and the listener's apart).
+DEFAULT_STORE_POOL_SIZE = 4
 DEFAULT_MAX_DEPTH = 2
 # A worktree of an ended job that was never landed is kept a week, then removed (its branch stays).
 DEFAULT_WORKTREE_KEEP_S = 7 * 86400.0
@@ -223,8 +225,11 @@ class Settings:
     worker_agents: tuple[str, ...] | None = None
     worker_labels: tuple[str, ...] = ()
     worker_slots: int | None = None
-    # Where the job queue lives (`RELAY_STORE` / `[store] url`): a postgresql:// URL, or None for relay.db in home.
+    # Where the job queue lives (`RELAY_STORE` / `[store] url`): a postgresql:// URL, or None for relay.db in home;
+    # and how many connections this process's job store may hold on PostgreSQL (`RELAY_STORE_POOL_SIZE` /
+    # `[store] pool_size`).
     store_url: str | None = field(default=None, repr=False)
+    store_pool_size: int = DEFAULT_STORE_POOL_SIZE
     # What an operator watches (`[telemetry]`, relay.telemetry.settings): the OTLP/HTTP traces URL (None: no traces),
     # `relay worker`'s /metrics port (None: none) and address, a token that may read /metrics besides admin tokens.
     otlp_endpoint: str | None = None
@@ -385,6 +390,25 @@ def _store_url(env_value: str | None, config_value: object) -> str | None:
     return check_store_url(value, "RELAY_STORE" if env_value else "[store] url") if value else None
 
 
+def _pool_size(env_value: str | None, config_value: object) -> int:
+    """`RELAY_STORE_POOL_SIZE`, else `[store] pool_size`: a whole number of connections, at least 1."""
+    where = "RELAY_STORE_POOL_SIZE" if env_value not in (None, "") else "[store] pool_size"
+    value: object = env_value if env_value not in (None, "") else config_value
+    if value is None:
+        return DEFAULT_STORE_POOL_SIZE
+    try:
+        size = int(str(value).strip()) if not isinstance(value, bool | float) else 0
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise RelayError(
+            ErrorCode.CONFIG_INVALID,
+            f"{where} must be a whole number of connections, at least 1 (it is {value!r})",
+            f"set {where} to {DEFAULT_STORE_POOL_SIZE} (the default), or more for a worker with many slots",
+        )
+    return size
+
+
 def check_store_url(value: str, where: str) -> str:
     """`value` when it is a PostgreSQL URL, else CONFIG_INVALID naming `where` (`--store`, `RELAY_STORE`, ...)."""
     value = value.strip()
@@ -517,5 +541,6 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
             float(queue.get("worker_retention_days", DEFAULT_WORKER_RETENTION_S / 86400)),
         ),
         store_url=_store_url(env.get("RELAY_STORE"), store.get("url")),
+        store_pool_size=_pool_size(env.get("RELAY_STORE_POOL_SIZE"), store.get("pool_size")),
         **telemetry_fields(raw.get("telemetry"), env),
     )

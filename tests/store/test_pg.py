@@ -14,10 +14,12 @@ import pytest
 
 from relay.config import load_settings
 from relay.errors import ErrorCode, RelayError
+from relay.jobs.engine import Engine
 from relay.store import Store, WorkerInfo, open_store
 from relay.store.pg import PgStore
 from relay.store.pg.errors import code_of, pg_error, redact
 from relay.store.pg.schema import MIGRATIONS
+from tests.conftest import SettingsFactory
 from tests.postgres import Cluster, free_port
 
 
@@ -190,3 +192,33 @@ def test_relay_doctor_says_whether_the_postgresql_store_answers_and_reads_its_qu
     dead = f"postgresql://relay:pw@127.0.0.1:{free_port()}/q"
     line, ok = store_report(load_settings({"RELAY_HOME": str(relay_home), "RELAY_STORE": dead}))
     assert not ok and "STORE_UNAVAILABLE" in line and ":pw@" not in line
+
+
+def test_the_job_stores_pool_size_comes_from_the_environment_or_the_config_file_and_reaches_its_pool(
+    pg_url: str, relay_home: Path
+) -> None:
+    base = {"RELAY_HOME": str(relay_home), "RELAY_STORE": pg_url}
+    assert load_settings(base).store_pool_size == 4
+    (relay_home / "config.toml").write_text("[store]\npool_size = 9\n")
+    settings = load_settings(base)
+    assert settings.store_pool_size == 9
+    assert load_settings(base | {"RELAY_STORE_POOL_SIZE": "2"}).store_pool_size == 2
+    store = open_store(settings.store_target, home=relay_home, pool_size=settings.store_pool_size)
+    assert isinstance(store, PgStore) and store._pool.pool.max_size == 9  # pyright: ignore[reportPrivateUsage]
+    store.close()
+    for bad in ("0", "-3", "many", "2.5"):
+        with pytest.raises(RelayError) as err:
+            load_settings(base | {"RELAY_STORE_POOL_SIZE": bad})
+        assert err.value.code is ErrorCode.CONFIG_INVALID and "RELAY_STORE_POOL_SIZE" in err.value.message
+    (relay_home / "config.toml").write_text("[store]\npool_size = 0\n")
+    with pytest.raises(RelayError) as err:
+        load_settings(base)
+    assert "[store] pool_size" in err.value.message and "at least 1" in err.value.message
+
+
+def test_an_engine_opens_its_postgresql_store_with_the_pool_size_its_settings_name(
+    make_settings: SettingsFactory, pg_url: str
+) -> None:
+    engine = Engine(make_settings(RELAY_STORE=pg_url, RELAY_STORE_POOL_SIZE="3"))
+    assert isinstance(engine.store, PgStore) and engine.store._pool.pool.max_size == 3  # pyright: ignore[reportPrivateUsage]
+    engine.store.close()

@@ -83,7 +83,7 @@ class Engine:
     ) -> None:
         self.settings = settings
         choice.use(settings.runtime)  # the process runtime, chosen once here at start-up (pidfd or portable)
-        self.store = store or open_store(settings.store_target, home=settings.home)
+        self.store = store or open_store(settings.store_target, home=settings.home, pool_size=settings.store_pool_size)
         # A relay started inside a job is one level deeper than that job, whatever its environment says.
         settings = self.settings = with_inherited_depth(settings, self.store)
         self._state = JobState(settings, self.store)

@@ -18,16 +18,19 @@ def is_pg_url(target: str | Path) -> bool:
     return isinstance(target, str) and target.startswith(PG_SCHEMES)
 
 
-def open_store(target: str | Path, *, home: Path, audit: AuditLog | None = None) -> JobStore:
+def open_store(
+    target: str | Path, *, home: Path, audit: AuditLog | None = None, pool_size: int | None = None
+) -> JobStore:
     """The job store at `target`: a SQLite file (a path, or `sqlite:///path`) or a PostgreSQL URL.
 
     `home` is this process's RELAY_HOME: the audit log of the jobs it changes lives there, whichever
-    backend holds the jobs.
+    backend holds the jobs. `pool_size`: the connections a PostgreSQL store may hold (None: its default).
     """
     if is_pg_url(target):
         from relay.store.pg import PgStore  # psycopg is loaded only by a relay that uses PostgreSQL
 
-        return PgStore(str(target), audit if audit is not None else open_audit(home))
+        log = audit if audit is not None else open_audit(home)
+        return PgStore(str(target), log) if pool_size is None else PgStore(str(target), log, pool_size=pool_size)
     text = str(target)
     if text.startswith("sqlite://"):
         return Store(Path(text.removeprefix("sqlite://")), audit)
