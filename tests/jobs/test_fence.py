@@ -209,3 +209,26 @@ async def test_a_worker_on_a_shared_store_has_its_keeper_running_before_it_can_c
         # Nothing awaited yet: the tending loop has not run, a job queued before could be claimed at the next turn.
         assert len(keepers()) == 1
     assert not [p for p in keepers() if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_the_fence_file_is_written_over_in_place_and_a_read_caught_mid_write_is_no_read(tmp_path: Path) -> None:
+    # A job's start and end each write the fence file: in place (a new file per write cost more than the write), so
+    # the keeper checks what it reads: a write it catches half done reads as nothing, and the next look reads it.
+    path = tmp_path / "fence.json"
+    jobs = [tmp_path / "jobs" / name for name in ("a", "b", "c")]
+    fencing.write_fence(path, 100.0, jobs)
+    inode = path.stat().st_ino
+    fencing.write_fence(path, 200.0, jobs[:1])
+    assert path.stat().st_ino == inode and fencing.read_fence(path) == (200.0, [str(jobs[0])])
+    whole, shorter = path.read_bytes(), fencing.fence_bytes(300.0, [])
+    torn = [
+        shorter + whole[len(shorter) :],  # the new content over the old, before the file is cut to its length
+        whole[:20] + shorter[20:],  # the old content, half overwritten
+        whole[:-3],  # the JSON cut short
+        b"garbage",
+    ]
+    for content in torn:
+        path.write_bytes(content)
+        assert fencing.read_fence(path) is None, content
+    path.write_bytes(shorter)
+    assert fencing.read_fence(path) == (300.0, [])

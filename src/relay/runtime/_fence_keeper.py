@@ -11,7 +11,9 @@ each. It exits when its worker is gone (a worker that died leaves its jobs to th
 relay.jobs.recovery, and the sweep of relay.jobs.fence).
 
 Run as `python -I -S _fence_keeper.py FENCE_FILE WORKER_PID`; standard library only (no relay import).
-The fence file is JSON: {"deadline": monotonic seconds, "jobs": [job folder, ...]}, replaced whole.
+The fence file is a line with the CRC-32 and byte length of the JSON that follows, {"deadline": monotonic
+seconds, "jobs": [job folder, ...]}, written over in place (no new file per write: making one costs a disk more
+than the write): a read caught in the middle of a write fails the check and counts as no read, till the next look.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import signal
 import sys
 import time
+import zlib
 from pathlib import Path
 
 # How often the keeper reads the fence file: the most a fence may be late.
@@ -67,9 +70,20 @@ def _kill_group(pid: int) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
+def fence_bytes(deadline: float, jobs: list[str]) -> bytes:
+    """The fence file's content: its check line, then the JSON."""
+    body = json.dumps({"deadline": deadline, "jobs": jobs}).encode()
+    return f"{zlib.crc32(body):08x} {len(body)}\n".encode() + body
+
+
 def read_fence(path: Path) -> tuple[float, list[str]] | None:
+    """The deadline and job folders of the fence file; None when there is none or it is caught mid-write."""
     try:
-        data = json.loads(path.read_text())
+        check, _, body = path.read_bytes().partition(b"\n")
+        crc, size = check.split()
+        if int(size) != len(body) or int(crc, 16) != zlib.crc32(body):
+            return None
+        data = json.loads(body)
         return float(data["deadline"]), [str(j) for j in data["jobs"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -11,19 +10,24 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from relay.runtime import _fence_keeper
-from relay.runtime._fence_keeper import FENCED_MARK, kill_jobs, read_fence
+from relay.runtime._fence_keeper import FENCED_MARK, fence_bytes, kill_jobs, read_fence
 
-__all__ = ["FENCED_MARK", "kill_jobs", "read_fence", "start_keeper", "stop_keeper", "write_fence"]
+__all__ = ["FENCED_MARK", "fence_bytes", "kill_jobs", "read_fence", "start_keeper", "stop_keeper", "write_fence"]
 
 # How long a keeper asked to stop may take before it is killed.
 KEEPER_STOP_S = 2.0
 
 
 def write_fence(path: Path, deadline: float, jobs: Iterable[Path]) -> None:
-    """Replace the fence file whole: the deadline (time.monotonic()) and the folders of the jobs it guards."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"deadline": deadline, "jobs": [str(j) for j in jobs]}))
-    os.replace(tmp, path)
+    """Write the fence file over: the deadline (time.monotonic()) and the folders of the jobs it guards. In place,
+    its check line first (_fence_keeper.read_fence): a file made and renamed per write cost a job two new files."""
+    data = fence_bytes(deadline, [str(j) for j in jobs])
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def start_keeper(fence: Path) -> subprocess.Popen[bytes]:
