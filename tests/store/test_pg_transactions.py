@@ -114,3 +114,21 @@ def test_a_statement_first_sent_in_a_failed_batch_runs_in_the_next_one(conn: PgC
     assert conn.batch([later])[0].rowcount == 1
     assert conn.batch([later, Step("INSERT INTO t VALUES (?, ?)", (2, 2))])[0].rowcount == 1
     assert values(conn) == [(1, 10), (2, 2)]
+
+
+def test_statements_the_server_forgot_are_prepared_again_and_the_batch_runs_once(table: str) -> None:
+    # A DEALLOCATE ALL on the connection (a pooler's reset, psycopg's own after a rollback) drops what it prepared:
+    # the batch fails before anything of it runs, and is sent again with its statements prepared anew.
+    db = OneConn(table)
+    try:
+        step = Step("INSERT INTO t VALUES (?, ?)", (1, 1))
+        db.batch([step])
+        db.exec("DEALLOCATE ALL")
+        db.batch([Step("INSERT INTO t VALUES (?, ?)", (2, 2)), Step("UPDATE t SET v = v + 1 WHERE id = ?", (1,))])
+        with pytest.raises(RelayError), db.tx() as tx:  # psycopg's rollback: no DEALLOCATE ALL of its own now
+            tx.exec("INSERT INTO t VALUES (3, 3)")
+            tx.exec("SELECT v FROM no_such_table").fetchall()
+        assert db.batch([Step("UPDATE t SET v = v + 1 WHERE id = ?", (2,))])[0].rowcount == 1
+        assert values(db) == [(1, 2), (2, 3)]
+    finally:
+        db.close()

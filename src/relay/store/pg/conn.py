@@ -29,7 +29,7 @@ from relay.errors import ErrorCode, RelayError
 from relay.store.dialect import PG_MARK_AUDIT, PG_REGISTER_WORKER, Conflict, Dialect, Rows, Step, may_queue, pg_sql
 from relay.store.pg.connect import conninfo, needs_check
 from relay.store.pg.errors import redact, relay_errors
-from relay.store.pg.pipe import run_batch
+from relay.store.pg.pipe import run_batch, run_one
 from relay.store.pg.schema import MIGRATION_LOCK, migrate
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -75,6 +75,10 @@ PG = Dialect(
     claim_in_one=True,
 )
 
+
+# How the store's connections are made: statements commit on their own (a transaction says BEGIN), and psycopg
+# prepares none of its own (pg/pipe.py prepares them: psycopg's DEALLOCATE ALL after a rollback would drop those).
+OWN_CONNECTION: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
 
 # The statements that may change a job's row (job_writes counts them).
 JOB_WRITES = ("UPDATE jobs", "INSERT INTO jobs", "DELETE FROM jobs")
@@ -223,7 +227,7 @@ class PgConn(ABC):
 
     dialect = PG
     # Whether a batch called on an event loop's thread runs there (every wait to lend a connection is bounded).
-    batches_on_loop = False
+    calls_on_loop = False
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -269,13 +273,13 @@ class PgConn(ABC):
             _budget.wait = None
 
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        return self._off_loop(lambda: self._exec(sql, params))
+        """One statement, in its own transaction (on a loop's thread as a batch runs there: `batch`)."""
+        return self._on_loop(lambda: self._exec(sql, params))
 
     def _exec(self, sql: str, params: Sequence[Any]) -> Rows:
         try:
             with self._conn() as conn, _unique():
-                cur = conn.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType, reportCallIssue]
-                return Rows(cur.fetchall() if cur.description else [], cur.rowcount)
+                return run_one(conn, Step(sql, params), deadline=time.monotonic() + (_budget.wait or THREAD_CALL_S))
         finally:
             self.wrote(sql)
 
@@ -292,11 +296,16 @@ class PgConn(ABC):
         there, without a hop to a call thread and back: each of its waits (for a connection, its check, the answer:
         pipe.py) has the deadline `_off_loop` gives a call."""
         del lock
+        return self._on_loop(lambda: self._batch(steps))
+
+    def _on_loop(self, call: Callable[[], T]) -> T:
+        """`call()` here; on an event loop's thread, here too when every wait of a pool's is bounded (each of them
+        has the deadline `_off_loop` gives a call), else through `_off_loop`."""
         if _running_loop() is None:
-            return self.away.watching(lambda: self._batch(steps))
-        if not self.batches_on_loop:
-            return self._off_loop(lambda: self._batch(steps))
-        return self._within(lambda: self._batch(steps), AWAY_WAIT_S if self.away.is_away else LOOP_CALL_S)
+            return self.away.watching(call)
+        if not self.calls_on_loop:
+            return self._off_loop(call)
+        return self._within(call, AWAY_WAIT_S if self.away.is_away else LOOP_CALL_S)
 
     def _batch(self, steps: Sequence[Step]) -> list[Rows]:
         try:
@@ -354,7 +363,7 @@ def _unique() -> Generator[None]:
 class PoolConn(PgConn):
     """A pool of up to `size` connections (the job store's; the dashboard's, read-only)."""
 
-    batches_on_loop = True  # the pool's wait has a timeout, its check a deadline; connections are made by its threads
+    calls_on_loop = True  # the pool's wait has a timeout, its check a deadline; connections are made by its threads
 
     def __init__(
         self,
@@ -373,7 +382,7 @@ class PoolConn(PgConn):
         with relay_errors(url):
             self.pool: ConnectionPool[Conn] = ConnectionPool(
                 conninfo(url),
-                kwargs={"autocommit": True},
+                kwargs=OWN_CONNECTION,
                 min_size=1,
                 max_size=size,
                 timeout=wait_s,
@@ -482,7 +491,7 @@ class OneConn(PgConn):
             except psycopg.Error:
                 db.close()
         _migrate_once(self.url)
-        db = Conn.connect(conninfo(self.url), autocommit=True)
+        db = Conn.connect(conninfo(self.url), **OWN_CONNECTION)
         self._db = db
         return db
 

@@ -65,9 +65,27 @@ class _Sent:
         self.keys: list[tuple[bytes, tuple[int, ...]]] = []  # the statements this batch prepared
 
 
-def run_batch(conn: Conn, steps: Sequence[Step], *, deadline: float, snapshot: bool = False) -> list[Rows]:
+def run_one(conn: Conn, step: Step, *, deadline: float) -> Rows:
+    """One statement on its own (its own transaction, as with autocommit), one round trip: its rows."""
+    return run_batch(conn, [step], deadline=deadline, block=False)[0]
+
+
+def run_batch(
+    conn: Conn, steps: Sequence[Step], *, deadline: float, snapshot: bool = False, block: bool = True
+) -> list[Rows]:
     """The steps in one transaction, one round trip; each step's rows (a `many` step's: none, its rows counted).
-    A statement's failure is psycopg's error, after the transaction's rollback."""
+    A statement's failure is psycopg's error, after the transaction's rollback. (`block=False`: no BEGIN and
+    COMMIT, the pipeline's sync ends the statements' implicit transaction.) Statements this connection prepared
+    that the server no longer knows (a DEALLOCATE ALL sent on it) are prepared again, and the batch sent again:
+    nothing of it ran."""
+    try:
+        return _run_batch(conn, steps, deadline, snapshot, block)
+    except psycopg.errors.InvalidSqlStatementName:
+        _prepared.pop(conn, None)
+        return _run_batch(conn, steps, deadline, snapshot, block)
+
+
+def _run_batch(conn: Conn, steps: Sequence[Step], deadline: float, snapshot: bool, block: bool) -> list[Rows]:
     pg = conn.pgconn
     tx: abc.Transformer = Transformer.from_context(conn)
     kept = _prepared.get(conn)
@@ -76,9 +94,11 @@ def run_batch(conn: Conn, steps: Sequence[Step], *, deadline: float, snapshot: b
     sent: list[_Sent] = []
     pg.enter_pipeline_mode()
     try:
-        pg.send_query_params(b"BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else b"BEGIN", None)
+        if block:
+            pg.send_query_params(b"BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else b"BEGIN", None)
         sent.extend(_send(pg, tx, kept, step) for step in steps)
-        pg.send_query_params(b"COMMIT", None)
+        if block:
+            pg.send_query_params(b"COMMIT", None)
         pg.pipeline_sync()
         results = _results(pg, deadline)
         pg.exit_pipeline_mode()
@@ -88,7 +108,7 @@ def run_batch(conn: Conn, steps: Sequence[Step], *, deadline: float, snapshot: b
             for key in step.keys:
                 kept.pop(key, None)
         raise
-    return _rows(conn, tx, kept, results, sent)
+    return _rows(conn, tx, kept, results, sent, 1 if block else 0)
 
 
 def _send(pg: PGconn, tx: abc.Transformer, kept: dict[tuple[bytes, tuple[int, ...]], bytes], step: Step) -> _Sent:
@@ -148,10 +168,11 @@ def _rows(
     kept: dict[tuple[bytes, tuple[int, ...]], bytes],
     results: list[PGresult],
     sent: list[_Sent],
+    at: int,  # the first statement's result (after BEGIN's)
 ) -> list[Rows]:
     out: list[Rows] = []
     failed: PGresult | None = None
-    at = 1  # after BEGIN's
+    block = (results[0], results[-1]) if at else ()
     for step in sent:
         ran: list[PGresult] = []
         keys = iter(step.keys)
@@ -178,7 +199,7 @@ def _rows(
             rows = tx.load_rows(0, res.ntuples, tuple)
         count = res.command_tuples
         out.append(Rows(rows, count if count is not None else -1))
-    failed = failed or next((res for res in (results[0], results[-1]) if res.status not in _OK), None)
+    failed = failed or next((res for res in block if res.status not in _OK), None)
     if failed is not None:
         if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
             conn.rollback()
