@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 
 from relay.server.app import build_server
+from relay.server.approvals import Approver
 from tests.conftest import SettingsFactory
 from tests.server.acp_fixture import acp_agent, audit, http_client, over_http
 from tests.server.test_grants import ERAS, Person, call
@@ -297,3 +298,21 @@ async def test_two_calls_waiting_on_one_job_ask_the_person_once(
             assert not second["done"] and len(person.asked) == 1
             gate.set()
     assert waited[0]["jobs"][0]["output"] == "execute: allowed" and len(person.asked) == 1
+
+
+async def test_a_job_wait_on_print_mode_jobs_run_here_looks_for_no_question(
+    make_settings: SettingsFactory, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Such a job can ask the person nothing (relay.jobs.known): the wait reads no row and lists no folder for one.
+    async def tend(self: object, job_ids: list[str]) -> None:
+        raise AssertionError(f"looked for questions of {job_ids}")
+
+    monkeypatch.setattr(Approver, "tend", tend)
+    async with Client(build_server(make_settings())) as c:
+        ids = []
+        for n in range(3):
+            failed, started = await call(c, "delegate", {"prompt": f"p{n}", "cwd": str(workdir), "mode": "async"})
+            assert not failed
+            ids.append(started["job_id"])
+        failed, waited = await call(c, "job_wait", {"job_ids": ids, "mode": "all", "timeout_s": 30})
+    assert not failed and [j["status"] for j in waited["jobs"]] == ["completed"] * 3

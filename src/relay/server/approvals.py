@@ -235,7 +235,11 @@ async def answering(approver: Approver, job_ids: list[str], wait: Callable[[], A
     """Run `wait` while `approver` asks the person about the jobs' permission requests.
 
     A question the call must ask in its result (`NeedsConfirmation`) or an answer relay refuses ends the wait and
-    is raised: the call answers with it, and the jobs go on."""
+    is raised: the call answers with it, and the jobs go on. A job run here in print mode asks nothing
+    (relay.jobs.known): it is not looked at."""
+    job_ids = [job_id for job_id in job_ids if not approver.engine.known.quiet(job_id)]
+    if not job_ids:
+        return await wait()
     failure: BaseException | None = None
     result: list[_T] = []
     async with anyio.create_task_group() as tg:
@@ -280,8 +284,6 @@ async def wait_answering(engine: Engine, approver: Approver, job_id: str, mode: 
     ctx = approver.ctx
     limit = auto_threshold_for(engine.settings, ctx) if mode == "auto" else float("inf")
     try:
-        if engine.known.quiet(job_id):  # run here in print mode: it asks nothing (relay.jobs.known)
-            return await wait_with_progress(engine, job_id, limit, ctx)
         return await answering(approver, [job_id], lambda: wait_with_progress(engine, job_id, limit, ctx))
     except anyio.get_cancelled_exc_class():
         # As wait_for_mode: a user interrupt stops the work; a client's own timeout only stopped waiting.
