@@ -15,7 +15,7 @@ import anyio.lowlevel
 import pytest
 
 from relay.errors import ErrorCode, RelayError
-from relay.jobs import engine as engine_module
+from relay.jobs import inserts as inserts_module
 from relay.jobs.engine import Engine, JobRequest
 from relay.principal import Principal, acting_as
 from relay.store import NewJob, open_store
@@ -56,7 +56,7 @@ class HeldInserts:
 @pytest.fixture
 def together(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # Submissions a test makes at once are "together" however slow the machine is today.
-    monkeypatch.setattr(engine_module, "TOGETHER_S", 60.0)
+    monkeypatch.setattr(inserts_module, "TOGETHER_S", 60.0)
     yield
 
 
@@ -90,7 +90,7 @@ async def submit_together(
             await anyio.lowlevel.checkpoint()
 
         def waiting() -> int:
-            return len(engine._inserts._waiting)  # pyright: ignore[reportPrivateUsage]
+            return len(engine._queueing._inserts._waiting)  # pyright: ignore[reportPrivateUsage]
 
         with anyio.fail_after(10):
             while waiting() < len(requests) - 2 or not held.blocked.is_set():  # the first alone, the second held

@@ -11,6 +11,7 @@ JOBS = Path(relay.jobs.__file__).parent
 # Top to bottom: a module may import only modules after it in this list.
 LAYERS = [
     "engine",
+    "inserts",
     "door",
     "tending",
     "paging",

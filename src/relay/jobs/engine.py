@@ -4,6 +4,7 @@
 each one responsibility, dependencies pointing down:
 
     engine.py     the public API: submit, wait, cancel, queries; wires the rooms together
+    inserts.py    an admitted job's folder and row; jobs submitted together recorded in one transaction
     recovery.py   re-attach or finalize jobs after a restart
     paging.py     pages of a job's output, its diff and its land's test
     tending.py    heartbeat, lost workers, other processes' cancels and queued work
@@ -39,10 +40,10 @@ from relay.events import Event
 from relay.jobs import grants
 from relay.jobs.admission import Admission
 from relay.jobs.depth import check_depth, with_inherited_depth
-from relay.jobs.door import Admitted, Door
+from relay.jobs.door import Door
 from relay.jobs.envelope import envelope
-from relay.jobs.inserts import Inserts
-from relay.jobs.known import Known, asks_nothing
+from relay.jobs.inserts import Queueing
+from relay.jobs.known import Known
 from relay.jobs.lifecycle import Lifecycle, SpawnFn, TaskFn
 from relay.jobs.output import read_bytes_page
 from relay.jobs.paging import job_cursor, parse_cursor, read_page
@@ -55,19 +56,13 @@ from relay.jobs.workspace import JobWorkspaces, next_for
 from relay.principal import current, visible_to
 from relay.runtime import choice, supervisor
 from relay.runtime.supervisor import JobFiles
-from relay.store import JobRecord, JobStore, NewJob, SessionRecord, WorkerInfo
-from relay.store.health import os_error
+from relay.store import JobRecord, JobStore, SessionRecord, WorkerInfo
 from relay.store.open import open_store
 from relay.telemetry import job as telemetry
-from relay.telemetry.tracing import Submit
 
 __all__ = ["Engine", "JobRequest", "Mode", "SpawnFn", "TaskFn", "job_cursor", "new_job_id"]
 
 Mode = Literal["sync", "async", "auto"]
-
-
-# A job submitted this soon after the last one is taken for part of a burst (Engine._queue_together).
-TOGETHER_S = 0.005
 
 
 class Engine:
@@ -95,8 +90,7 @@ class Engine:
         self._tending = Tending(self._state, self._lifecycle, self._recovery)
         self._waiting = Waiting(self._state)
         self.known = Known(lambda job_id: self.get(job_id).id)  # whose each job submitted here is: no re-reads
-        self._inserts = Inserts(self._state, self._admission, self._lifecycle.start)
-        self._submitted_at = float("-inf")  # when the last job reached its insert (_queue_together)
+        self._queueing = Queueing(self._state, self._admission, self._lifecycle, self.known)
         self.started_at = time.time()
 
     # running ------------------------------------------------------------------------------
@@ -177,78 +171,20 @@ class Engine:
     def files(self, job_id: str) -> JobFiles:
         return self._state.files(job_id)
 
-    def _make_dir(self, job_id: str) -> None:
-        """The job's folder, made before its row exists (a row without a folder could not run)."""
-        folder = self.files(job_id).dir
-        try:
-            if not self._state.spares.take(folder):
-                folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise os_error(exc, self.settings.jobs_dir) from None
-
     def submit(self, req: JobRequest) -> str:
         """Admit (relay.jobs.door), record and queue a job; returns its id. Raises RelayError on bad input."""
         self._state.task_group()
-        return self._queue(self._door.admit(req, new_job_id()))
+        return self._queueing.queue(self._door.admit(req, new_job_id()))
 
     async def submit_confirmed(self, req: JobRequest) -> str:
         """`submit`, asking the person first when the job is above its grant; else `PERMISSION_NOT_GRANTED`."""
         self._state.task_group()
-        return await self._queue_together(await self._door.admit_confirmed(req, new_job_id()))
+        return await self._queueing.queue_together(await self._door.admit_confirmed(req, new_job_id()))
 
     async def submit_off_loop(self, req: JobRequest) -> str:
         """`submit` with its admission in a worker thread (a worktree made meanwhile): for a caller on the loop."""
         self._state.task_group()
-        return await self._queue_together(await self._door.admit_off_loop(req, new_job_id()))
-
-    def _queue(self, admitted: Admitted) -> str:
-        """An admitted job recorded (its folder first: a row without a folder could not run) and queued."""
-        job, submit = self._recording(admitted)
-        # The insert claims for this process's free slots in the same transaction (one round trip, not two).
-        won = self.store.insert_jobs([job], self._admission.ask())
-        self._queued(admitted)
-        self._admission.took(won, self._lifecycle.start)
-        return self._noted(admitted, submit)
-
-    async def _queue_together(self, admitted: Admitted) -> str:
-        """`_queue`; on a store whose calls are round trips to a server, a job submitted within TOGETHER_S of the
-        last one (a burst's calls reach the loop one after another), or while a transaction of such jobs is in
-        flight, is recorded with the others submitted meanwhile (jobs/inserts.py): the loop serves the next call
-        while its insert is on its way."""
-        now, last = time.monotonic(), self._submitted_at
-        self._submitted_at = now
-        if not self.store.overlaps_calls or (now - last >= TOGETHER_S and not self._inserts.busy):
-            return self._queue(admitted)
-        job, submit = self._recording(admitted)
-        self._queued(admitted)  # before the claim that may start it
-        try:
-            await self._inserts.send(job)
-        except BaseException:
-            self._lifecycle.prepared.pop(job.id, None)
-            self._state.live.pop(job.id, None)
-            raise
-        return self._noted(admitted, submit)
-
-    def _recording(self, admitted: Admitted) -> tuple[NewJob, Submit]:
-        """The job's folder made, its submit span begun, its row ready to insert."""
-        req, prepared, job_id = admitted.request, admitted.prepared, admitted.job_id
-        ar = prepared.agent_request
-        # vars: a flat dataclass of scalars, its fields as they are (asdict deep-copies each)
-        submit = telemetry.submitted(job_id, req.agent)  # its trace context is stored with it (a worker continues it)
-        stored = vars(req) | admitted.placed | prepared.stored(self.settings.depth) | submit.stored
-        self._make_dir(job_id)
-        return self._state.new_job(job_id, req.agent, "cli", stored, ar.model, ar.cwd), submit
-
-    def _queued(self, admitted: Admitted) -> None:
-        self._lifecycle.prepared[admitted.job_id] = admitted.prepared
-        self._admission.enqueue(admitted.job_id)
-
-    def _noted(self, admitted: Admitted, submit: Submit) -> str:
-        job_id = admitted.job_id
-        quiet = self._state.runs_here(job_id) and asks_nothing(admitted.prepared.adapter)
-        self.known.add(job_id, current().name, quiet=quiet)
-        submit.end()
-        return job_id
+        return await self._queueing.queue_together(await self._door.admit_off_loop(req, new_job_id()))
 
     async def consent_for(self, req: JobRequest, agents: str | None = None) -> grants.Consent | None:
         """The person's answer now, for jobs like `req` a task submits later (best_of): None within the grant."""
@@ -271,7 +207,7 @@ class Engine:
         self._state.task_group()
         check_depth(self.settings)
         job_id = new_job_id()
-        self._make_dir(job_id)
+        self._queueing.make_dir(job_id)
         request = {"via": SUBMITTED_VIA.get()} | request
         self.store.insert_jobs([self._state.new_job(job_id, agent, "task", request, model, None)], None)
         self.known.add(job_id, current().name, quiet=True)  # a model call: it asks the person nothing

@@ -42,7 +42,7 @@ class Waiting:
             raise invalid("job_ids is empty", "pass the ids returned by delegate")
         if timeout < 0:
             raise invalid("timeout must be >= 0", "pass seconds to wait, e.g. 30")
-        ids = [state.get(j).id for j in job_ids]
+        ids = [j if j in state.live else state.get(j).id for j in job_ids]  # a job of this process: no read
         final: set[str] = set()
         with anyio.move_on_after(min(timeout, MAX_WAIT_S)):
             while True:
