@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from relay.config import Settings
 from relay.errors import ErrorCode, RelayError
 from relay.jobs import inserts as inserts_module
 from relay.jobs.engine import Engine, JobRequest
@@ -22,7 +23,7 @@ from relay.store import NewJob, open_store
 from relay.store.claims import ClaimAsk
 from relay.store.pg import PgStore
 from tests.conftest import RECORDINGS, SettingsFactory
-from tests.jobs.fakeproc import Spawner
+from tests.jobs.fakeproc import FakeProcess, Spawner
 
 pytestmark = pytest.mark.anyio
 
@@ -64,6 +65,20 @@ def request(workdir: Path, prompt: str) -> JobRequest:
     return JobRequest(agent="claude", prompt=prompt, cwd=str(workdir))
 
 
+def pg_store(make_settings: SettingsFactory, pg_url: str) -> tuple[Settings, PgStore]:
+    """Settings of eight slots on the PostgreSQL store at `pg_url`, and that store."""
+    settings = make_settings(RELAY_STORE=pg_url, RELAY_MAX_CONCURRENT="8")
+    store = open_store(settings.store_target, home=settings.home)
+    assert isinstance(store, PgStore)
+    return settings, store
+
+
+def finish(procs: Sequence[FakeProcess]) -> None:
+    for proc in procs:
+        proc.write(TEXT_RUN)
+        proc.exit(0)
+
+
 async def submit_together(
     engine: Engine,
     held: HeldInserts,
@@ -103,17 +118,13 @@ async def submit_together(
 async def test_jobs_submitted_while_a_transaction_is_in_flight_go_together_in_the_next_and_all_run(
     make_settings: SettingsFactory, workdir: Path, pg_url: str, together: None
 ) -> None:
-    settings = make_settings(RELAY_STORE=pg_url, RELAY_MAX_CONCURRENT="8")
-    store = open_store(settings.store_target, home=settings.home)
-    assert isinstance(store, PgStore)
+    settings, store = pg_store(make_settings, pg_url)
     held, spawner = HeldInserts(store), Spawner()
     async with Engine(settings, spawn=spawner, store=store).running() as engine:  # type: ignore[arg-type]
         ids = await submit_together(engine, held, [(request(workdir, f"p{i}"), None) for i in range(4)])
         assert held.sizes == [1, 1, 2]  # the first on the loop, the second in flight, the two behind it together
         procs = await spawner.wait_for(4)
-        for proc in procs:
-            proc.write(TEXT_RUN)
-            proc.exit(0)
+        finish(procs)
         with anyio.fail_after(10):
             records = await engine.wait([str(i) for i in ids], "all", 10)
     assert [r.status for r in records] == ["completed"] * 4 and len(spawner.procs) == 4
@@ -147,15 +158,11 @@ async def test_the_slots_a_claim_in_flight_may_fill_are_not_claimed_twice(
         await anyio.sleep(0.5)  # time enough for a slot claimed twice to start a third process
         assert len(spawner.procs) == 2 and engine.running_count() == 2
         assert spawner.running("p0") in procs and spawner.running("a") in procs
-        for proc in procs:
-            proc.write(TEXT_RUN)
-            proc.exit(0)
+        finish(procs)
         with anyio.fail_after(10):
             while len(spawner.procs) < 4:  # then the other two, in the freed slots
                 await anyio.sleep(0.05)
-        for proc in spawner.procs[2:]:
-            proc.write(TEXT_RUN)
-            proc.exit(0)
+        finish(spawner.procs[2:])
     other.close()
     store.close()
 
@@ -163,9 +170,7 @@ async def test_the_slots_a_claim_in_flight_may_fill_are_not_claimed_twice(
 async def test_a_value_the_server_refuses_fails_its_own_job_and_the_others_of_its_transaction_run(
     make_settings: SettingsFactory, workdir: Path, pg_url: str, together: None
 ) -> None:
-    settings = make_settings(RELAY_STORE=pg_url, RELAY_MAX_CONCURRENT="8")
-    store = open_store(settings.store_target, home=settings.home)
-    assert isinstance(store, PgStore)
+    settings, store = pg_store(make_settings, pg_url)
     held, spawner = HeldInserts(store, refuse=lambda job: job.request.get("prompt") == "refused"), Spawner()
     prompts = ["p0", "p1", "refused", "p3"]
     async with Engine(settings, spawn=spawner, store=store).running() as engine:  # type: ignore[arg-type]
@@ -175,9 +180,7 @@ async def test_a_value_the_server_refuses_fails_its_own_job_and_the_others_of_it
         assert held.sizes == [1, 1, 2, 1, 1]  # the two together, refused, then each alone
         ids = [str(i) for i in out if not isinstance(i, RelayError)]
         procs = await spawner.wait_for(3)
-        for proc in procs:
-            proc.write(TEXT_RUN)
-            proc.exit(0)
+        finish(procs)
         with anyio.fail_after(10):
             records = await engine.wait(ids, "all", 10)
         assert [r.status for r in records] == ["completed"] * 3
@@ -188,9 +191,7 @@ async def test_a_value_the_server_refuses_fails_its_own_job_and_the_others_of_it
 async def test_each_job_of_a_transaction_is_recorded_as_its_own_submitters(
     make_settings: SettingsFactory, workdir: Path, pg_url: str, together: None
 ) -> None:
-    settings = make_settings(RELAY_STORE=pg_url, RELAY_MAX_CONCURRENT="8")
-    store = open_store(settings.store_target, home=settings.home)
-    assert isinstance(store, PgStore)
+    settings, store = pg_store(make_settings, pg_url)
     held, spawner = HeldInserts(store), Spawner()
     people = [Principal("alice"), Principal("bob"), Principal("carol"), Principal("alice")]
     async with Engine(settings, spawn=spawner, store=store).running() as engine:  # type: ignore[arg-type]
@@ -203,7 +204,5 @@ async def test_each_job_of_a_transaction_is_recorded_as_its_own_submitters(
             owners.append(rec.principal)
             assert store.get_job(str(job_id), principal=who.name) is not None
         assert owners == [p.name for p in people]
-        for proc in await spawner.wait_for(4):
-            proc.write(TEXT_RUN)
-            proc.exit(0)
+        finish(await spawner.wait_for(4))
     store.close()
