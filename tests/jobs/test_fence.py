@@ -212,23 +212,31 @@ async def test_a_worker_on_a_shared_store_has_its_keeper_running_before_it_can_c
 
 
 def test_the_fence_file_is_written_over_in_place_and_a_read_caught_mid_write_is_no_read(tmp_path: Path) -> None:
-    # A job's start and end each write the fence file: in place (a new file per write cost more than the write), so
-    # the keeper checks what it reads: a write it catches half done reads as nothing, and the next look reads it.
+    # A job's start and end each write the fence file: over the file in one write within its first page, padded to
+    # its length (a new file per write cost more than the write; a killed writer leaves it whole), so the keeper
+    # checks what it reads: a write it catches half done reads as nothing, and the next look reads it.
     path = tmp_path / "fence.json"
     jobs = [tmp_path / "jobs" / name for name in ("a", "b", "c")]
     fencing.write_fence(path, 100.0, jobs)
-    inode = path.stat().st_ino
+    inode, size = path.stat().st_ino, path.stat().st_size
     fencing.write_fence(path, 200.0, jobs[:1])
-    assert path.stat().st_ino == inode and fencing.read_fence(path) == (200.0, [str(jobs[0])])
-    whole, shorter = path.read_bytes(), fencing.fence_bytes(300.0, [])
+    assert (path.stat().st_ino, path.stat().st_size) == (inode, size)  # in place, padded to what it held
+    assert fencing.read_fence(path) == (200.0, [str(jobs[0])])
+    whole, other = path.read_bytes(), fencing.fence_bytes(300.0, [], len(path.read_bytes()))
     torn = [
-        shorter + whole[len(shorter) :],  # the new content over the old, before the file is cut to its length
-        whole[:20] + shorter[20:],  # the old content, half overwritten
-        whole[:-3],  # the JSON cut short
+        other[:40] + whole[40:],  # a read caught while the new content was being copied over the old
+        whole[:-3],  # cut short
         b"garbage",
     ]
     for content in torn:
         path.write_bytes(content)
         assert fencing.read_fence(path) is None, content
-    path.write_bytes(shorter)
+    path.write_bytes(other)
     assert fencing.read_fence(path) == (300.0, [])
+    many = [tmp_path / "jobs" / f"job-{n:04d}-{'x' * 40}" for n in range(100)]  # past a page: replaced whole
+    fencing.write_fence(path, 400.0, many)
+    assert path.stat().st_ino != inode and fencing.read_fence(path) == (400.0, [str(j) for j in many])
+    fencing.write_fence(path, 500.0, jobs)  # shorter again: back under a page, in place from then on
+    inode = path.stat().st_ino
+    fencing.write_fence(path, 600.0, jobs[:2])
+    assert path.stat().st_ino == inode and fencing.read_fence(path) == (600.0, [str(j) for j in jobs[:2]])

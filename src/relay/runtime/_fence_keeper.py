@@ -12,8 +12,10 @@ relay.jobs.recovery, and the sweep of relay.jobs.fence).
 
 Run as `python -I -S _fence_keeper.py FENCE_FILE WORKER_PID`; standard library only (no relay import).
 The fence file is a line with the CRC-32 and byte length of the JSON that follows, {"deadline": monotonic
-seconds, "jobs": [job folder, ...]}, written over in place (no new file per write: making one costs a disk more
-than the write): a read caught in the middle of a write fails the check and counts as no read, till the next look.
+seconds, "jobs": [job folder, ...]}, padded with spaces to the file's length and written over it in one write
+within the file's first page (no new file per write: making one costs a disk more than the write; a write within
+one page is whole once a killed writer is gone), or replaced whole when longer. A read caught in the middle of a
+write fails the check and counts as no read, till the next look.
 """
 
 from __future__ import annotations
@@ -70,10 +72,16 @@ def _kill_group(pid: int) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def fence_bytes(deadline: float, jobs: list[str]) -> bytes:
-    """The fence file's content: its check line, then the JSON."""
+# The check line: the CRC-32 (8 hex digits) and the length (8 digits) of the JSON that follows it.
+CHECK_LINE = len("00000000 00000000\n")
+
+
+def fence_bytes(deadline: float, jobs: list[str], width: int = 0) -> bytes:
+    """The fence file's content: its check line, then the JSON, padded with spaces to `width` bytes in all (what
+    the file held before: written over it in place, it covers all of it)."""
     body = json.dumps({"deadline": deadline, "jobs": jobs}).encode()
-    return f"{zlib.crc32(body):08x} {len(body)}\n".encode() + body
+    body += b" " * max(0, width - CHECK_LINE - len(body))
+    return f"{zlib.crc32(body):08x} {len(body):08d}\n".encode() + body
 
 
 def read_fence(path: Path) -> tuple[float, list[str]] | None:
