@@ -16,6 +16,7 @@ import select
 import time
 import weakref
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -35,6 +36,7 @@ _names = itertools.count()
 _prepared: weakref.WeakKeyDictionary[Conn, dict[tuple[bytes, tuple[int, ...]], bytes]] = weakref.WeakKeyDictionary()
 
 
+@lru_cache(maxsize=1024)
 def numbered(sql: str) -> bytes:
     """`sql` with `?` marks as libpq takes it: `$1`, `$2`, ... (`IS ?` as `IS NOT DISTINCT FROM`, as pg_sql does)."""
     parts = sql.replace(" IS ?", " IS NOT DISTINCT FROM ?").split("?")
@@ -42,16 +44,6 @@ def numbered(sql: str) -> bytes:
     for index, part in enumerate(parts[1:], start=1):
         out.append(f"${index}{part}")
     return "".join(out).encode()
-
-
-_numbered: dict[str, bytes] = {}
-
-
-def _query(sql: str) -> bytes:
-    query = _numbered.get(sql)
-    if query is None:
-        query = _numbered[sql] = numbered(sql)
-    return query
 
 
 class _Sent:
@@ -112,7 +104,7 @@ def _run_batch(conn: Conn, steps: Sequence[Step], deadline: float, snapshot: boo
 
 
 def _send(pg: PGconn, tx: abc.Transformer, kept: dict[tuple[bytes, tuple[int, ...]], bytes], step: Step) -> _Sent:
-    query = _query(step.sql)
+    query = numbered(step.sql)
     sent = _Sent(step.many)
     for params in step.params if step.many else (step.params,):
         values = tx.dump_sequence(params, [PyFormat.AUTO] * len(params))
