@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import anyio
@@ -242,3 +243,17 @@ def test_open_audit_without_views_renders_nothing(tmp_path: Path) -> None:
     log = open_audit(tmp_path, views=False)
     job_events(log, "aaaaaaaa00000001", "x", status="completed")
     assert not (tmp_path / IAC_FILE).exists()
+
+
+def test_a_render_due_after_its_home_was_removed_makes_nothing_again(tmp_path: Path) -> None:
+    # A relay's home removed while a render was still due (a stopped relay's folder deleted, a test's or a
+    # benchmark's temporary home): the render does not make the folder again to leave its views and lock there.
+    home = tmp_path / "home"
+    log = AuditLog(home)
+    job_events(log, "aaaaaaaa00000001", "first", status="completed", output="one")
+    views = Views(home, ViewsConfig(home))
+    views.schedule()
+    shutil.rmtree(home)
+    assert views.wait_idle(10)
+    views.render()
+    assert not home.exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.audit import IAC_FILE, AuditLog
 from relay.store import Store
 from tests.conftest import SettingsFactory
 
@@ -210,3 +211,15 @@ def test_tail_follows_a_job_another_host_runs_on_a_postgresql_store_to_its_end(
         if tail.poll() is None:
             tail.kill()
         store.close()
+
+
+def test_audit_render_writes_the_views_of_a_home_with_a_log_and_makes_no_home(tmp_path: Path, workdir: Path) -> None:
+    missing = tmp_path / "no-such-home"
+    out = relay("audit", "render", home=missing, cwd=workdir)
+    assert out.returncode == 0 and "nothing to render" in out.stdout and not missing.exists()
+    home = tmp_path / "home"
+    log = AuditLog(home)
+    log.append("queued", "aaaaaaaa00000001", {"agent": "claude", "prompt": "tidy the docs", "prompt_chars": 13})
+    out = relay("audit", "render", home=home, cwd=workdir)
+    assert out.returncode == 0 and "wrote" in out.stdout
+    assert "tidy the docs" in (home / IAC_FILE).read_text()

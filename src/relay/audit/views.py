@@ -253,9 +253,8 @@ class Views:
     def render(self, now: float | None = None) -> None:
         """Fold the log's new lines and write both views (under a lock shared with other relay processes)."""
         out = self.config.out_dir
-        if out is None:
+        if out is None or not self.home.is_dir():  # a home removed with its log: nothing to render, nothing made
             return
-        self.home.mkdir(parents=True, exist_ok=True)
         with self._rendering, (self.home / LOCK_FILE).open("a") as lock:
             lock_fd(lock.fileno())
             self._catch_up()

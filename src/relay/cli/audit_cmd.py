@@ -47,6 +47,9 @@ def audit_command(args: argparse.Namespace) -> int:
     if config.out_dir is None:
         print('views are off ([audit] views_dir = "" in config.toml)')
         return 0
+    if not home.is_dir():
+        print(f"no audit log in {home} yet: nothing to render")
+        return 0
     Views(home, config).render()
     print(f"wrote {config.out_dir / IAC_FILE} and CONTEXT.md")
     return 0
