@@ -143,8 +143,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
     from relay.store import open_store
 
     settings = load_settings()
-    # RELAY_STORE, else relay.db in the home
-    store = open_store(settings.store_target, home=settings.home, pool_size=settings.store_pool_size)
+    store = open_store(settings.store_target, home=settings.home)  # RELAY_STORE, else relay.db in the home
     now = time.time()
     rows = [w for w in store.list_workers() if args.all or w.state in ("running", "stopping")]
     if args.json:

@@ -77,18 +77,18 @@ class Inserts:
             while self._waiting:
                 self._flying, self._waiting = self._waiting, []
                 await self._send(self._flying)
-                self._flying = []
         finally:
             self.busy = False
-            stopped = RelayError(
-                ErrorCode.INTERNAL,
-                "relay stopped while it recorded the job",
-                "look for it with job_list before you submit it again: it may be queued",
-            )
-            for sent in [*self._flying, *self._waiting]:  # cancelled (the engine stopping): none is left waiting
-                if not sent.done.is_set():
-                    sent.end(stopped)
+            left = [sent for sent in (*self._flying, *self._waiting) if not sent.done.is_set()]
             self._flying, self._waiting = [], []
+            for sent in left:  # cancelled (the engine stopping): none is left waiting
+                sent.end(
+                    RelayError(
+                        ErrorCode.INTERNAL,
+                        "relay stopped while it recorded the job",
+                        "look for it with job_list before you submit it again: it may be queued",
+                    )
+                )
 
     async def _send(self, batch: list[_Sent]) -> None:
         admission = self._admission
@@ -100,17 +100,16 @@ class Inserts:
             if len(batch) == 1:
                 batch[0].end(exc)
                 return
-            failed = True
-        else:
-            failed = False
-            admission.took(won, self._start)
-            for sent in batch:
-                sent.end()
+            won = None
         finally:
             admission.hold(ask, held=False)
-        if failed:
+        if won is None:
             for sent in batch:  # one at a time: the one the server refused fails alone
                 await self._send([sent])
+            return
+        admission.took(won, self._start)
+        for sent in batch:
+            sent.end()
 
 
 class Queueing:

@@ -189,11 +189,16 @@ PG_REGISTER_WORKER = (
 )
 
 
+def pg_is(sql: str) -> str:
+    """`sql` with `IS ?` as `IS NOT DISTINCT FROM ?`: SQLite's `IS` compares NULLs too, PostgreSQL's does not."""
+    return sql.replace(" IS ?", " IS NOT DISTINCT FROM ?")
+
+
 @lru_cache(maxsize=1024)
 def pg_sql(sql: str) -> str:
     """`sql` (with `?` marks) as psycopg takes it: `%` doubled, `?` as `%s`, `IS ?` as `IS NOT DISTINCT FROM %s`
-    (SQLite's `IS` compares NULLs too). The statements have no `?` inside a quoted literal."""
-    return sql.replace("%", "%%").replace(" IS ?", " IS NOT DISTINCT FROM ?").replace("?", "%s")
+    (`pg_is`). The statements have no `?` inside a quoted literal."""
+    return pg_is(sql.replace("%", "%%")).replace("?", "%s")
 
 
 def marks(n: int) -> str:

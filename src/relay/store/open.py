@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from relay.audit import AuditLog, Witness, open_audit, unwitnessed
+from relay.config import DEFAULT_STORE_POOL_SIZE
 from relay.errors import ErrorCode, RelayError
 from relay.store.api import JobStore
 from relay.store.db import AuditExpectation, Store, audit_expectation
@@ -19,18 +20,17 @@ def is_pg_url(target: str | Path) -> bool:
 
 
 def open_store(
-    target: str | Path, *, home: Path, audit: AuditLog | None = None, pool_size: int | None = None
+    target: str | Path, *, home: Path, audit: AuditLog | None = None, pool_size: int = DEFAULT_STORE_POOL_SIZE
 ) -> JobStore:
     """The job store at `target`: a SQLite file (a path, or `sqlite:///path`) or a PostgreSQL URL.
 
     `home` is this process's RELAY_HOME: the audit log of the jobs it changes lives there, whichever
-    backend holds the jobs. `pool_size`: the connections a PostgreSQL store may hold (None: its default).
+    backend holds the jobs. `pool_size`: the connections a PostgreSQL store may hold.
     """
     if is_pg_url(target):
         from relay.store.pg import PgStore  # psycopg is loaded only by a relay that uses PostgreSQL
 
-        log = audit if audit is not None else open_audit(home)
-        return PgStore(str(target), log) if pool_size is None else PgStore(str(target), log, pool_size=pool_size)
+        return PgStore(str(target), audit if audit is not None else open_audit(home), pool_size=pool_size)
     text = str(target)
     if text.startswith("sqlite://"):
         return Store(Path(text.removeprefix("sqlite://")), audit)

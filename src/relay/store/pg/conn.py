@@ -222,11 +222,12 @@ class PgConn(ABC):
 
     A call made on an event loop's thread never holds that loop longer than LOOP_CALL_S: it runs on a thread
     of this store's own and is waited for that long at most (then STORE_UNAVAILABLE; the thread finishes on
-    its own), or, a pool's batch, on the loop's thread with that deadline on each of its waits. Once a call found the server away, calls on a loop fail at once (`Away`) until a look of its
-    own finds it back: a front cut from its store keeps answering what needs no store."""
+    its own), or, a pool's statement or batch, on the loop's thread with that deadline on each of its waits.
+    Once a call found the server away, calls on a loop fail at once (`Away`) until a look of its own finds it
+    back: a front cut from its store keeps answering what needs no store."""
 
     dialect = PG
-    # Whether a batch called on an event loop's thread runs there (every wait to lend a connection is bounded).
+    # Whether a call made on an event loop's thread runs there (every wait to lend a connection is bounded).
     calls_on_loop = False
 
     def __init__(self, url: str) -> None:

@@ -24,7 +24,7 @@ from psycopg import abc, pq
 from psycopg.adapt import PyFormat, Transformer
 from psycopg.pq.abc import PGconn, PGresult
 
-from relay.store.dialect import Rows, Step
+from relay.store.dialect import Rows, Step, pg_is
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -38,8 +38,8 @@ _prepared: weakref.WeakKeyDictionary[Conn, dict[tuple[bytes, tuple[int, ...]], b
 
 @lru_cache(maxsize=1024)
 def numbered(sql: str) -> bytes:
-    """`sql` with `?` marks as libpq takes it: `$1`, `$2`, ... (`IS ?` as `IS NOT DISTINCT FROM`, as pg_sql does)."""
-    parts = sql.replace(" IS ?", " IS NOT DISTINCT FROM ?").split("?")
+    """`sql` with `?` marks as libpq takes it: `$1`, `$2`, ... (`IS ?` as `IS NOT DISTINCT FROM`: dialect.pg_is)."""
+    parts = pg_is(sql).split("?")
     out = [parts[0]]
     for index, part in enumerate(parts[1:], start=1):
         out.append(f"${index}{part}")

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from relay.audit import AuditLog
+from relay.config import DEFAULT_STORE_POOL_SIZE
 from relay.store.body import JobBody
 from relay.store.dialect import Step, timed
 from relay.store.pg.conn import PoolConn
@@ -33,8 +34,8 @@ from relay.store.pg.witness import INSERT_ROWS, WitnessWriter, witness_status
 from relay.store.queue import ClaimAsk, ClaimsBody, WorkerInfo
 from relay.store.records import JOB_COLUMNS, AuditExpectation, JobRecord, job_of
 
-# Connections one process keeps to the server: the event loop and a few worker threads at once.
-POOL_SIZE = 4
+# Connections one process keeps to the server: the event loop and a few worker threads at once (`[store] pool_size`).
+POOL_SIZE = DEFAULT_STORE_POOL_SIZE
 # How long a call waits for a free connection (or for the server to come back) before STORE_UNAVAILABLE.
 POOL_WAIT_S = 10.0
 
