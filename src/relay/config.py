@@ -20,6 +20,7 @@ from relay.config_tables import PERMISSIONS as PERMISSIONS
 from relay.config_tables import NamedToken as NamedToken
 from relay.config_tables import (
     client_timeouts,
+    number,
     ports,
     setup_commands,
     str_table,
@@ -283,25 +284,6 @@ def default_home() -> Path:
     return Path(platformdirs.user_data_dir("relay", appauthor=False))
 
 
-def _float(env: Mapping[str, str], key: str, default: float) -> float:
-    raw = env.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise RelayError(
-            ErrorCode.CONFIG_INVALID, f"{key}={raw!r} is not a number", f"set {key} to seconds, e.g. 45"
-        ) from None
-    if value <= 0:
-        raise RelayError(ErrorCode.CONFIG_INVALID, f"{key} must be positive", f"set {key} to a value above 0")
-    return value
-
-
-def _int(env: Mapping[str, str], key: str, default: int) -> int:
-    return int(_float(env, key, float(default)))
-
-
 def _flag(env_value: str | None, config_value: Any, name: str) -> bool | None:
     """A yes/no setting: the environment's 1/0/true/false over config.toml's boolean; None when neither says."""
     if env_value not in (None, ""):
@@ -322,9 +304,13 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
     aliases = table.get("aliases", {})
     if not isinstance(env, dict) or not isinstance(aliases, dict):
         raise RelayError(ErrorCode.CONFIG_INVALID, f"[agents.{name}] env/aliases must be tables", "fix config.toml")
-    timeout = table.get("timeout_s")
-    idle = table.get("idle_timeout_s")
-    concurrency = table.get("max_concurrent")
+
+    def optional(key: str, unit: str, *, whole: bool = False) -> float | None:
+        if table.get(key) in (None, ""):
+            return None
+        return number({}, "", table, f"[agents.{name}] {key}", 1.0 if not whole else 4, whole=whole, unit=unit)
+
+    concurrency = optional("max_concurrent", "jobs", whole=True)
     protocol = str(table.get("protocol", "print"))
     if protocol not in PROTOCOLS:
         raise RelayError(ErrorCode.CONFIG_INVALID, f"agents.{name}.protocol = {protocol!r}", 'use "print" or "acp"')
@@ -335,8 +321,8 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
         default_model=str(table["default_model"]) if "default_model" in table else None,
         models=str_tuple(table.get("models"), f"agents.{name}.models"),
         aliases={str(k): str(v) for k, v in aliases.items()},  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-        timeout_s=float(timeout) if timeout is not None else None,
-        idle_timeout_s=float(idle) if idle is not None else None,
+        timeout_s=optional("timeout_s", "seconds"),
+        idle_timeout_s=optional("idle_timeout_s", "seconds"),
         max_concurrent=int(concurrency) if concurrency is not None else None,
         args=str_tuple(table.get("args"), f"agents.{name}.args"),
         output=str(table.get("output", "text")),
@@ -459,12 +445,21 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         else ("config.toml [security] allowed_roots" if roots else "the folder relay started in")
     )
 
-    def pick(key: str, env_key: str, default: float) -> float:
-        return _float(env, env_key, float(jobs.get(key, default)))
+    sections = {"jobs": jobs, "workspaces": spaces, "security": security, "queue": queue}
+
+    def pick(key: str, env_key: str, default: float, *, table: str = "jobs", unit: str = "seconds") -> float:
+        return number(env, env_key, sections[table], f"[{table}] {key}", default, unit=unit)
+
+    def count(key: str, env_key: str, default: int, unit: str) -> int:
+        return int(number(env, env_key, jobs, f"[jobs] {key}", default, whole=True, unit=unit))
+
+    def days(key: str, env_key: str, default_s: float, table: str) -> float:
+        return pick(key, env_key, default_s / 86400, table=table, unit="days")
 
     def cap(key: str, env_key: str) -> float | None:
-        raw_cap = env.get(env_key) or jobs.get(key)
-        return _float({env_key: str(raw_cap)}, env_key, 0.0) if raw_cap not in (None, "") else None
+        if env.get(env_key) in (None, "") and jobs.get(key) in (None, ""):
+            return None
+        return number(env, env_key, jobs, f"[jobs] {key}", 1.0, unit="US dollars")
 
     depth_raw = env.get("RELAY_DEPTH", "0")
     depth = int(depth_raw) if depth_raw.isdigit() else 0
@@ -485,12 +480,12 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         job_timeout_s=pick("timeout_s", "RELAY_JOB_TIMEOUT_S", DEFAULT_JOB_TIMEOUT_S),
         idle_timeout_s=pick("idle_timeout_s", "RELAY_IDLE_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S),
         kill_grace_s=pick("kill_grace_s", "RELAY_KILL_GRACE_S", DEFAULT_KILL_GRACE_S),
-        output_limit_chars=_int(
-            env, "RELAY_OUTPUT_LIMIT", int(jobs.get("output_limit_chars", DEFAULT_OUTPUT_LIMIT_CHARS))
+        output_limit_chars=count("output_limit_chars", "RELAY_OUTPUT_LIMIT", DEFAULT_OUTPUT_LIMIT_CHARS, "characters"),
+        max_concurrent=count("max_concurrent", "RELAY_MAX_CONCURRENT", DEFAULT_MAX_CONCURRENT, "jobs"),
+        max_concurrent_per_agent=count(
+            "max_concurrent_per_agent", "RELAY_MAX_CONCURRENT_PER_AGENT", DEFAULT_MAX_CONCURRENT_PER_AGENT, "jobs"
         ),
-        max_concurrent=_int(env, "RELAY_MAX_CONCURRENT", int(jobs.get("max_concurrent", DEFAULT_MAX_CONCURRENT))),
-        max_concurrent_per_agent=int(jobs.get("max_concurrent_per_agent", DEFAULT_MAX_CONCURRENT_PER_AGENT)),
-        max_depth=_int(env, "RELAY_MAX_DEPTH", int(jobs.get("max_depth", DEFAULT_MAX_DEPTH))),
+        max_depth=count("max_depth", "RELAY_MAX_DEPTH", DEFAULT_MAX_DEPTH, "levels"),
         depth=depth,
         default_permission=permission,
         configured_roots=allowed,
@@ -500,9 +495,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         grant=grant,
         grant_source=grant_source,
         approvals=_approvals(env.get("RELAY_APPROVALS") or security.get("approvals"), "security.approvals") or "grant",
-        approval_wait_s=_float(
-            env, "RELAY_APPROVAL_WAIT_S", float(security.get("approval_wait_s", DEFAULT_APPROVAL_WAIT_S))
-        ),
+        approval_wait_s=pick("approval_wait_s", "RELAY_APPROVAL_WAIT_S", DEFAULT_APPROVAL_WAIT_S, table="security"),
         max_cost_usd=cap("max_cost_usd", "RELAY_MAX_COST_USD"),
         max_session_cost_usd=cap("max_session_cost_usd", "RELAY_MAX_SESSION_COST_USD"),
         agents=agents,
@@ -513,33 +506,25 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         runtime=runtime,
         allowed_hosts=str_tuple(env.get("RELAY_ALLOWED_HOSTS") or server.get("allowed_hosts"), "server.allowed_hosts"),
         default_workspace=_workspace_default(env.get("RELAY_WORKSPACE") or str(spaces.get("default") or "cwd")),
-        worktree_keep_s=86400
-        * _float(env, "RELAY_WORKTREE_KEEP_DAYS", float(spaces.get("keep_days", DEFAULT_WORKTREE_KEEP_S / 86400))),
-        repos_keep_s=86400
-        * _float(env, "RELAY_REPOS_KEEP_DAYS", float(spaces.get("repos_keep_days", DEFAULT_REPOS_KEEP_S / 86400))),
-        git_connect_timeout_s=_float(
-            env,
-            "RELAY_GIT_CONNECT_TIMEOUT_S",
-            float(spaces.get("connect_timeout_s", DEFAULT_GIT_CONNECT_TIMEOUT_S)),
+        worktree_keep_s=86400 * days("keep_days", "RELAY_WORKTREE_KEEP_DAYS", DEFAULT_WORKTREE_KEEP_S, "workspaces"),
+        repos_keep_s=86400 * days("repos_keep_days", "RELAY_REPOS_KEEP_DAYS", DEFAULT_REPOS_KEEP_S, "workspaces"),
+        git_connect_timeout_s=pick(
+            "connect_timeout_s", "RELAY_GIT_CONNECT_TIMEOUT_S", DEFAULT_GIT_CONNECT_TIMEOUT_S, table="workspaces"
         ),
-        land_test_timeout_s=_float(
-            env, "RELAY_LAND_TEST_TIMEOUT_S", float(spaces.get("test_timeout_s", DEFAULT_LAND_TEST_TIMEOUT_S))
+        land_test_timeout_s=pick(
+            "test_timeout_s", "RELAY_LAND_TEST_TIMEOUT_S", DEFAULT_LAND_TEST_TIMEOUT_S, table="workspaces"
         ),
         test_commands=test_commands(spaces.get("test_command")),
         setup_commands=setup_commands(spaces),
-        setup_timeout_s=_float(env, "RELAY_SETUP_TIMEOUT_S", float(spaces.get("setup_timeout_s", 600.0))),
+        setup_timeout_s=pick("setup_timeout_s", "RELAY_SETUP_TIMEOUT_S", 600.0, table="workspaces"),
         worktree_ports=ports(env, spaces),
         command_env=str_table(spaces.get("env"), "workspaces.env"),
         command_pass_env=str_tuple(spaces.get("pass_env"), "workspaces.pass_env"),
         tokens=tokens(server.get("tokens"), env),
-        lease_s=_float(env, "RELAY_LEASE_S", float(queue.get("lease_s", DEFAULT_LEASE_S))),
+        lease_s=pick("lease_s", "RELAY_LEASE_S", DEFAULT_LEASE_S, table="queue"),
         runs_jobs=_flag(env.get("RELAY_RUN_JOBS"), queue.get("run_jobs"), "run_jobs") is not False,
         worker_retention_s=86400
-        * _float(
-            env,
-            "RELAY_WORKER_RETENTION_DAYS",
-            float(queue.get("worker_retention_days", DEFAULT_WORKER_RETENTION_S / 86400)),
-        ),
+        * days("worker_retention_days", "RELAY_WORKER_RETENTION_DAYS", DEFAULT_WORKER_RETENTION_S, "queue"),
         store_url=_store_url(env.get("RELAY_STORE"), store.get("url")),
         store_pool_size=_pool_size(env.get("RELAY_STORE_POOL_SIZE"), store.get("pool_size")),
         **telemetry_fields(raw.get("telemetry"), env),

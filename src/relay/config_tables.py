@@ -174,3 +174,37 @@ def token_level(entry: Mapping[str, Any], where: str, key: str) -> str | None:
             ErrorCode.CONFIG_INVALID, f"{where}.{key} = {value!r} is not a permission", "use read-only, edit or full"
         )
     return str(value)
+
+
+def number(
+    env: Mapping[str, str],
+    env_key: str,
+    table: Mapping[str, Any],
+    where: str,
+    default: float,
+    *,
+    whole: bool = False,
+    unit: str = "seconds",
+) -> float:
+    """A setting above 0: the environment's `env_key` over config.toml's `where` (`[section] key`, read from `table`
+    by its key), else `default`. A value that is not a number (a word, a boolean), not above 0, or (`whole`) not a
+    whole number is CONFIG_INVALID naming where it was read, with the default as the example."""
+    raw: object
+    if env.get(env_key) not in (None, ""):
+        raw, source = env[env_key], env_key
+    elif (key := where.rsplit(" ", 1)[-1]) in table and table[key] not in (None, ""):
+        raw, source = table[key], f"config.toml {where}"
+    else:
+        return default
+    shown = int(default) if whole else default
+    kind = f"a whole number of {unit}" if whole else f"a number of {unit}"
+    try:
+        value = float(raw.strip()) if isinstance(raw, str) else float(raw) if isinstance(raw, int | float) else None
+    except ValueError:
+        value = None
+    if raw is True or raw is False or value is None or value != value or value in (float("inf"), float("-inf")):
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"{source} is not {kind} (it is {raw!r})", f"set it to {shown}")
+    if value <= 0 or (whole and not value.is_integer()):
+        above = "whole number above 0" if whole else "number above 0"
+        raise RelayError(ErrorCode.CONFIG_INVALID, f"{source} must be a {above} (it is {raw!r})", f"set it to {shown}")
+    return value
