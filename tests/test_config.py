@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import DEFAULT_MAX_CONCURRENT, load_settings
+from relay.config import DEFAULT_MAX_CONCURRENT, Settings, load_settings
 from relay.errors import ErrorCode, RelayError
 
 
-def settings_with(tmp_path: Path, toml: str, **env: str):  # noqa: ANN201
+def settings_with(tmp_path: Path, toml: str, **env: str) -> Settings:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(toml, encoding="utf-8")

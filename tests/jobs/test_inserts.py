@@ -206,3 +206,38 @@ async def test_each_job_of_a_transaction_is_recorded_as_its_own_submitters(
         assert owners == [p.name for p in people]
         finish(await spawner.wait_for(4))
     store.close()
+
+
+async def test_a_job_submitted_while_the_last_ones_insert_held_the_loop_goes_with_the_next_not_alone(
+    make_settings: SettingsFactory, workdir: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first job of a burst is inserted on the loop; the calls behind it reach the loop only once that round
+    # trip is answered, however long it took: they are together with it, not each alone on the loop in turn.
+    monkeypatch.setattr(inserts_module, "TOGETHER_S", 0.05)
+    settings, store = pg_store(make_settings, pg_url)
+    real, on_loop = store.insert_jobs, list[bool]()
+
+    def slow_first(jobs: Sequence[NewJob], claim: ClaimAsk | None) -> list[tuple[str, str, int]]:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        if len(on_loop) == 1:
+            threading.Event().wait(0.2)  # a slow server: the loop is held past TOGETHER_S
+        return real(jobs, claim)
+
+    store.insert_jobs = slow_first  # type: ignore[method-assign]
+    spawner = Spawner()
+    async with Engine(settings, spawn=spawner, store=store).running() as engine:  # type: ignore[arg-type]
+        ids: list[str] = []
+
+        async def submit(prompt: str) -> None:
+            ids.append(await engine.submit_confirmed(request(workdir, prompt)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(submit, "first")
+            await anyio.lowlevel.checkpoint()
+            tg.start_soon(submit, "second")
+        assert on_loop == [True, False]  # the second went to a thread, the loop free meanwhile
+        finish(await spawner.wait_for(2))
+        with anyio.fail_after(10):
+            records = await engine.wait(ids, "all", 10)
+    assert [r.status for r in records] == ["completed"] * 2
+    store.close()

@@ -121,7 +121,7 @@ class Queueing:
         self._lifecycle = lifecycle
         self._known = known
         self._inserts = Inserts(state, admission, lifecycle.start)
-        self._submitted_at = float("-inf")  # when the last job reached its insert
+        self._submitted_at = float("-inf")  # when the last job reached its insert (or, inserted on the loop, left it)
 
     def make_dir(self, job_id: str) -> None:
         """The job's folder, made before its row exists (a row without a folder could not run)."""
@@ -149,7 +149,10 @@ class Queueing:
         now, last = time.monotonic(), self._submitted_at
         self._submitted_at = now
         if not self._state.store.overlaps_calls or (now - last >= TOGETHER_S and not self._inserts.busy):
-            return self.queue(admitted)
+            try:
+                return self.queue(admitted)
+            finally:  # its round trip held the loop: a call that waited for it came together with it
+                self._submitted_at = time.monotonic()
         job, submit = self._recording(admitted)
         self._queued(admitted)  # before the claim that may start it
         try:
