@@ -131,15 +131,26 @@ async def test_an_acp_job_keeps_running_across_a_relay_restart_and_the_next_rela
 
 
 async def test_resuming_a_gemini_session_over_acp_fails_with_session_not_found_as_documented(world: World) -> None:
-    # gemini 0.61.0's session/load does not find the sessions it recorded (docs/acp.md, Limits).
-    world.mock.script(Reply(text="first answer ANS-1a"))
+    # gemini 0.61.0's session/load most often answers "No previous sessions found for this project" for a session
+    # it recorded (its file, with the answer, is in the project's chats folder): the job fails SESSION_NOT_FOUND
+    # (docs/acp.md, Limits). About one run in twelve it finds the session: the job then continues it, as for the
+    # other agents. Either way relay's answer is one of the two, never another failure.
+    world.mock.script(Reply(text="first answer ANS-1a"), Reply(text="second answer ANS-2b"))
     async with world.relay(**over_acp("gemini")) as relay:
         first = await relay.delegate("gemini", "first question ASK-1a")
         assert first["status"] == "completed", first["error"]
-        second = await relay.delegate("gemini", "second question", session_id=first["session_id"])
-    assert second["status"] == "failed"
-    assert second["error"]["code"] == "SESSION_NOT_FOUND", second["error"]
-    assert len(world.mock.turns()) == 1
+        second = await relay.delegate("gemini", "second question ASK-2b", session_id=first["session_id"])
+    turns = world.mock.turns()
+    if second["status"] == "failed":
+        assert second["error"]["code"] == "SESSION_NOT_FOUND", second["error"]
+        assert "gemini" in second["error"]["hint"], second["error"]
+        assert len(turns) == 1
+        return
+    assert second["status"] == "completed", second
+    assert (second["output"], second["session_id"]) == ("second answer ANS-2b", first["session_id"])
+    assert len(turns) == 2
+    for marker in ("ASK-1a", "ANS-1a", "ASK-2b"):
+        assert marker in turns[1].text, f"{marker} missing from the resumed request"
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex"])

@@ -2,8 +2,9 @@
 
 Its behaviour follows words in the prompt: ASK requests a permission and says what it got; WRITE
 writes `out.txt` through the client; OUTSIDE tries to read /etc/hostname through the client; SLOW
-waits until the turn is cancelled. Every turn echoes the prompt, reports a plan, a tool call with a
-diff and a usage count. A session it is asked to load replays one message first.
+waits until the turn is cancelled; PAUSE takes 0.3 s before it answers. Every turn echoes the prompt, reports a plan, a tool call with a
+diff and a usage count. A session it is asked to load replays one message first (one whose id says "late", three
+more after its answer to the load, 50 ms apart, as gemini sends its history).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class FakeAgent:
         self.client: Any = None
         self.cancelled: dict[str, asyncio.Event] = {}
         self.turns = 0
+        self.replaying: asyncio.Task[None] | None = None
 
     def on_connect(self, conn: Any) -> None:
         self.client = conn
@@ -63,7 +65,14 @@ class FakeAgent:
 
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
         await self.client.session_update(session_id, update_agent_message_text("REPLAYED history"))
+        if "late" in session_id:  # as gemini does: the rest of the history is sent after the answer
+            self.replaying = asyncio.create_task(self.replay_late(session_id))
         return LoadSessionResponse(modes=MODES)
+
+    async def replay_late(self, session_id: str) -> None:
+        for index in range(3):
+            await asyncio.sleep(0.05)
+            await self.client.session_update(session_id, update_agent_message_text(f" REPLAYED late {index}"))
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
         print(f"mode set to {mode_id}", file=sys.stderr, flush=True)
@@ -79,6 +88,8 @@ class FakeAgent:
         cancelled.clear()
         say = lambda t: self.client.session_update(session_id, update_agent_message_text(t))  # noqa: E731
         await self.client.session_update(session_id, update_plan([plan_entry("answer", status="in_progress")]))
+        if "PAUSE" in text:  # a model's answer takes a while
+            await asyncio.sleep(0.3)
         await say(f"echo {self.turns}: {text.strip()}")
         if "ASK" in text:
             call = ToolCallUpdate(tool_call_id="perm-1", title="rm -rf build", kind="execute", status="pending")

@@ -216,6 +216,14 @@ def test_a_resumed_session_is_loaded_without_its_replayed_history_in_the_output(
     assert "REPLAYED" not in r.answer(lines)
 
 
+def test_a_replay_sent_after_the_answer_to_the_load_is_kept_out_of_the_output_too(run: Any) -> None:
+    r = run("again PAUSE", "--session-id=fake-late")
+    code, lines, _ = r.finish()
+    assert code == 0
+    answer = r.answer(lines)
+    assert "REPLAYED" not in answer and answer.startswith("echo 1: again PAUSE"), answer
+
+
 def test_an_agent_that_cannot_start_is_an_error_line_not_a_traceback(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "relay.agents.acp.driver", f"--cwd={tmp_path}", "--", str(tmp_path / "no-such-agent")]
     proc = subprocess.run(argv, input="hello", capture_output=True, text=True, timeout=WAIT_S)

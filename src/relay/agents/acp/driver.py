@@ -39,6 +39,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -68,6 +69,10 @@ DEFAULT_PERMISSION_TIMEOUT_S = 120.0
 INBOX_POLL_S = 0.1
 # After SIGTERM (or a cancel) the turn has this long to end on its own before the driver leaves.
 CANCEL_GRACE_S = 3.0
+# After session/load answered, its replayed history may still be arriving (gemini sends it after its answer): the
+# first prompt goes once no update came for LOAD_SETTLE_S, or after LOAD_SETTLE_MAX_S in all.
+LOAD_SETTLE_S = 0.2
+LOAD_SETTLE_MAX_S = 5.0
 # After the last turn the agent's stdin is closed; it has this long to save its session and exit (then SIGTERM).
 AGENT_EXIT_S = 10.0
 # The most one ACP message may be (the SDK's default for its own stdio).
@@ -113,9 +118,11 @@ class RelayClient:
         self.pending: dict[int, tuple[asyncio.Future[dict[str, Any]], set[str]]] = {}
         self.next_id = 0
         self.quiet = False  # while a session is loaded, its replayed history is not this job's transcript
+        self.kept_quiet = 0  # updates not printed while quiet (a replay still arriving keeps it counting)
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if self.quiet:
+            self.kept_quiet += 1
             return
         params: dict[str, Any] = {"sessionId": session_id, "update": dump(update)}
         self.out({"type": "update", "update": params})
@@ -296,6 +303,7 @@ class Driver:
                     loaded = await conn.load_session(cwd=cwd, session_id=self.args.session_id, mcp_servers=[])
                     # The replay's notifications still being handled (the SDK's prompt() waits the same way).
                     await conn._session_updates.wait(self.args.session_id)  # pyright: ignore[reportPrivateUsage]
+                    await self.replay_settled(conn)
                 finally:
                     self.client.quiet = False
                 modes = loaded.modes if loaded else None
@@ -340,6 +348,17 @@ class Driver:
             self.take_inbox()  # a message posted while the turn ended is still delivered
         self.out({"type": "result", "stopReason": stop_reason, "sessionId": self.session_id, "usage": usage})
         return 0
+
+    async def replay_settled(self, conn: ClientSideConnection) -> None:
+        """Wait, still quiet, until the loaded session's replay stopped arriving: no update for LOAD_SETTLE_S (an agent
+        may send its history after its answer to session/load: it would read as this job's own output)."""
+        assert self.args.session_id
+        deadline = time.monotonic() + LOAD_SETTLE_MAX_S
+        seen = -1
+        while seen != self.client.kept_quiet and time.monotonic() < deadline:
+            seen = self.client.kept_quiet
+            await asyncio.sleep(LOAD_SETTLE_S)
+            await conn._session_updates.wait(self.args.session_id)  # pyright: ignore[reportPrivateUsage]
 
     async def set_mode(self, conn: ClientSideConnection, modes: SessionModeState | None) -> str | None:
         """The first of the modes relay's permission maps to that the agent offers (else its own default stays)."""
