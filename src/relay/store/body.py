@@ -283,7 +283,7 @@ class JobBody(Riding, OverConn):
         if writes and self._keeps_jobs:  # the row as the last write left it: the store's copy of the job
             last = steps[writes[-1]]
             steps[writes[-1]] = last._replace(sql=f"{last.sql} RETURNING {JOB_COLUMNS}")
-        stamp = self._stamp()
+        stamp = self._stamp(w.job_id)
         done = self._batch_with_mark(steps, lock=locked)
         if locked:
             row = done[0].fetchone()
@@ -323,7 +323,7 @@ class JobBody(Riding, OverConn):
     def _write_row(self, job_id: str, sql: str, params: Sequence[Any]) -> Rows:
         """One statement that writes the job's row, with the audit mark when one rides (then one transaction); the
         row it leaves becomes the store's copy of the job."""
-        stamp = self._stamp()
+        stamp = self._stamp(job_id)
         if self._keeps_jobs:
             sql = f"{sql} RETURNING {JOB_COLUMNS}"
         if not self._rides_alone or (mark := self._riding_mark()) is None:
@@ -350,8 +350,8 @@ class JobBody(Riding, OverConn):
     # The store's copies of jobs (PostgreSQL's: pg/store.py): a write that changes a job returns its row.
     _keeps_jobs = False
 
-    def _stamp(self) -> Any:
-        """What the store had seen before a write (its copy of a job is good while that stays)."""
+    def _stamp(self, job_id: str) -> Any:
+        """What the store had seen of `job_id` before a write (its copy of the job is good while that stays)."""
         return None
 
     def _refresh(self, job_id: str, row: Sequence[Any] | None, stamp: Any, writes: int) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager, contextmanager, suppress
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import psycopg
@@ -80,8 +81,24 @@ PG = Dialect(
 # prepares none of its own (pg/pipe.py prepares them: psycopg's DEALLOCATE ALL after a rollback would drop those).
 OWN_CONNECTION: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
 
-# The statements that may change a job's row (job_writes counts them).
+# The statements that may change a job's row (`PgConn.wrote` counts them).
 JOB_WRITES = ("UPDATE jobs", "INSERT INTO jobs", "DELETE FROM jobs")
+# The jobs whose writes PgConn counts one by one; past it the counts start over (as one write to every job).
+WRITTEN_KEPT = 4096
+
+
+@lru_cache(maxsize=1024)
+def one_job_at(sql: str) -> int | None:
+    """Where among its values a statement that writes one job's row has that job's id (a new job's insert, an
+    UPDATE whose one WHERE starts with the id); None for one that may write any number of jobs (a claim, a
+    heartbeat, a purge)."""
+    if sql.startswith("INSERT INTO jobs (id,") and " VALUES (" in sql and " SELECT " not in sql:
+        return 0
+    if sql.startswith("UPDATE jobs SET ") and sql.count(" WHERE ") == 1 and (at := sql.find(" WHERE id=?")) >= 0:
+        return sql[:at].count("?")
+    return None
+
+
 # The longest an event loop waits for one store call (a front's loop answers every client: a store that went
 # away must not hold it): a call on a loop runs on one of LOOP_THREADS threads of the store's own.
 LOOP_CALL_S = 2.0
@@ -204,15 +221,16 @@ class _Tx:
 
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
-        self.sent: list[str] = []
+        self.sent: list[tuple[str, Sequence[Any], bool]] = []
 
     def exec(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        self.sent.append(sql)
+        self.sent.append((sql, params, False))
         cur = self._conn.cursor()
         cur.execute(pg_sql(sql), params)  # pyright: ignore[reportArgumentType]
         return _Later(cur)
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.sent.append((sql, rows, True))
         with self._conn.cursor() as cur:
             cur.executemany(pg_sql(sql), rows)  # pyright: ignore[reportArgumentType]
 
@@ -233,9 +251,11 @@ class PgConn(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self.away = Away(url)
-        # Statements of this process that may have changed a job's row (a copy of a row is good while it stays),
-        # and of them those that may have queued a job (a new job, a claim handed back).
+        # Statements of this process that may have changed any job's row (a copy of a row is good while it stays),
+        # those that changed one job's (by job: `written`), and those that may have queued a job (a new job, a
+        # claim handed back).
         self.job_writes = 0
+        self.written: dict[str, int] = {}
         self.queued_writes = 0
         self._count = threading.Lock()
         self._calls = ThreadPoolExecutor(max_workers=LOOP_THREADS, thread_name_prefix="relay-store-call")
@@ -282,14 +302,25 @@ class PgConn(ABC):
             with self._conn() as conn, _unique():
                 return run_one(conn, Step(sql, params), deadline=time.monotonic() + (_budget.wait or THREAD_CALL_S))
         finally:
-            self.wrote(sql)
+            self.wrote(sql, params)
 
-    def wrote(self, sql: str) -> None:
-        """Count a statement that may have changed a job's row, once it ran (or failed): `job_writes`."""
-        if sql.startswith(JOB_WRITES) or (sql.startswith("WITH") and "AS (UPDATE jobs " in sql):  # a claim, a beat
-            with self._count:
+    def wrote(self, sql: str, params: Sequence[Any] = (), many: bool = False) -> None:
+        """Count a statement that may have changed a job's row, once it ran (or failed): in `written` under its job
+        when it writes one job (`one_job_at`), else in `job_writes`."""
+        if not (sql.startswith(JOB_WRITES) or (sql.startswith("WITH") and "AS (UPDATE jobs " in sql)):  # a claim
+            return
+        at = one_job_at(sql)
+        with self._count:
+            self.queued_writes += may_queue(sql)
+            if at is None:
                 self.job_writes += 1
-                self.queued_writes += may_queue(sql)
+                return
+            for row in params if many else (params,):
+                job_id = str(row[at])
+                self.written[job_id] = self.written.get(job_id, 0) + 1
+            if len(self.written) > WRITTEN_KEPT:  # forgotten: as a write to every job
+                self.written.clear()
+                self.job_writes += 1
 
     def batch(self, steps: Sequence[Step], *, lock: bool = False) -> list[Rows]:
         """The statements, BEGIN and COMMIT pipelined: one round trip. (`lock`: PostgreSQL locks rows, not the
@@ -313,7 +344,7 @@ class PgConn(ABC):
             return self._batch_once(steps)
         finally:
             for step in steps:
-                self.wrote(step.sql)
+                self.wrote(step.sql, step.params, step.many)
 
     def _batch_once(self, steps: Sequence[Step]) -> list[Rows]:
         with self._conn() as conn, _unique():
@@ -332,8 +363,8 @@ class PgConn(ABC):
                 tx = _Tx(conn)
                 yield tx
         finally:
-            for sql in tx.sent if tx is not None else ():
-                self.wrote(sql)
+            for sql, params, many in tx.sent if tx is not None else ():
+                self.wrote(sql, params, many)
 
 
 @contextmanager

@@ -41,6 +41,9 @@ POOL_WAIT_S = 10.0
 
 # How many jobs' last reads are kept (the jobs a process waits on or runs at once, with room).
 KEPT_JOBS = 256
+# What a copy of a job was read under: (other processes' notices heard, this one's writes that may change any job,
+# this one's writes to that job).
+Stamp = tuple[int, int, int]
 
 logger = logging.getLogger("relay.store")
 
@@ -80,8 +83,8 @@ class PgStore(JobBody, ClaimsBody):
         self._pool = PoolConn(url, size=pool_size, wait_s=wait_s, name="relay-store")
         self._db = self._pool
         self._notices = ChangeCount(url, self._pool.is_own)
-        # Jobs as last read (get_job), with what had been heard and written then: (notices, job writes).
-        self._kept: dict[str, tuple[tuple[int, int], JobRecord]] = {}
+        # Jobs as last read (get_job), with what had been heard and written then (`_stamp`).
+        self._kept: dict[str, tuple[Stamp, JobRecord]] = {}
         self._kept_lock = threading.Lock()
         self._start_marks()
         self._witness: WitnessWriter | None = None
@@ -127,11 +130,12 @@ class PgStore(JobBody, ClaimsBody):
     def get_job(self, job_id: str, *, principal: str | None = None) -> JobRecord | None:
         """The job `job_id`; with `principal`, only if that principal started it (else None, as for no job).
 
-        A job read again while no notice of another process's change and no write of this process to a job came
-        since is answered from the copy read then (a waiter woken by new output reads its job without a round
-        trip); a write of this process to the job that returned its row (write_job, finish_job) leaves that row
-        as the copy; another process's change is seen once its notice is heard (a fraction of a millisecond)."""
-        seen = self._stamp()
+        A job read again while no notice of another process's change, no write of this process to that job and
+        none that may change any job (a claim, a heartbeat) came since is answered from the copy read then (a
+        waiter woken by new output reads its job without a round trip; the jobs of a burst, each written in turn,
+        keep theirs); a write of this process to the job that returned its row (write_job, finish_job) leaves that
+        row as the copy; another process's change is seen once its notice is heard (a fraction of a millisecond)."""
+        seen = self._stamp(job_id)
         with self._kept_lock:
             kept = self._kept.get(job_id)
         if kept is not None and kept[0] == seen:
@@ -145,19 +149,20 @@ class PgStore(JobBody, ClaimsBody):
 
     _keeps_jobs = True
 
-    def _stamp(self) -> tuple[int, int]:
-        """What this process had heard and written: (other processes' notices, its own job writes)."""
-        return (self._notices.version(others=True), self._pool.job_writes)
+    def _stamp(self, job_id: str) -> Stamp:
+        """What this process had heard and written of `job_id`: (other processes' notices, its own writes that may
+        change any job, its own writes to this one)."""
+        return (self._notices.version(others=True), self._pool.job_writes, self._pool.written.get(job_id, 0))
 
-    def _refresh(self, job_id: str, row: Sequence[Any] | None, stamp: tuple[int, int], writes: int) -> None:
-        """Keep the row the write returned, unless another write of this process came between (then the next
-        read asks the server)."""
-        notices, before = stamp
-        after = self._pool.job_writes
-        if row is not None and after - before == writes:
-            self._keep(job_id, (notices, after), job_of(tuple(row)))
+    def _refresh(self, job_id: str, row: Sequence[Any] | None, stamp: Stamp, writes: int) -> None:
+        """Keep the row the write returned, unless another write of this process to the job (or to any job) came
+        between (then the next read asks the server)."""
+        notices, wide, before = stamp
+        now = self._stamp(job_id)
+        if row is not None and now[1] == wide and now[2] - before == writes:
+            self._keep(job_id, (notices, wide, now[2]), job_of(tuple(row)))
 
-    def _keep(self, job_id: str, seen: tuple[int, int], rec: JobRecord) -> None:
+    def _keep(self, job_id: str, seen: Stamp, rec: JobRecord) -> None:
         with self._kept_lock:
             self._kept[job_id] = (seen, rec)
             if len(self._kept) > KEPT_JOBS:
@@ -173,9 +178,9 @@ class PgStore(JobBody, ClaimsBody):
         only: Sequence[str] = (),
     ) -> list[tuple[str, str, int]]:
         """ClaimsBody.claim, the copies of the jobs it took kept as it changed them."""
-        stamp = self._stamp()
+        notices, wide = self._notices.version(others=True), self._pool.job_writes
         won = super().claim(worker, free=free, max_total=max_total, per_agent=per_agent, only=only)
-        self._claimed(won, worker, stamp)
+        self._claimed(won, worker, (notices, wide))
         return won
 
     def _queue_seen(self, worker: WorkerInfo, ahead: int = 0) -> tuple[Any, ...] | None:
@@ -186,7 +191,8 @@ class PgStore(JobBody, ClaimsBody):
         self, job_ids: Sequence[str], inserts: Sequence[Step], ask: ClaimAsk
     ) -> list[tuple[str, str, int]]:
         """ClaimsBody._insert_claiming, the jobs' rows kept as the inserts and the claim left them."""
-        notices, before = self._stamp()
+        notices, wide = self._notices.version(others=True), self._pool.job_writes
+        before = {job_id: self._pool.written.get(job_id, 0) for job_id in job_ids}
         won, inserted = self._insert_and_claim(
             [Step(f"{s.sql} RETURNING {JOB_COLUMNS}", s.params) for s in inserts], ask
         )
@@ -194,27 +200,31 @@ class PgStore(JobBody, ClaimsBody):
         with self._kept_lock:
             for taken, _, _ in won:
                 self._kept.pop(taken, None)
-        if after - before != len(inserts) + 1:  # the inserts and the claim's one statement, nothing between
+        if after - wide != 1:  # the claim's one statement, and no other write to any job between
             return won
         epochs = {taken: e for taken, _, e in won}
         for job_id, rows in zip(job_ids, inserted, strict=False):
-            row = rows.fetchone()
-            if row is not None:
+            row, written = rows.fetchone(), self._pool.written.get(job_id, 0)
+            if row is not None and written - before[job_id] == 1:  # its insert, nothing else
                 rec = job_of(tuple(row))
                 epoch = epochs.get(job_id)
-                self._keep(job_id, (notices, after), rec if epoch is None else _as_claimed(rec, ask.worker, epoch))
+                claimed = rec if epoch is None else _as_claimed(rec, ask.worker, epoch)
+                self._keep(job_id, (notices, after, written), claimed)
         return won
 
-    def _claimed(self, won: list[tuple[str, str, int]], worker: WorkerInfo, stamp: tuple[int, int]) -> None:
-        """The copies of the jobs a claim took, as it changed them, when they were current before it and the claim's
-        one statement was the only job write since (else the next read asks the server)."""
-        notices, before = stamp
+    def _claimed(self, won: list[tuple[str, str, int]], worker: WorkerInfo, seen: tuple[int, int]) -> None:
+        """The copies of the jobs a claim took, as it changed them, when they were current before it (`seen`: the
+        notices and the writes to any job then) and the claim's one statement was the only job write since (else
+        the next read asks the server)."""
+        notices, wide = seen
         after = self._pool.job_writes
         with self._kept_lock:
             for job_id, _, epoch in won:
                 kept = self._kept.pop(job_id, None)
-                if kept is not None and kept[0] == stamp and after - before == 1 and kept[1].epoch == epoch - 1:
-                    self._kept[job_id] = ((notices, after), _as_claimed(kept[1], worker, epoch))
+                written = self._pool.written.get(job_id, 0)
+                current = kept is not None and kept[0] == (notices, wide, written)
+                if kept is not None and current and after - wide == 1 and kept[1].epoch == epoch - 1:
+                    self._kept[job_id] = ((notices, after, written), _as_claimed(kept[1], worker, epoch))
 
     @timed
     def clock(self) -> float:
