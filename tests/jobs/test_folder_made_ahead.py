@@ -30,8 +30,9 @@ async def test_a_new_jobs_transcript_is_the_file_made_ahead_never_rewritten(
     monkeypatch.setattr(publish.Rebuild, "finish", counted)
     async with Engine(make_settings()).running() as engine:
         engine.make_ready()
-        with anyio.fail_after(60):
-            while not engine._state.spares._spares:  # pyright: ignore[reportPrivateUsage]
+        spares = engine._state.spares  # pyright: ignore[reportPrivateUsage]
+        with anyio.fail_after(60):  # every spare made (one made after the look would be the one taken: last in)
+            while len(spares._spares) < spares.size or spares._filling:  # pyright: ignore[reportPrivateUsage]
                 await anyio.sleep(0.01)
         made_ahead = {os.stat(p / "transcript.txt").st_ino for p in engine._state.spares._spares}  # pyright: ignore[reportPrivateUsage]
         job_id = engine.submit(JobRequest(agent="claude", prompt="hi", cwd=str(workdir)))
