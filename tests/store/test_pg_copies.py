@@ -15,6 +15,7 @@ import pytest
 from relay.store import open_store
 from relay.store.body import FINISH_JOB, INSERT_JOB, MARK_RUNNING
 from relay.store.pg import PgStore
+from relay.store.pg import conn as pg_conn
 from relay.store.pg.conn import one_job_at
 from tests.store.test_claims import queue
 
@@ -116,3 +117,16 @@ def test_a_copy_read_while_its_job_was_written_is_not_kept(pg_store: PgStore) ->
     first, again = pg_store.get_job("a"), pg_store.get_job("a")
     assert first is not None and first.stop_reason is None  # read before the write
     assert again is not None and again.stop_reason == "late" and reads == ["a", "a"]
+
+
+def test_past_the_jobs_whose_writes_are_counted_one_by_one_every_copy_is_read_again(
+    pg_store: PgStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_conn, "WRITTEN_KEPT", 2)
+    queue(pg_store, ("a", "claude"), ("b", "claude"))
+    reads = reads_of(pg_store)
+    pg_store.get_job("a"), pg_store.get_job("b")
+    assert reads == []  # the copies their inserts left
+    queue(pg_store, ("c", "claude"))  # a third job's write: the counts are forgotten, as a write to every job
+    got = [pg_store.get_job(job_id) for job_id in ("a", "b")]
+    assert sorted(reads) == ["a", "b"] and all(rec is not None for rec in got)

@@ -318,9 +318,9 @@ class PgConn(ABC):
             for row in params if many else (params,):
                 job_id = str(row[at])
                 self.written[job_id] = self.written.get(job_id, 0) + 1
-            if len(self.written) > WRITTEN_KEPT:  # forgotten: as a write to every job
+            if len(self.written) > WRITTEN_KEPT:  # forgotten: as a write to every job (counted first: a reader
+                self.job_writes += 1  # between the two sees the new count, never a job's count gone back to 0)
                 self.written.clear()
-                self.job_writes += 1
 
     def batch(self, steps: Sequence[Step], *, lock: bool = False) -> list[Rows]:
         """The statements, BEGIN and COMMIT pipelined: one round trip. (`lock`: PostgreSQL locks rows, not the
