@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -184,7 +185,18 @@ async def test_without_pidfd_a_cli_job_runs_is_cancelled_and_is_reattached_after
 def test_on_linux_psutil_and_proc_agree_on_every_start_time_so_the_runtimes_can_share_a_home() -> None:
     pids = [os.getpid(), os.getppid(), 1]
     assert [_portable.start_ticks(p) for p in pids] == [_linux.start_ticks(p) for p in pids]
-    assert _portable.group_members(os.getpgid(0)) == _linux.group_members(os.getpgid(0))
+    # A group of its own that holds still (the test run's own group gains and loses processes between two looks).
+    group = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(_linux.group_members(group.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        members = _linux.group_members(group.pid)
+        assert len(members) == 3 and group.pid in members
+        assert _portable.group_members(group.pid) == members
+    finally:
+        os.killpg(group.pid, signal.SIGKILL)
+        group.wait(10)
     # Each runtime compares only the boot ids it can read: the other one's are left to the start time.
     assert procinfo.is_alive(os.getpid(), _linux.start_ticks(os.getpid()), _portable.boot_id())
     choice.use("portable")
