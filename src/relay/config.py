@@ -305,12 +305,12 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
     if not isinstance(env, dict) or not isinstance(aliases, dict):
         raise RelayError(ErrorCode.CONFIG_INVALID, f"[agents.{name}] env/aliases must be tables", "fix config.toml")
 
-    def optional(key: str, unit: str, *, whole: bool = False) -> float | None:
+    def optional(key: str, example: float, unit: str, *, whole: bool = False) -> float | None:
         if table.get(key) in (None, ""):
             return None
-        return number({}, "", table, f"[agents.{name}] {key}", 1.0 if not whole else 4, whole=whole, unit=unit)
+        return number({}, "", table, f"agents.{name}", key, example, whole=whole, unit=unit)
 
-    concurrency = optional("max_concurrent", "jobs", whole=True)
+    concurrency = optional("max_concurrent", DEFAULT_MAX_CONCURRENT_PER_AGENT, "jobs", whole=True)
     protocol = str(table.get("protocol", "print"))
     if protocol not in PROTOCOLS:
         raise RelayError(ErrorCode.CONFIG_INVALID, f"agents.{name}.protocol = {protocol!r}", 'use "print" or "acp"')
@@ -321,8 +321,8 @@ def _agent_config(name: str, raw: Any) -> AgentConfig:
         default_model=str(table["default_model"]) if "default_model" in table else None,
         models=str_tuple(table.get("models"), f"agents.{name}.models"),
         aliases={str(k): str(v) for k, v in aliases.items()},  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-        timeout_s=optional("timeout_s", "seconds"),
-        idle_timeout_s=optional("idle_timeout_s", "seconds"),
+        timeout_s=optional("timeout_s", 1.0, "seconds"),
+        idle_timeout_s=optional("idle_timeout_s", 1.0, "seconds"),
         max_concurrent=int(concurrency) if concurrency is not None else None,
         args=str_tuple(table.get("args"), f"agents.{name}.args"),
         output=str(table.get("output", "text")),
@@ -448,10 +448,10 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     sections = {"jobs": jobs, "workspaces": spaces, "security": security, "queue": queue}
 
     def pick(key: str, env_key: str, default: float, *, table: str = "jobs", unit: str = "seconds") -> float:
-        return number(env, env_key, sections[table], f"[{table}] {key}", default, unit=unit)
+        return number(env, env_key, sections[table], table, key, default, unit=unit)
 
     def count(key: str, env_key: str, default: int, unit: str) -> int:
-        return int(number(env, env_key, jobs, f"[jobs] {key}", default, whole=True, unit=unit))
+        return int(number(env, env_key, jobs, "jobs", key, default, whole=True, unit=unit))
 
     def days(key: str, env_key: str, default_s: float, table: str) -> float:
         return pick(key, env_key, default_s / 86400, table=table, unit="days")
@@ -459,7 +459,7 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     def cap(key: str, env_key: str) -> float | None:
         if env.get(env_key) in (None, "") and jobs.get(key) in (None, ""):
             return None
-        return number(env, env_key, jobs, f"[jobs] {key}", 1.0, unit="US dollars")
+        return number(env, env_key, jobs, "jobs", key, 1.0, unit="US dollars")
 
     depth_raw = env.get("RELAY_DEPTH", "0")
     depth = int(depth_raw) if depth_raw.isdigit() else 0

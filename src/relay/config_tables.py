@@ -180,20 +180,21 @@ def number(
     env: Mapping[str, str],
     env_key: str,
     table: Mapping[str, Any],
-    where: str,
+    section: str,
+    key: str,
     default: float,
     *,
     whole: bool = False,
     unit: str = "seconds",
 ) -> float:
-    """A setting above 0: the environment's `env_key` over config.toml's `where` (`[section] key`, read from `table`
-    by its key), else `default`. A value that is not a number (a word, a boolean), not above 0, or (`whole`) not a
-    whole number is CONFIG_INVALID naming where it was read, with the default as the example."""
+    """A setting above 0: the environment's `env_key` over `key` of config.toml's `[section]` (`table`), else
+    `default`. A value that is not a number (a word, a boolean), not above 0, or (`whole`) not a whole number is
+    CONFIG_INVALID naming where it was read, with the default as the example."""
     raw: object
     if env.get(env_key) not in (None, ""):
         raw, source = env[env_key], env_key
-    elif (key := where.rsplit(" ", 1)[-1]) in table and table[key] not in (None, ""):
-        raw, source = table[key], f"config.toml {where}"
+    elif table.get(key) not in (None, ""):
+        raw, source = table[key], f"config.toml [{section}] {key}"
     else:
         return default
     shown = int(default) if whole else default
