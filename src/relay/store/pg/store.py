@@ -149,18 +149,22 @@ class PgStore(JobBody, ClaimsBody):
 
     _keeps_jobs = True
 
+    def _seen(self) -> tuple[int, int]:
+        """What this process had heard and written of every job: (other processes' notices, its own writes that may
+        change any job)."""
+        return (self._notices.version(others=True), self._pool.job_writes)
+
     def _stamp(self, job_id: str) -> Stamp:
-        """What this process had heard and written of `job_id`: (other processes' notices, its own writes that may
-        change any job, its own writes to this one)."""
-        return (self._notices.version(others=True), self._pool.job_writes, self._pool.written.get(job_id, 0))
+        """`_seen`, and this process's own writes to `job_id`."""
+        return (*self._seen(), self._pool.written.get(job_id, 0))
 
     def _refresh(self, job_id: str, row: Sequence[Any] | None, stamp: Stamp, writes: int) -> None:
         """Keep the row the write returned, unless another write of this process to the job (or to any job) came
         between (then the next read asks the server)."""
         notices, wide, before = stamp
-        now = self._stamp(job_id)
-        if row is not None and now[1] == wide and now[2] - before == writes:
-            self._keep(job_id, (notices, wide, now[2]), job_of(tuple(row)))
+        written = self._pool.written.get(job_id, 0)
+        if row is not None and self._pool.job_writes == wide and written - before == writes:
+            self._keep(job_id, (notices, wide, written), job_of(tuple(row)))
 
     def _keep(self, job_id: str, seen: Stamp, rec: JobRecord) -> None:
         with self._kept_lock:
@@ -178,9 +182,9 @@ class PgStore(JobBody, ClaimsBody):
         only: Sequence[str] = (),
     ) -> list[tuple[str, str, int]]:
         """ClaimsBody.claim, the copies of the jobs it took kept as it changed them."""
-        notices, wide = self._notices.version(others=True), self._pool.job_writes
+        seen = self._seen()
         won = super().claim(worker, free=free, max_total=max_total, per_agent=per_agent, only=only)
-        self._claimed(won, worker, (notices, wide))
+        self._claimed(won, worker, seen)
         return won
 
     def _queue_seen(self, worker: WorkerInfo, ahead: int = 0) -> tuple[Any, ...] | None:
@@ -191,7 +195,7 @@ class PgStore(JobBody, ClaimsBody):
         self, job_ids: Sequence[str], inserts: Sequence[Step], ask: ClaimAsk
     ) -> list[tuple[str, str, int]]:
         """ClaimsBody._insert_claiming, the jobs' rows kept as the inserts and the claim left them."""
-        notices, wide = self._notices.version(others=True), self._pool.job_writes
+        notices, wide = self._seen()
         before = {job_id: self._pool.written.get(job_id, 0) for job_id in job_ids}
         won, inserted = self._insert_and_claim(
             [Step(f"{s.sql} RETURNING {JOB_COLUMNS}", s.params) for s in inserts], ask
@@ -222,8 +226,12 @@ class PgStore(JobBody, ClaimsBody):
             for job_id, _, epoch in won:
                 kept = self._kept.pop(job_id, None)
                 written = self._pool.written.get(job_id, 0)
-                current = kept is not None and kept[0] == (notices, wide, written)
-                if kept is not None and current and after - wide == 1 and kept[1].epoch == epoch - 1:
+                if (
+                    kept is not None
+                    and kept[0] == (notices, wide, written)
+                    and kept[1].epoch == epoch - 1
+                    and after - wide == 1
+                ):
                     self._kept[job_id] = ((notices, after, written), _as_claimed(kept[1], worker, epoch))
 
     @timed
